@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: MIT
+// gemm_q4_0_q8_1_avx2.cpp: AVX2 GEMM, compiled with -mavx2 -mfma -mf16c and
+// called only after a run-time check (registry.cpp).
+//
+// Per block, vpmaddubsw multiplies the unsigned nibbles (0..15) by the signed
+// Q8_1 codes; a second vpmaddubsw with all-ones bytes gives the pairwise sums
+// of the codes, and  sum (w-8)*a = sum w*a - 8 * sum a  is then formed in
+// int16 lanes (|w*a pair| <= 3840, |8*a pair| <= 2048, no overflow) before
+// vpmaddwd widens it. That is exact for every byte value, a = -128 included,
+// unlike the sign-flip trick, which wraps on -128.
+#include "cpu/kernels.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "cpu/thread_pool.h"
+
+namespace qg::detail::cpu {
+
+namespace {
+
+inline float load_fp16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// One W row against NR rows of A: the W block is unpacked once and used NR times.
+template <int NR>
+void row_times_cols(const uint8_t* w, const uint8_t* const* a, int64_t nb, float* c) {
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 acc[NR];
+  for (int j = 0; j < NR; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* wb = w + b * 18;
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
+    const __m256i wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4),  // elements 16..31
+                                         _mm_and_si128(q, low4));                   // elements 0..15
+    const float dw = load_fp16(wb);
+    for (int j = 0; j < NR; ++j) {
+      const uint8_t* ab = a[j] + b * 36;
+      const __m256i aq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab + 4));
+      const __m256i wa = _mm256_maddubs_epi16(wq, aq);
+      const __m256i sa = _mm256_slli_epi16(_mm256_maddubs_epi16(ones8, aq), 3);
+      const __m256i dot = _mm256_madd_epi16(_mm256_sub_epi16(wa, sa), ones16);
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * load_fp16(ab)), acc[j]);
+    }
+  }
+  for (int j = 0; j < NR; ++j) c[j] = hsum(acc[j]);
+}
+
+}  // namespace
+
+Status gemm_q4_0_q8_1_avx2(const GemmArgs& g) {
+  const int64_t nb = g.k / 32;
+  const int64_t tiles_m = (g.m + kTileM - 1) / kTileM;
+  const int64_t tiles_n = (g.n + kTileN - 1) / kTileN;
+  const auto* W = static_cast<const uint8_t*>(g.w);
+  const auto* A = static_cast<const uint8_t*>(g.a);
+  ThreadPool::instance().parallel_for(tiles_m * tiles_n, [&](int64_t t) {
+    const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
+    const int64_t m1 = m0 + kTileM < g.m ? m0 + kTileM : g.m;
+    const int64_t n1 = n0 + kTileN < g.n ? n0 + kTileN : g.n;
+    for (int64_t n = n0; n < n1; n += 4) {
+      const uint8_t* a[4];
+      const int64_t cols = n1 - n < 4 ? n1 - n : 4;
+      for (int j = 0; j < 4; ++j) a[j] = A + (n + (j < cols ? j : 0)) * g.lda;
+      float out[4];
+      for (int64_t m = m0; m < m1; ++m) {
+        const uint8_t* w = W + m * g.ldw;
+        switch (cols) {
+          case 4: row_times_cols<4>(w, a, nb, out); break;
+          case 3: row_times_cols<3>(w, a, nb, out); break;
+          case 2: row_times_cols<2>(w, a, nb, out); break;
+          default: row_times_cols<1>(w, a, nb, out); break;
+        }
+        for (int64_t j = 0; j < cols; ++j) g.c[m * g.ldc + n + j] = out[j];
+      }
+    }
+  });
+  return {};
+}
+
+}  // namespace qg::detail::cpu
+
+#else  // not compiled for AVX2 (non-x86 host): never selected, see registry.cpp
+
+namespace qg::detail::cpu {
+Status gemm_q4_0_q8_1_avx2(const GemmArgs&) {
+  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX2 kernel was not compiled in");
+}
+}  // namespace qg::detail::cpu
+
+#endif

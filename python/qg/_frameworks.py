@@ -1,0 +1,209 @@
+# SPDX-License-Identifier: MIT
+"""Framework glue: recognise an array's framework and device, allocate outputs
+with that framework, and find the stream its work is queued on.
+
+Nothing here checks shapes or dtypes: the C++ core does that in one place.
+Frameworks are imported lazily, only when an array of theirs shows up.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+CPU, CUDA = 0, 1
+
+
+@dataclass(frozen=True)
+class Where:
+    kind: str  # "numpy", "torch", "cupy", "jax"
+    device: int  # CPU or CUDA
+    index: int  # device ordinal
+
+
+def _module_of(x) -> str:
+    return type(x).__module__.split(".", 1)[0]
+
+
+def is_jax(x) -> bool:
+    if "jax" not in sys.modules:
+        return False
+    import jax
+
+    return isinstance(x, jax.Array)
+
+
+def where(x, fn: str) -> Where:
+    if isinstance(x, np.ndarray):
+        return Where("numpy", CPU, 0)
+    mod = _module_of(x)
+    if mod == "torch":
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            if x.device.type == "cuda":
+                return Where("torch", CUDA, x.device.index or 0)
+            if x.device.type == "cpu":
+                return Where("torch", CPU, 0)
+            raise ValueError(f"{fn}: torch tensors on '{x.device.type}' are not supported; use cpu or cuda")
+    if mod == "cupy":
+        return Where("cupy", CUDA, int(x.device.id))
+    if is_jax(x):
+        devices = list(x.devices())
+        if len(devices) != 1:
+            raise ValueError(f"{fn}: sharded JAX arrays are not supported; pass an array on one device")
+        d = devices[0]
+        if d.platform == "cpu":
+            return Where("jax", CPU, 0)
+        if d.platform in ("gpu", "cuda"):
+            return Where("jax", CUDA, int(d.local_hardware_id if d.local_hardware_id is not None else d.id))
+        raise ValueError(f"{fn}: JAX arrays on '{d.platform}' are not supported; use cpu or gpu")
+    raise TypeError(
+        f"{fn}: expected a NumPy, PyTorch, CuPy or JAX array, got {type(x).__module__}.{type(x).__name__}"
+    )
+
+
+def _is_c_contiguous(x, kind: str) -> bool:
+    if kind in ("numpy", "cupy"):
+        return bool(x.flags.c_contiguous)
+    if kind == "torch":
+        return bool(x.is_contiguous())
+    return True  # JAX arrays are always dense
+
+
+def prepare_input(x, w: Where):
+    """Returns (array for DLPack, is_bf16_bits). Never modifies x.
+
+    Non-contiguous inputs are copied with their own framework (the core needs
+    rows of one stride); NumPy bfloat16 (ml_dtypes) is passed as its uint16
+    bits because DLPack cannot carry it from NumPy; torch tensors that require
+    grad are detached (qg's integer ops have no gradient to track).
+    """
+    bf16 = False
+    if w.kind == "numpy":
+        if x.dtype.name == "bfloat16":
+            x, bf16 = x.view(np.uint16), True
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+    elif w.kind == "torch":
+        if x.requires_grad:
+            x = x.detach()
+        if not x.is_contiguous():
+            x = x.contiguous()
+    elif w.kind == "cupy":
+        if not x.flags.c_contiguous:
+            import cupy
+
+            with cupy.cuda.Device(w.index):
+                x = cupy.ascontiguousarray(x)
+    elif w.kind == "jax":
+        x.block_until_ready()  # qg runs on its own stream: wait for JAX's producers
+    return x, bf16
+
+
+_NP_DTYPES = {"float32": np.float32, "uint8": np.uint8}
+
+
+def empty(w: Where, shape, dtype: str):
+    """An uninitialised array of the caller's framework on the caller's device."""
+    shape = tuple(int(s) for s in shape)
+    if w.kind == "numpy" or (w.kind == "jax" and w.device == CPU):
+        return np.empty(shape, dtype=_NP_DTYPES[dtype])
+    if w.kind == "torch":
+        import torch
+
+        tdt = {"float32": torch.float32, "uint8": torch.uint8}[dtype]
+        device = torch.device("cuda", w.index) if w.device == CUDA else torch.device("cpu")
+        return torch.empty(shape, dtype=tdt, device=device)
+    if w.kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(w.index):
+            return cupy.empty(shape, dtype=_NP_DTYPES[dtype])
+    if w.kind == "jax":  # GPU: JAX arrays are immutable, so qg allocates and hands over
+        from . import _qg
+
+        return _qg.empty_cuda(list(shape), dtype, w.index)
+    raise AssertionError(w.kind)
+
+
+def check_out(out, w: Where, fn: str):
+    """out= must be a writable array; shape/dtype/device are checked by the core."""
+    ow = where(out, fn)
+    if ow.kind == "jax":
+        raise TypeError(f"{fn}: out= cannot be a JAX array (JAX arrays are immutable); omit out=")
+    if ow.kind == "numpy" and not out.flags.writeable:
+        raise ValueError(f"{fn}: out must be writable (it is a read-only NumPy array)")
+    if ow.kind == "torch" and out.requires_grad:
+        raise ValueError(f"{fn}: out must not require grad")
+    return out
+
+
+def stream_of(w: Where, stream) -> int:
+    """The stream handle to queue CUDA work on (0 on the CPU)."""
+    if w.device == CPU:
+        return 0
+    if stream is not None:
+        if isinstance(stream, int):
+            return stream
+        for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+            if hasattr(stream, attr):
+                return int(getattr(stream, attr))
+        raise TypeError(f"stream must be an int handle, a torch.cuda.Stream or a cupy.cuda.Stream, got {stream!r}")
+    if w.kind == "torch":
+        import torch
+
+        return int(torch.cuda.current_stream(w.index).cuda_stream)
+    if w.kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(w.index):
+            return int(cupy.cuda.get_current_stream().ptr)
+    if w.kind == "jax":
+        from . import _qg
+
+        return int(_qg.internal_stream(w.index))
+    return 0
+
+
+def finish(result, w: Where, stream: int):
+    """Hands the result back as the caller's kind of array."""
+    if w.kind != "jax":
+        return result
+    import jax
+    import jax.numpy as jnp
+
+    if w.device == CPU:
+        return jnp.asarray(result)
+    from . import _qg
+
+    _qg.stream_synchronize(w.index, stream)  # JAX reads it on its own stream
+    return jax.dlpack.from_dlpack(result)
+
+
+class device_context:
+    """Makes the arrays' device current for the framework while qg runs: torch
+    refuses to export a tensor through DLPack from a non-current device."""
+
+    def __init__(self, w: Where):
+        self._w = w
+        self._ctx = None
+
+    def __enter__(self):
+        if self._w.device == CUDA and self._w.kind == "torch":
+            import torch
+
+            self._ctx = torch.cuda.device(self._w.index)
+        elif self._w.device == CUDA and self._w.kind == "cupy":
+            import cupy
+
+            self._ctx = cupy.cuda.Device(self._w.index)
+        if self._ctx is not None:
+            self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
+        return False
