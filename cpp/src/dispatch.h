@@ -38,6 +38,13 @@ Status choose_impl(const std::string& fn, Device device, const std::vector<Impl>
     }
     if (!ok && *chosen < 0) reasons += std::string(reasons.empty() ? "" : "; ") + impls[i].name + ": " + why;
   }
+  if (*chosen < 0 && device.type == DeviceType::cuda) {
+    std::string why;
+    if (cuda::devices(&why).empty())
+      return Status(StatusCode::backend_unavailable,
+                    fn + ": the input is on " + device_name(device) + " but no CUDA device is usable (" +
+                        why + ")");
+  }
   if (*chosen < 0)
     return Status(StatusCode::unsupported,
                   fn + ": no implementation for this problem on " + device_name(device) +
