@@ -8,8 +8,11 @@
 // C code has undefined behaviour, qg defines it:
 //   * a block holding NaN or +-Inf gets scale NaN (0x7E00) and neutral codes,
 //     so it dequantizes to NaN and poisons every dot product that reads it;
-//   * a denormal-only block whose 1/d overflows gets saturated codes (never a
-//     float->int cast of Inf or NaN); its fp16 scale underflows to 0.
+//   * a denormal-only block, whose 1/d overflows to Inf, is treated as a zero
+//     block: neutral codes (never a float->int cast of Inf or NaN), and its
+//     fp16 scale underflows to 0, so it dequantizes to exact zeros.
+// The code conversions below also saturate, so no input reaches a cast of a
+// value out of range.
 #pragma once
 
 #include <cmath>
@@ -114,6 +117,13 @@ QG_HD float div_rn(float a, float b) {
 
 QG_HD bool is_finite(float v) { return (float_bits(v) & 0x7F800000u) != 0x7F800000u; }
 
+// ggml's id = d ? 1/d : 0, with id = 0 also where 1/d overflows (denormal d).
+QG_HD float inverse_scale(float d) {
+  if (d == 0.0f) return 0.0f;
+  const float id = div_rn(1.0f, d);
+  return is_finite(id) ? id : 0.0f;
+}
+
 // ggml: MIN(15, (int8_t)(x*id + 8.5f)). Saturating, NaN -> 8 (the zero code).
 QG_HD uint8_t q4_0_code(float scaled) {
   const float v = add_rn(scaled, 8.5f);
@@ -154,7 +164,7 @@ QG_HD void quantize_block_q4_0(const float* x, block_q4_0* y) {
     }
   }
   const float d = div_rn(max, -8.0f);
-  const float id = d != 0.0f ? div_rn(1.0f, d) : 0.0f;
+  const float id = inverse_scale(d);
   y->d = fp32_to_fp16(d);
   for (int j = 0; j < 16; ++j) {
     const uint8_t lo = q4_0_code(mul_rn(x[j], id));
@@ -169,7 +179,7 @@ QG_HD float quantize_codes_q8(const float* x, int8_t* qs, int* code_sum) {
   float amax = 0.0f;
   for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
   const float d = div_rn(amax, 127.0f);
-  const float id = d != 0.0f ? div_rn(1.0f, d) : 0.0f;
+  const float id = inverse_scale(d);
   int sum = 0;
   for (int j = 0; j < 32; ++j) {
     qs[j] = q8_code(mul_rn(x[j], id));

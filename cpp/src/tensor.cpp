@@ -42,9 +42,11 @@ int64_t TensorView::numel() const {
 }
 
 bool TensorView::is_contiguous() const {
+  // An empty array has no elements to lay out (NumPy >= 2 gives it zero strides).
+  for (int i = 0; i < ndim; ++i)
+    if (shape[i] == 0) return true;
   int64_t expected = 1;
   for (int i = ndim - 1; i >= 0; --i) {
-    if (shape[i] == 0) return true;
     if (shape[i] != 1 && strides[i] != expected) return false;
     expected *= shape[i];
   }

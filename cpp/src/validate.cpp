@@ -3,7 +3,6 @@
 #include "validate.h"
 
 #include <cstdint>
-#include <sstream>
 
 namespace qg::detail {
 
@@ -36,11 +35,9 @@ std::string op_name(const char* verb, Format format) {
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << "]";
-  return s.str();
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 std::string shape_string(const TensorView& view) {

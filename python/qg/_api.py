@@ -139,7 +139,7 @@ def explain(op, *arrays) -> Explanation:
         op = getattr(qg, name)
     fn = getattr(op, "__name__", str(op))
     w = fw.where(arrays[0], f"qg.explain({fn})") if arrays else None
-    prepared = [fw.prepare_input(a, fw.where(a, fn)) for a in arrays]
+    prepared = [fw.prepare_input(a, fw.where(a, f"qg.explain({fn})")) for a in arrays]
     with fw.device_context(w) if w else _nullctx():
         if op in _QUANTIZERS and len(arrays) == 1:
             d = _qg.explain_quantize(_QUANTIZERS[op], prepared[0][0], prepared[0][1])

@@ -20,6 +20,7 @@ class Where:
     kind: str  # "numpy", "torch", "cupy", "jax"
     device: int  # CPU or CUDA
     index: int  # device ordinal
+    jax_device: object = None  # the jax.Device, to put results back on it
 
 
 def _module_of(x) -> str:
@@ -55,9 +56,10 @@ def where(x, fn: str) -> Where:
             raise ValueError(f"{fn}: sharded JAX arrays are not supported; pass an array on one device")
         d = devices[0]
         if d.platform == "cpu":
-            return Where("jax", CPU, 0)
+            return Where("jax", CPU, 0, d)
         if d.platform in ("gpu", "cuda"):
-            return Where("jax", CUDA, int(d.local_hardware_id if d.local_hardware_id is not None else d.id))
+            index = d.local_hardware_id if d.local_hardware_id is not None else d.id
+            return Where("jax", CUDA, int(index), d)
         raise ValueError(f"{fn}: JAX arrays on '{d.platform}' are not supported; use cpu or gpu")
     raise TypeError(
         f"{fn}: expected a NumPy, PyTorch, CuPy or JAX array, got {type(x).__module__}.{type(x).__name__}"
@@ -172,10 +174,9 @@ def finish(result, w: Where, stream: int):
     if w.kind != "jax":
         return result
     import jax
-    import jax.numpy as jnp
 
     if w.device == CPU:
-        return jnp.asarray(result)
+        return jax.device_put(result, w.jax_device)  # not JAX's default device, which may be a GPU
     from . import _qg
 
     _qg.stream_synchronize(w.index, stream)  # JAX reads it on its own stream

@@ -1,0 +1,533 @@
+// SPDX-License-Identifier: MIT
+// test_cuda_backend.cpp: the CUDA backend against the CPU backend (quantize,
+// dequantize: identical bytes/bits) and against a float64 reference computed
+// from the same codes (GEMM: NMSE <= 1e-6). Public API only; skips cleanly
+// when no CUDA device is visible.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <qg/qg.h>
+
+namespace {
+
+constexpr uint32_t kSeed = 20250611u;
+
+#define CUDA_OK(expr)                                                                        \
+  do {                                                                                       \
+    const cudaError_t err_ = (expr);                                                         \
+    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorName(err_) << ": "          \
+                                 << cudaGetErrorString(err_);                                \
+  } while (0)
+
+#define QG_OK(expr)                                                         \
+  do {                                                                      \
+    const qg::Status st_ = (expr);                                          \
+    ASSERT_TRUE(st_.ok()) << #expr << ": " << qg::status_code_name(st_.code()) << ": " \
+                          << st_.message();                                 \
+  } while (0)
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (cudaMalloc(&ptr_, bytes ? bytes : 1) != cudaSuccess) {
+      ptr_ = nullptr;
+      cudaGetLastError();
+    }
+  }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  bool ok() const { return ptr_ != nullptr; }
+  template <typename T = uint8_t>
+  T* at(size_t byte_offset = 0) const {
+    return reinterpret_cast<T*>(static_cast<uint8_t*>(ptr_) + byte_offset);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Truncating fp32 -> fp16, only used to make f16 inputs; any valid bits will
+// do, since CPU and CUDA then read the same bits.
+uint16_t to_fp16_bits(float f) {
+  const uint32_t x = bits_of(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t ax = x & 0x7FFFFFFFu;
+  if (ax > 0x7F800000u) return sign | 0x7E00u;
+  if (ax >= 0x47800000u) return sign | 0x7C00u;
+  if (ax < 0x38800000u) return sign | static_cast<uint16_t>(std::fabs(f) * 16777216.0f);
+  return static_cast<uint16_t>(sign | (((ax >> 23) - 112u) << 10) | ((ax >> 13) & 0x3FFu));
+}
+
+double fp16_to_double(uint16_t h) {
+  const int exp = (h >> 10) & 0x1F;
+  const int mant = h & 0x3FF;
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (exp == 0x1F) return mant ? std::nan("") : sign * INFINITY;
+  if (exp == 0) return sign * std::ldexp(static_cast<double>(mant), -24);
+  return sign * std::ldexp(static_cast<double>(mant | 0x400), exp - 25);
+}
+
+int dtype_bytes(qg::DType t) { return t == qg::DType::f32 ? 4 : 2; }
+
+// rows x k gaussian values with per-row scales; with specials, some blocks of
+// row 0/1 hold zeros, -0.0, 1e-30, 1e6, 7e4, NaN, +-Inf, 65504, denormals.
+std::vector<float> make_values(int64_t rows, int64_t k, std::mt19937& rng, bool specials) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float scales[] = {1.0f, 0.01f, 100.0f, 3.0f};
+  std::vector<float> v(static_cast<size_t>(rows * k));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < k; ++i) v[r * k + i] = normal(rng) * scales[r % 4];
+  if (!specials) return v;
+  const int64_t nb = k / 32;
+  auto block = [&](int64_t r, int64_t b) -> float* {
+    return v.data() + (r % rows) * k + (b % nb) * 32;
+  };
+  for (int j = 0; j < 32; ++j) block(0, 0)[j] = 0.0f;
+  for (int j = 0; j < 32; ++j) block(0, 1)[j] = -0.0f;
+  for (int j = 0; j < 32; ++j) block(0, 2)[j] = (j % 2 ? -1e-30f : 1e-30f) * (1 + j);
+  block(0, 3)[5] = 1e6f;
+  block(0, 4)[17] = -7e4f;
+  block(0, 5)[9] = std::nanf("");
+  block(1, 6)[31] = INFINITY;
+  block(1, 7)[0] = -INFINITY;
+  for (int j = 0; j < 32; ++j) block(1, 8)[j] = 65504.0f * (j % 3 ? 1 : -1);
+  // Denormal-only block: 1/d overflows, treated as a zero block (quant_block.h).
+  for (int j = 0; j < 32; ++j) block(1, 9)[j] = 1e-40f * static_cast<float>(j - 16);
+  return v;
+}
+
+// Values of `dtype` laid out with row stride x_stride (elements); the padding
+// between rows holds NaN bits so that reading it would show.
+std::vector<uint8_t> encode(const std::vector<float>& v, int64_t rows, int64_t k, int64_t x_stride,
+                            qg::DType dtype) {
+  const int es = dtype_bytes(dtype);
+  std::vector<uint8_t> out(static_cast<size_t>(rows * x_stride * es), 0xFF);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < k; ++i) {
+      const float f = v[r * k + i];
+      uint8_t* dst = out.data() + (r * x_stride + i) * es;
+      if (dtype == qg::DType::f32) {
+        std::memcpy(dst, &f, 4);
+      } else {
+        const uint16_t h = dtype == qg::DType::f16 ? to_fp16_bits(f)
+                                                   : static_cast<uint16_t>(bits_of(f) >> 16);
+        std::memcpy(dst, &h, 2);
+      }
+    }
+  return out;
+}
+
+struct FormatCase {
+  qg::Format format;
+  qg::Q8_1Convention convention;
+  const char* name;
+};
+
+const FormatCase kFormatCases[] = {
+    {qg::Format::q4_0, qg::Q8_1Convention::reference, "q4_0"},
+    {qg::Format::q8_0, qg::Q8_1Convention::reference, "q8_0"},
+    {qg::Format::q8_1, qg::Q8_1Convention::reference, "q8_1/reference"},
+    {qg::Format::q8_1, qg::Q8_1Convention::ggml_cuda, "q8_1/ggml_cuda"},
+};
+
+class CudaBackend : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!qg::cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+    CUDA_OK(cudaSetDevice(0));
+  }
+};
+
+// ------------------------------------------------------------------ quantize
+
+void check_quantize(const FormatCase& fc, qg::DType dtype, int64_t rows, int64_t k,
+                    int64_t x_pad, int64_t y_pad, uint32_t seed) {
+  SCOPED_TRACE(std::string("format=") + fc.name + " dtype=" + qg::dtype_name(dtype) +
+               " rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
+               " seed=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const std::vector<float> values = make_values(rows, k, rng, true);
+  const int64_t x_stride = k + x_pad;
+  const std::vector<uint8_t> x = encode(values, rows, k, x_stride, dtype);
+  const int bpb = qg::format_traits(fc.format).bytes_per_block;
+  const int64_t y_stride = k / 32 * bpb + y_pad;
+  const size_t y_bytes = static_cast<size_t>(rows * y_stride);
+
+  std::vector<uint8_t> y_cpu(y_bytes, 0xCD);
+  qg::QuantizeArgs args;
+  args.x = x.data();
+  args.x_dtype = dtype;
+  args.rows = rows;
+  args.k = k;
+  args.x_row_stride = x_stride;
+  args.y = y_cpu.data();
+  args.y_row_stride = y_stride;
+  args.device = qg::Device::cpu();
+  args.q8_1_convention = fc.convention;
+  QG_OK(qg::quantize(fc.format, args));
+
+  DeviceBuffer dx(x.size()), dy(y_bytes);
+  ASSERT_TRUE(dx.ok() && dy.ok());
+  CUDA_OK(cudaMemcpy(dx.at(), x.data(), x.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(dy.at(), 0xCD, y_bytes));
+  args.x = dx.at();
+  args.y = dy.at();
+  args.device = qg::Device::cuda(0);
+  QG_OK(qg::quantize(fc.format, args));
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint8_t> y_gpu(y_bytes);
+  CUDA_OK(cudaMemcpy(y_gpu.data(), dy.at(), y_bytes, cudaMemcpyDeviceToHost));
+
+  for (size_t i = 0; i < y_bytes; ++i) {
+    if (y_cpu[i] != y_gpu[i]) {
+      const int64_t row = static_cast<int64_t>(i) / y_stride;
+      const int64_t in_row = static_cast<int64_t>(i) % y_stride;
+      FAIL() << "first differing byte " << i << " (row " << row << ", block " << in_row / bpb
+             << ", byte " << in_row % bpb << "): cpu 0x" << std::hex << int(y_cpu[i])
+             << " cuda 0x" << int(y_gpu[i]);
+    }
+  }
+}
+
+TEST_F(CudaBackend, QuantizeMatchesCpuBytes) {
+  const qg::DType dtypes[] = {qg::DType::f32, qg::DType::f16, qg::DType::bf16};
+  for (const FormatCase& fc : kFormatCases)
+    for (qg::DType dt : dtypes) {
+      // 70 blocks per row: two full 32-block warp chunks and a tail of 6.
+      check_quantize(fc, dt, 37, 32 * 70, 0, 0, kSeed);
+      // Strided rows, odd packed row stride (byte-wise stores), k = 32.
+      check_quantize(fc, dt, 5, 32, 9, 7, kSeed + 1);
+      check_quantize(fc, dt, 3, 32 * 33, 32, 2, kSeed + 2);
+    }
+}
+
+// ---------------------------------------------------------------- dequantize
+
+void check_dequantize(const FormatCase& fc, int64_t rows, int64_t k, int64_t xq_pad,
+                      int64_t y_pad, uint32_t seed) {
+  SCOPED_TRACE(std::string("format=") + fc.name + " rows=" + std::to_string(rows) +
+               " k=" + std::to_string(k) + " xq_pad=" + std::to_string(xq_pad) +
+               " seed=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const std::vector<float> values = make_values(rows, k, rng, true);
+  const int bpb = qg::format_traits(fc.format).bytes_per_block;
+  const int64_t xq_stride = k / 32 * bpb + xq_pad;
+  std::vector<uint8_t> xq(static_cast<size_t>(rows * xq_stride), 0xAB);
+  qg::QuantizeArgs qa;
+  qa.x = values.data();
+  qa.rows = rows;
+  qa.k = k;
+  qa.x_row_stride = k;
+  qa.y = xq.data();
+  qa.y_row_stride = xq_stride;
+  qa.device = qg::Device::cpu();
+  qa.q8_1_convention = fc.convention;
+  QG_OK(qg::quantize(fc.format, qa));
+
+  const int64_t y_stride = k + y_pad;
+  const float sentinel = -12345.678f;
+  const size_t y_count = static_cast<size_t>(rows * y_stride);
+  std::vector<float> y_cpu(y_count, sentinel);
+  qg::DequantizeArgs da;
+  da.xq = xq.data();
+  da.rows = rows;
+  da.k = k;
+  da.xq_row_stride = xq_stride;
+  da.y = y_cpu.data();
+  da.y_row_stride = y_stride;
+  da.device = qg::Device::cpu();
+  QG_OK(qg::dequantize(fc.format, da));
+
+  DeviceBuffer dxq(xq.size()), dy(y_count * 4);
+  ASSERT_TRUE(dxq.ok() && dy.ok());
+  CUDA_OK(cudaMemcpy(dxq.at(), xq.data(), xq.size(), cudaMemcpyHostToDevice));
+  std::vector<float> y_gpu(y_count, sentinel);
+  CUDA_OK(cudaMemcpy(dy.at(), y_gpu.data(), y_count * 4, cudaMemcpyHostToDevice));
+  da.xq = dxq.at();
+  da.y = dy.at<float>();
+  da.device = qg::Device::cuda(0);
+  QG_OK(qg::dequantize(fc.format, da));
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaMemcpy(y_gpu.data(), dy.at(), y_count * 4, cudaMemcpyDeviceToHost));
+
+  for (size_t i = 0; i < y_count; ++i) {
+    const bool both_nan = std::isnan(y_cpu[i]) && std::isnan(y_gpu[i]);
+    if (!both_nan && bits_of(y_cpu[i]) != bits_of(y_gpu[i]))
+      FAIL() << "element " << i << " (row " << i / y_stride << ", col " << i % y_stride
+             << "): cpu " << y_cpu[i] << " (0x" << std::hex << bits_of(y_cpu[i]) << ") cuda "
+             << y_gpu[i] << " (0x" << bits_of(y_gpu[i]) << ")";
+  }
+}
+
+TEST_F(CudaBackend, DequantizeMatchesCpuBits) {
+  for (const FormatCase& fc : kFormatCases) {
+    check_dequantize(fc, 37, 32 * 70, 0, 0, kSeed);
+    check_dequantize(fc, 4, 32 * 9, 1, 3, kSeed + 1);  // odd packed stride: byte loads
+    check_dequantize(fc, 2, 32, 6, 1, kSeed + 2);
+  }
+}
+
+// ---------------------------------------------------------------------- GEMM
+
+struct GemmCase {
+  int64_t m, n, k;
+  int64_t ldw_pad = 0, lda_pad = 0, ldc_pad = 0;  // bytes, bytes, elements
+  size_t w_offset = 0, a_offset = 0;              // bytes past a cudaMalloc'd base
+  const char* expect_impl = nullptr;              // substring of the chosen implementation
+};
+
+std::string describe(const GemmCase& g) {
+  return "M=" + std::to_string(g.m) + " N=" + std::to_string(g.n) + " K=" + std::to_string(g.k) +
+         " ldw_pad=" + std::to_string(g.ldw_pad) + " lda_pad=" + std::to_string(g.lda_pad) +
+         " ldc_pad=" + std::to_string(g.ldc_pad) + " w_offset=" + std::to_string(g.w_offset) +
+         " a_offset=" + std::to_string(g.a_offset);
+}
+
+// Quantizes rows x k gaussian values on the CPU into rows of `stride` bytes.
+void quantize_on_cpu(qg::Format format, int64_t rows, int64_t k, int64_t stride, std::mt19937& rng,
+                     std::vector<uint8_t>* out) {
+  const std::vector<float> values = make_values(rows, k, rng, false);
+  out->assign(static_cast<size_t>(rows * stride), 0xEE);
+  qg::QuantizeArgs qa;
+  qa.x = values.data();
+  qa.rows = rows;
+  qa.k = k;
+  qa.x_row_stride = k;
+  qa.y = out->data();
+  qa.y_row_stride = stride;
+  qa.device = qg::Device::cpu();
+  QG_OK(qg::quantize(format, qa));
+}
+
+// float64 reference from the codes: sum_b d_w * d_a * sum_i (w_i - 8) * a_i.
+std::vector<double> reference_gemm(const std::vector<uint8_t>& w, const std::vector<uint8_t>& a,
+                                   const GemmCase& g, int64_t ldw, int64_t lda) {
+  const int64_t nb = g.k / 32;
+  std::vector<double> ref(static_cast<size_t>(g.m * g.n), 0.0);
+  std::vector<double> dw(static_cast<size_t>(g.m * nb)), da(static_cast<size_t>(g.n * nb));
+  for (int64_t r = 0; r < g.m; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = w.data() + r * ldw + b * 18;
+      dw[r * nb + b] = fp16_to_double(static_cast<uint16_t>(p[0] | (p[1] << 8)));
+    }
+  for (int64_t r = 0; r < g.n; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = a.data() + r * lda + b * 36;
+      da[r * nb + b] = fp16_to_double(static_cast<uint16_t>(p[0] | (p[1] << 8)));
+    }
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t j = 0; j < g.n; ++j) {
+      double acc = 0.0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* wb = w.data() + i * ldw + b * 18 + 2;
+        const int8_t* ab = reinterpret_cast<const int8_t*>(a.data() + j * lda + b * 36 + 4);
+        int sumi = 0;
+        for (int q = 0; q < 16; ++q) {
+          sumi += ((wb[q] & 0x0F) - 8) * ab[q];
+          sumi += ((wb[q] >> 4) - 8) * ab[q + 16];
+        }
+        acc += dw[i * nb + b] * da[j * nb + b] * sumi;
+      }
+      ref[i * g.n + j] = acc;
+    }
+  return ref;
+}
+
+// Runs one case on CUDA (on `stream`) and checks it; returns C (ldc layout).
+void run_gemm_case(const GemmCase& g, cudaStream_t stream, uint32_t seed, std::vector<float>* c_out,
+                   std::string* chosen_out = nullptr) {
+  SCOPED_TRACE(describe(g) + " seed=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int64_t nb = g.k / 32;
+  const int64_t ldw = nb * 18 + g.ldw_pad, lda = nb * 36 + g.lda_pad, ldc = g.n + g.ldc_pad;
+  std::vector<uint8_t> w, a;
+  ASSERT_NO_FATAL_FAILURE(quantize_on_cpu(qg::Format::q4_0, g.m, g.k, ldw, rng, &w));
+  ASSERT_NO_FATAL_FAILURE(quantize_on_cpu(qg::Format::q8_1, g.n, g.k, lda, rng, &a));
+
+  DeviceBuffer dw(w.size() + g.w_offset), da(a.size() + g.a_offset);
+  const size_t c_count = static_cast<size_t>(g.m * ldc);
+  DeviceBuffer dc(c_count * 4);
+  ASSERT_TRUE(dw.ok() && da.ok() && dc.ok());
+  CUDA_OK(cudaMemcpy(dw.at(g.w_offset), w.data(), w.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(da.at(g.a_offset), a.data(), a.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(dc.at(), 0xFF, c_count * 4));  // NaN poison: unwritten outputs fail
+
+  qg::GemmArgs args;
+  args.w = dw.at(g.w_offset);
+  args.a = da.at(g.a_offset);
+  args.c = dc.at<float>();
+  args.m = g.m;
+  args.n = g.n;
+  args.k = g.k;
+  args.ldw = ldw;
+  args.lda = lda;
+  args.ldc = ldc;
+  args.device = qg::Device::cuda(0);
+
+  qg::Explanation ex;
+  QG_OK(qg::explain_gemm_q4_0_q8_1(args, &ex));
+  if (chosen_out) *chosen_out = ex.chosen;
+  if (g.expect_impl) {
+    std::string lines;
+    for (const std::string& s : ex.candidates) lines += "\n  " + s;
+    EXPECT_NE(ex.chosen.find(g.expect_impl), std::string::npos)
+        << "expected " << g.expect_impl << ", chosen " << ex.chosen << lines;
+  }
+
+  QG_OK(qg::gemm_q4_0_q8_1(args, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  std::vector<float> c(c_count);
+  CUDA_OK(cudaMemcpy(c.data(), dc.at(), c_count * 4, cudaMemcpyDeviceToHost));
+
+  const std::vector<double> ref = reference_gemm(w, a, g, ldw, lda);
+  double err = 0.0, norm = 0.0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < g.m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float v = c[i * ldc + j];
+      if (j >= g.n) {  // padding between rows of C must stay untouched
+        if (bits_of(v) != 0xFFFFFFFFu && bad++ < 5)
+          ADD_FAILURE() << "C padding written at (" << i << ", " << j << "): " << v;
+        continue;
+      }
+      if (!std::isfinite(v)) {
+        if (bad++ < 5) ADD_FAILURE() << "C(" << i << ", " << j << ") = " << v;
+        continue;
+      }
+      const double r = ref[i * g.n + j];
+      err += (v - r) * (v - r);
+      norm += r * r;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  const double nmse = norm > 0 ? err / norm : err;
+  EXPECT_LE(nmse, 1e-6) << "NMSE vs float64 reference";
+  if (c_out) *c_out = std::move(c);
+}
+
+TEST_F(CudaBackend, GemmShapes) {
+  const GemmCase cases[] = {
+      {1, 1, 32, 0, 0, 0, 0, 0, "mmvq"},
+      {7, 3, 96, 0, 0, 0, 0, 0, "mmvq"},
+      {33, 9, 320, 0, 0, 0, 0, 0, "tiled"},
+      {130, 8, 4096, 0, 0, 0, 0, 0, "mmvq"},
+      {64, 64, 128, 0, 0, 0, 0, 0, "tiled"},
+      {257, 129, 1024, 0, 0, 0, 0, 0, "tiled"},
+      {1, 512, 256, 0, 0, 0, 0, 0, "tiled"},
+      {5, 300, 32, 0, 0, 0, 0, 0, "tiled"},
+      {4096, 1, 4096, 0, 0, 0, 0, 0, "mmvq"},
+      {512, 2, 14336, 0, 0, 0, 0, 0, "mmvq"},
+      {65, 100, 14336, 0, 0, 0, 0, 0, "tiled"},
+  };
+  uint32_t seed = kSeed;
+  for (const GemmCase& g : cases) run_gemm_case(g, nullptr, seed++, nullptr);
+}
+
+TEST_F(CudaBackend, GemmNSweep) {
+  uint32_t seed = kSeed + 100;
+  for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 31, 128, 512}) {
+    GemmCase g{97, n, 32 * 13};
+    g.expect_impl = n <= 8 ? "mmvq" : "tiled";
+    run_gemm_case(g, nullptr, seed++, nullptr);
+  }
+}
+
+TEST_F(CudaBackend, GemmStridedRows) {
+  uint32_t seed = kSeed + 200;
+  // ldw, lda, ldc larger than the minimum, still aligned enough for the fast paths.
+  run_gemm_case({45, 5, 256, 10, 8, 3, 0, 0, "mmvq"}, nullptr, seed++, nullptr);
+  run_gemm_case({70, 77, 288, 6, 12, 5, 0, 0, "tiled"}, nullptr, seed++, nullptr);
+}
+
+TEST_F(CudaBackend, GemmMisalignedOperandsUseGeneric) {
+  uint32_t seed = kSeed + 300;
+  // A two bytes off a 4-byte boundary: no 32-bit loads of A allowed.
+  run_gemm_case({19, 4, 160, 0, 0, 0, 0, 2, "generic"}, nullptr, seed++, nullptr);
+  run_gemm_case({66, 40, 160, 0, 0, 0, 0, 2, "generic"}, nullptr, seed++, nullptr);
+  // W at an odd address: no 16-bit loads of W allowed.
+  run_gemm_case({19, 3, 96, 0, 0, 0, 1, 0, "generic"}, nullptr, seed++, nullptr);
+  // Odd ldw and lda not a multiple of 4.
+  run_gemm_case({21, 12, 128, 1, 2, 1, 0, 0, "generic"}, nullptr, seed++, nullptr);
+}
+
+TEST_F(CudaBackend, GemmOnNonDefaultStreamIsIdentical) {
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const GemmCase& g : {GemmCase{200, 4, 512}, GemmCase{200, 100, 512}}) {
+    std::vector<float> c_default, c_stream, c_again;
+    run_gemm_case(g, nullptr, kSeed + 400, &c_default);
+    run_gemm_case(g, stream, kSeed + 400, &c_stream);
+    run_gemm_case(g, stream, kSeed + 400, &c_again);
+    ASSERT_EQ(c_default.size(), c_stream.size());
+    // Same kernel, same data: bit-identical, and deterministic run to run.
+    EXPECT_EQ(0, std::memcmp(c_default.data(), c_stream.data(), c_default.size() * 4))
+        << describe(g);
+    EXPECT_EQ(0, std::memcmp(c_stream.data(), c_again.data(), c_stream.size() * 4))
+        << describe(g);
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+TEST_F(CudaBackend, QuantizeOnNonDefaultStream) {
+  SCOPED_TRACE("seed=" + std::to_string(kSeed + 500));
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::mt19937 rng(kSeed + 500);
+  const int64_t rows = 9, k = 32 * 40;
+  const std::vector<float> values = make_values(rows, k, rng, true);
+  const size_t y_bytes = static_cast<size_t>(rows * (k / 32) * 36);
+  std::vector<uint8_t> y_cpu(y_bytes), y_gpu(y_bytes);
+  qg::QuantizeArgs qa;
+  qa.x = values.data();
+  qa.rows = rows;
+  qa.k = k;
+  qa.x_row_stride = k;
+  qa.y = y_cpu.data();
+  qa.y_row_stride = (k / 32) * 36;
+  qa.device = qg::Device::cpu();
+  QG_OK(qg::quantize(qg::Format::q8_1, qa));
+
+  DeviceBuffer dx(values.size() * 4), dy(y_bytes);
+  ASSERT_TRUE(dx.ok() && dy.ok());
+  CUDA_OK(cudaMemcpyAsync(dx.at(), values.data(), values.size() * 4, cudaMemcpyHostToDevice, stream));
+  qa.x = dx.at();
+  qa.y = dy.at();
+  qa.device = qg::Device::cuda(0);
+  QG_OK(qg::quantize(qg::Format::q8_1, qa, stream));
+  CUDA_OK(cudaMemcpyAsync(y_gpu.data(), dy.at(), y_bytes, cudaMemcpyDeviceToHost, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  EXPECT_EQ(0, std::memcmp(y_cpu.data(), y_gpu.data(), y_bytes));
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+TEST_F(CudaBackend, DevicesReported) {
+  std::string why;
+  const std::vector<qg::CudaDeviceInfo> devs = qg::cuda_devices(&why);
+  ASSERT_FALSE(devs.empty()) << why;
+  EXPECT_GT(devs[0].compute_capability, 0);
+  EXPECT_GT(devs[0].multiprocessors, 0);
+  EXPECT_GT(devs[0].memory_bytes, 0);
+  EXPECT_TRUE(devs[0].has_compiled_code);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+}  // namespace

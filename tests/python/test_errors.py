@@ -1,0 +1,398 @@
+# SPDX-License-Identifier: MIT
+"""Bad input gives a precise Python exception whose message starts with the
+function's name (reliability.md section 8), and explain()."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import qg
+from conftest import CUDA_FRAMEWORKS, HAS_CUPY, HAS_JAX, HAS_TORCH, Framework, needs_jax, needs_torch
+
+Q = {"q4_0": qg.quantize_q4_0, "q8_0": qg.quantize_q8_0, "q8_1": qg.quantize_q8_1}
+DQ = {"q4_0": qg.dequantize_q4_0, "q8_0": qg.dequantize_q8_0, "q8_1": qg.dequantize_q8_1}
+NB = {"q4_0": 18, "q8_0": 34, "q8_1": 36}
+GEMM = "qg.gemm_q4_0_q8_1: "
+
+
+def raises(exc, prefix, *fragments):
+    """pytest.raises + the message starts with `prefix` and holds every fragment."""
+
+    class _Ctx:
+        def __enter__(self):
+            self.cm = pytest.raises(exc)
+            self.info = self.cm.__enter__()
+            return self.info
+
+        def __exit__(self, *e):
+            r = self.cm.__exit__(*e)
+            msg = str(self.info.value)
+            assert msg.startswith(prefix), f"message {msg!r} does not start with {prefix!r}"
+            for f in fragments:
+                assert f in msg, f"{f!r} not in {msg!r}"
+            return r
+
+    return _Ctx()
+
+
+@pytest.fixture
+def wa():
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 64)).astype(np.float32)
+    a = rng.standard_normal((3, 64)).astype(np.float32)
+    return qg.quantize_q4_0(w), qg.quantize_q8_1(a)
+
+
+# ------------------------------------------------------------------- dtypes
+@pytest.mark.parametrize("fmt", list(Q))
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.uint8, np.int8, np.uint16])
+def test_quantize_wrong_dtype(fmt, dtype):
+    x = np.ones((2, 64), dtype)
+    with raises(TypeError, f"qg.quantize_{fmt}: ", "float32", np.dtype(dtype).name):
+        Q[fmt](x)
+
+
+@needs_torch
+@pytest.mark.parametrize("fmt", list(Q))
+def test_quantize_wrong_dtype_torch(fmt):
+    import torch
+
+    with raises(TypeError, f"qg.quantize_{fmt}: ", "float64"):
+        Q[fmt](torch.ones(2, 64, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("fmt", list(DQ))
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.uint16])
+def test_dequantize_wrong_dtype(fmt, dtype):
+    with raises(TypeError, f"qg.dequantize_{fmt}: ", "uint8", np.dtype(dtype).name):
+        DQ[fmt](np.zeros((2, 2, NB[fmt]), dtype))
+
+
+def test_gemm_float_weight(wa):
+    wq, aq = wa
+    with raises(TypeError, GEMM, "weight_q", "uint8", "float32"):
+        qg.gemm_q4_0_q8_1(np.ones((4, 2, 18), np.float32), aq)
+    with raises(TypeError, GEMM, "activation_q", "uint8", "float32"):
+        qg.gemm_q4_0_q8_1(wq, np.ones((3, 2, 36), np.float32))
+
+
+def test_gemm_int8_packed(wa):
+    wq, aq = wa
+    with raises(TypeError, GEMM, "weight_q", "int8"):
+        qg.gemm_q4_0_q8_1(wq.view(np.int8), aq)
+    with raises(TypeError, GEMM, "activation_q", "int8"):
+        qg.gemm_q4_0_q8_1(wq, aq.view(np.int8))
+
+
+# ------------------------------------------------------------------- shapes
+@pytest.mark.parametrize("fmt", list(Q))
+@pytest.mark.parametrize("K", [1, 16, 33, 100])
+def test_quantize_k_not_multiple_of_32(fmt, K):
+    with raises(ValueError, f"qg.quantize_{fmt}: ", f"K={K}", "32"):
+        Q[fmt](np.ones((2, K), np.float32))
+
+
+def test_gemm_k_not_multiple_of_32(wa):
+    with raises(ValueError, GEMM, "K=100", "32"):
+        qg.gemm_q4_0_q8_1(*wa, 4, 3, 100)
+
+
+def test_gemm_q8_1_as_weight(wa):
+    _, aq = wa
+    with raises(ValueError, GEMM, "weight_q", "18", "36"):
+        qg.gemm_q4_0_q8_1(aq, aq)
+
+
+def test_gemm_q4_0_as_activation(wa):
+    wq, _ = wa
+    with raises(ValueError, GEMM, "activation_q", "36", "18"):
+        qg.gemm_q4_0_q8_1(wq, wq)
+
+
+def test_gemm_block_count_mismatch(wa):
+    wq, aq = wa
+    with raises(ValueError, GEMM, "2 blocks", "K=64", "K=32"):
+        qg.gemm_q4_0_q8_1(wq, aq[:, :1].copy())
+
+
+@pytest.mark.parametrize("M,N,K,fragment", [(5, 3, 64, "M=5"), (4, 2, 64, "N=2"), (4, 3, 96, "K=96"),
+                                             (4, 3, 32, "K=32")])
+def test_gemm_mnk_inconsistent(wa, M, N, K, fragment):
+    with raises(ValueError, GEMM, fragment) as e:
+        qg.gemm_q4_0_q8_1(*wa, M, N, K)
+    assert re.search(r"\b(4|3|64)\b", str(e.value)), str(e.value)  # the actual value is named too
+
+
+@pytest.mark.parametrize("fmt", list(DQ))
+def test_dequantize_k_mismatch(fmt):
+    xq = Q[fmt](np.ones((2, 64), np.float32))
+    with raises(ValueError, f"qg.dequantize_{fmt}: ", "K=96", "K=64"):
+        DQ[fmt](xq, 96)
+    with raises(ValueError, f"qg.dequantize_{fmt}: ", "K=48"):
+        DQ[fmt](xq, 48)
+
+
+@pytest.mark.parametrize("fmt", list(DQ))
+def test_dequantize_wrong_last_dim(fmt):
+    with raises(ValueError, f"qg.dequantize_{fmt}: ", str(NB[fmt])):
+        DQ[fmt](np.zeros((2, 2, NB[fmt] + 1), np.uint8))
+
+
+@pytest.mark.parametrize("fmt", list(Q))
+def test_zero_dim_input(fmt):
+    with raises(ValueError, f"qg.quantize_{fmt}: ", "0-d"):
+        Q[fmt](np.array(1.0, np.float32))
+    with raises(ValueError, f"qg.dequantize_{fmt}: "):
+        DQ[fmt](np.array(1, np.uint8))
+    with raises(ValueError, f"qg.dequantize_{fmt}: "):
+        DQ[fmt](np.zeros(NB[fmt], np.uint8))  # 1-d: no block dimension
+
+
+def test_gemm_zero_dim(wa):
+    wq, aq = wa
+    with raises(ValueError, GEMM):
+        qg.gemm_q4_0_q8_1(np.array(1, np.uint8), aq)
+
+
+# --------------------------------------------------------------- non-arrays
+@pytest.mark.parametrize("bad", [[1.0] * 32, (1.0,) * 32, 3.0, None, "x"])
+def test_non_array_input(bad, wa):
+    with raises(TypeError, "qg.quantize_q4_0: ", "array"):
+        qg.quantize_q4_0(bad)
+    with raises(TypeError, "qg.dequantize_q8_1: ", "array"):
+        qg.dequantize_q8_1(bad)
+    with raises(TypeError, GEMM, "array"):
+        qg.gemm_q4_0_q8_1(bad, wa[1])
+    with raises(TypeError, GEMM, "array"):
+        qg.gemm_q4_0_q8_1(wa[0], bad)
+
+
+def test_bogus_convention():
+    with raises(ValueError, "qg.quantize_q8_1: ", "bogus", "reference", "ggml_cuda"):
+        qg.quantize_q8_1(np.ones((1, 32), np.float32), convention="bogus")
+
+
+# -------------------------------------------------------------------- out=
+def test_out_wrong_shape(wa):
+    with raises(ValueError, GEMM, "[4, 4]", "[4, 3]"):
+        qg.gemm_q4_0_q8_1(*wa, out=np.empty((4, 4), np.float32))
+    with raises(ValueError, "qg.quantize_q4_0: ", "shape"):
+        qg.quantize_q4_0(np.ones((2, 64), np.float32), out=np.empty((2, 2, 34), np.uint8))
+    with raises(ValueError, "qg.dequantize_q4_0: ", "shape"):
+        qg.dequantize_q4_0(wa[0], out=np.empty((4, 32), np.float32))
+
+
+def test_out_wrong_dtype(wa):
+    with raises(TypeError, GEMM, "float32", "float64"):
+        qg.gemm_q4_0_q8_1(*wa, out=np.empty((4, 3), np.float64))
+    with raises(TypeError, "qg.quantize_q8_1: ", "uint8", "int8"):
+        qg.quantize_q8_1(np.ones((2, 64), np.float32), out=np.empty((2, 2, 36), np.int8))
+    with raises(TypeError, "qg.dequantize_q4_0: ", "float32", "float16"):
+        qg.dequantize_q4_0(wa[0], out=np.empty((4, 64), np.float16))
+
+
+def test_out_read_only_numpy(wa):
+    out = np.empty((4, 3), np.float32)
+    out.flags.writeable = False
+    with raises(ValueError, GEMM, "writable"):
+        qg.gemm_q4_0_q8_1(*wa, out=out)
+    y = np.empty((4, 64), np.float32)
+    y.flags.writeable = False
+    with raises(ValueError, "qg.dequantize_q4_0: ", "writable"):
+        qg.dequantize_q4_0(wa[0], out=y)
+
+
+def test_out_non_contiguous(wa):
+    out = np.empty((4, 6), np.float32)[:, ::2]
+    with raises(ValueError, GEMM, "contiguous"):
+        qg.gemm_q4_0_q8_1(*wa, out=out)
+
+
+def test_out_aliases_input(wa):
+    """out overlapping the input being read: ValueError, not a silent wrong answer."""
+    x = np.ones((2, 64), np.float32)
+    buf = x.view(np.uint8).reshape(-1)[: 2 * 2 * 36].reshape(2, 2, 36)  # contiguous, inside x
+    assert buf.flags.c_contiguous and np.shares_memory(buf, x)
+    with raises(ValueError, "qg.quantize_q8_1: ", "overlap"):
+        qg.quantize_q8_1(x, out=buf)
+
+
+@needs_jax
+def test_out_jax(wa):
+    import jax.numpy as jnp
+
+    with raises(TypeError, GEMM, "JAX"):
+        qg.gemm_q4_0_q8_1(*wa, out=jnp.zeros((4, 3), jnp.float32))
+    with raises(TypeError, "qg.quantize_q4_0: ", "JAX"):
+        qg.quantize_q4_0(np.ones((2, 64), np.float32), out=jnp.zeros((2, 2, 18), jnp.uint8))
+
+
+@needs_torch
+def test_out_requires_grad(wa):
+    import torch
+
+    out = torch.empty((4, 3), requires_grad=True)
+    with raises(ValueError, GEMM, "grad"):
+        qg.gemm_q4_0_q8_1(torch.from_numpy(wa[0]), torch.from_numpy(wa[1]), out=out)
+
+
+def test_out_not_an_array(wa):
+    with raises(TypeError, GEMM, "array"):
+        qg.gemm_q4_0_q8_1(*wa, out=[[0.0] * 3] * 4)
+
+
+# ------------------------------------------------------------------ devices
+def test_weight_and_activation_on_different_devices(wa):
+    if not CUDA_FRAMEWORKS:
+        pytest.skip(f"needs a CUDA framework qg can use ({qg.cuda_unavailable_reason()})")
+    f = Framework(CUDA_FRAMEWORKS[0])
+    wq, aq = wa
+    with raises(ValueError, GEMM, "cpu", "cuda"):
+        qg.gemm_q4_0_q8_1(wq, f.to(aq))
+    with raises(ValueError, GEMM, "cpu", "cuda"):
+        qg.gemm_q4_0_q8_1(f.to(wq), aq)
+    if f.kind != "jax":
+        with raises(ValueError, GEMM, "cuda", "cpu"):
+            qg.gemm_q4_0_q8_1(f.to(wq), f.to(aq), out=np.empty((4, 3), np.float32))
+
+
+def _gpu_array():
+    """A CUDA array from any installed framework, or None."""
+    if HAS_TORCH:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.ones((2, 64), device="cuda")
+    if HAS_CUPY:
+        try:
+            import cupy
+
+            return cupy.ones((2, 64), dtype=cupy.float32)
+        except Exception:  # noqa: BLE001
+            pass
+    if HAS_JAX:
+        import jax
+
+        try:
+            return jax.device_put(np.ones((2, 64), np.float32), jax.devices("gpu")[0])
+        except RuntimeError:
+            pass
+    return None
+
+
+def test_cuda_array_in_cpu_only_build():
+    if qg.build_info()["cuda_built"]:
+        pytest.skip("this qg build has the CUDA backend")
+    x = _gpu_array()
+    if x is None:
+        pytest.skip("no GPU framework present to make a CUDA array")
+    with raises(RuntimeError, "qg.quantize_q4_0: ", "CUDA", "pip install"):
+        qg.quantize_q4_0(x)
+
+
+# -------------------------------------------------------------------- explain
+def _candidate_names(e):
+    return [c.split(":", 1)[0].strip() for c in e.candidates]
+
+
+def test_explain_gemm(wa):
+    e = qg.explain(qg.gemm_q4_0_q8_1, *wa)
+    assert isinstance(e, qg.Explanation)
+    assert e.op == "qg.gemm_q4_0_q8_1"
+    names = _candidate_names(e)
+    assert e.chosen in names
+    assert e.chosen in ("cpu_avx2", "cpu_scalar"), e.chosen
+    text = str(e)
+    assert text.splitlines()[0] == f"qg.gemm_q4_0_q8_1: {e.chosen}"
+    for n in names:
+        assert n in text
+    assert "cpu_scalar" in names  # the portable fallback is always listed
+    assert qg.explain("gemm_q4_0_q8_1", *wa).chosen == e.chosen
+    assert qg.explain("qg.gemm_q4_0_q8_1", *wa).chosen == e.chosen
+
+
+@pytest.mark.parametrize("fmt", list(Q))
+def test_explain_quantize_dequantize(fmt):
+    x = np.ones((2, 64), np.float32)
+    for op, arg in ((Q[fmt], x), (DQ[fmt], Q[fmt](x))):
+        e = qg.explain(op, arg)
+        assert e.op == f"qg.{op.__name__}"
+        assert e.chosen in _candidate_names(e)
+        assert e.chosen.startswith("cpu_")
+        assert e.chosen in str(e)
+
+
+def test_explain_framework_arrays(fw, wa):
+    e = qg.explain(qg.gemm_q4_0_q8_1, fw.to(wa[0]), fw.to(wa[1]))
+    assert e.chosen in _candidate_names(e)
+    if fw.is_cuda:
+        assert e.chosen in ("cuda_mmvq", "cuda_dp4a_tiled", "cuda_generic"), e.chosen
+    else:
+        assert e.chosen in ("cpu_avx2", "cpu_scalar"), e.chosen
+
+
+def _same_error(call, explain_call):
+    with pytest.raises(Exception) as e1:
+        call()
+    with pytest.raises(Exception) as e2:
+        explain_call()
+    assert type(e1.value) is type(e2.value), (e1.value, e2.value)
+    return str(e1.value), str(e2.value)
+
+
+@pytest.mark.parametrize("case", ["k50", "f64", "q8_1_weight", "block_mismatch", "zero_d", "int8"])
+def test_explain_raises_like_the_call(case, wa):
+    wq, aq = wa
+    if case == "k50":
+        x = np.ones((2, 50), np.float32)
+        m1, m2 = _same_error(lambda: qg.quantize_q4_0(x), lambda: qg.explain(qg.quantize_q4_0, x))
+    elif case == "f64":
+        x = np.ones((2, 64), np.float64)
+        m1, m2 = _same_error(lambda: qg.quantize_q8_1(x), lambda: qg.explain(qg.quantize_q8_1, x))
+    elif case == "q8_1_weight":
+        m1, m2 = _same_error(lambda: qg.gemm_q4_0_q8_1(aq, aq), lambda: qg.explain(qg.gemm_q4_0_q8_1, aq, aq))
+    elif case == "block_mismatch":
+        a1 = aq[:, :1].copy()
+        m1, m2 = _same_error(lambda: qg.gemm_q4_0_q8_1(wq, a1), lambda: qg.explain(qg.gemm_q4_0_q8_1, wq, a1))
+    elif case == "zero_d":
+        x = np.array(1.0, np.float32)
+        m1, m2 = _same_error(lambda: qg.quantize_q4_0(x), lambda: qg.explain(qg.quantize_q4_0, x))
+    else:
+        m1, m2 = _same_error(lambda: qg.dequantize_q4_0(wq.view(np.int8)),
+                             lambda: qg.explain(qg.dequantize_q4_0, wq.view(np.int8)))
+    assert m1 == m2  # the core's checks: the very same message
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_explain_non_array_message_names_qg(which, wa):
+    """explain(op, <list>) raises TypeError whose message starts with 'qg.'
+    for every argument position (like the call itself)."""
+    args = list(wa)
+    args[which] = [1, 2, 3]
+    with pytest.raises(TypeError) as e:
+        qg.explain(qg.gemm_q4_0_q8_1, *args)
+    assert str(e.value).startswith("qg."), str(e.value)
+
+
+def test_explain_bad_op():
+    with raises(ValueError, "qg.explain: ", "nope"):
+        qg.explain("nope", np.ones((1, 32), np.float32))
+    with raises(ValueError, "qg.explain: "):
+        qg.explain(qg.gemm_q4_0_q8_1, np.zeros((1, 1, 18), np.uint8))  # one array for a 2-array op
+
+
+# ------------------------------------------------------------------- runtime
+def test_runtime_introspection():
+    b = qg.build_info()
+    for key in ("version", "cuda_built", "cuda_runtime_version", "cuda_archs", "cpu_features", "cpu_threads"):
+        assert key in b
+    assert qg.__version__ == b["version"]
+    assert isinstance(qg.cuda_available(), bool)
+    assert isinstance(qg.cuda_devices(), list)
+    if qg.cuda_available():
+        assert qg.cuda_unavailable_reason() == "" and qg.cuda_devices()
+    else:
+        assert qg.cuda_unavailable_reason() != "" and qg.cuda_devices() == []
+    assert qg.cpu_threads() >= 1
