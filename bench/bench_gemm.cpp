@@ -1,0 +1,1324 @@
+// SPDX-License-Identifier: MIT
+// bench_gemm: Google Benchmark cases for qg's Q4_0 x Q8_1 GEMM on the CPU and
+// on CUDA, the same (M, N, K) through cuBLAS fp16 as the baseline, and the
+// activation quantizer (N x K fp32 -> Q8_1) that a decode step pays as well.
+// DESIGN.md section 8 is the spec; measured numbers go to bench/RESULTS.md.
+//
+// Case names: <op>/<device>/<cold|hot>/M:<M>/K:<K>/N:<N>  (quantize: no M)
+//   q4_0_q8_1/cuda/cold/M:4096/K:14336/N:1/manual_time
+//   cublas_fp16/cuda/hot/M:14336/K:4096/N:512/manual_time
+//   quantize_q8_1/cuda/cold/K:14336/N:16/manual_time
+//   q4_0_q8_1/cpu/hot/M:4096/K:14336/N:1
+// Counters (per call, averaged over the timed iterations): us, TFLOP/s (2MNK),
+// GB/s of compulsory traffic (W + A read once, C written once) and %floor =
+// 100 * floor_time / time, floor_time = max(bytes / peak_bw, flops / peak_flops)
+// with both peaks measured at start-up on the machine itself.
+//
+// "cold": each call reads the next of several weight (and activation) buffers
+// whose total exceeds 2x the last-level cache (L2 on the GPU), so the weights
+// stream from DRAM as they do in decode; "hot": one buffer, repeated.
+//
+// Options: --qg_<name>=value or the environment variable QG_BENCH_<NAME>
+// (the flag wins); --qg_help lists them.
+
+#include <benchmark/benchmark.h>
+#include <qg/qg.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#ifndef QG_BENCH_CUDA
+#define QG_BENCH_CUDA 0
+#endif
+#ifndef QG_BENCH_CUBLAS
+#define QG_BENCH_CUBLAS 0
+#endif
+#if !QG_BENCH_CUDA
+#undef QG_BENCH_CUBLAS
+#define QG_BENCH_CUBLAS 0
+#endif
+#ifndef QG_GIT_COMMIT
+#define QG_GIT_COMMIT "unknown"
+#endif
+
+#if QG_BENCH_CUDA
+#include <cuda_runtime.h>
+#if QG_BENCH_CUBLAS
+#include <cublas_v2.h>
+#endif
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kMiB = int64_t(1) << 20;
+constexpr int64_t kGiB = int64_t(1) << 30;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ===================================================================== options
+
+struct OptionSpec {
+  const char* name;
+  const char* help;
+};
+const OptionSpec kOptionSpecs[] = {
+    {"shapes", "comma list of MxK weight shapes (default 4096x14336,14336x4096)"},
+    {"n", "comma list of N for the CUDA cases (default 1,2,4,8,16,32,128,512,4096)"},
+    {"cpu_n", "comma list of N for the CPU cases (default: the CUDA list cut at cpu_max_n)"},
+    {"cpu_max_n", "largest N of the default CPU list (default 128)"},
+    {"gpu_group", "most calls queued behind one hold of the stream; each call still has its own "
+                  "event pair (default 64; the group is sized to about 1 ms of work)"},
+    {"blocker", "1: hold the stream with a host function until a group of launches is queued, "
+                "so host launch latency stays out of the events (default 1)"},
+    {"device", "CUDA device ordinal (default 0)"},
+    {"cpu_cold_bytes", "cap on the CPU cold rotation per buffer set (default 1 GiB)"},
+};
+
+std::map<std::string, std::string> g_flags;  // --qg_<name>=value
+
+std::string option(const std::string& name) {
+  auto it = g_flags.find(name);
+  if (it != g_flags.end()) return it->second;
+  std::string env = "QG_BENCH_";
+  for (char ch : name) env += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  const char* v = std::getenv(env.c_str());
+  return v ? std::string(v) : std::string();
+}
+
+int64_t option_int(const std::string& name, int64_t fallback) {
+  std::string v = option(name);
+  if (v.empty()) return fallback;
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (end == v.c_str()) {
+    std::fprintf(stderr, "bench_gemm: option %s=%s is not an integer; using %lld\n", name.c_str(),
+                 v.c_str(), static_cast<long long>(fallback));
+    return fallback;
+  }
+  return x;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep))
+    if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+std::vector<int64_t> option_list(const std::string& name, std::vector<int64_t> fallback) {
+  std::string v = option(name);
+  if (v.empty()) return fallback;
+  std::vector<int64_t> out;
+  for (const std::string& item : split(v, ',')) {
+    long long x = std::atoll(item.c_str());
+    if (x > 0) out.push_back(x);
+  }
+  return out.empty() ? fallback : out;
+}
+
+struct Shape {
+  int64_t m, k;
+};
+
+struct Options {
+  std::vector<Shape> shapes;
+  std::vector<int64_t> gpu_n;
+  std::vector<int64_t> cpu_n;
+  int gpu_group = 64;
+  bool blocker = true;
+  int device = 0;
+  int64_t cpu_cold_bytes = kGiB;
+};
+Options g_opt;
+
+void load_options() {
+  g_opt.shapes.clear();
+  std::string shapes = option("shapes");
+  if (shapes.empty()) shapes = "4096x14336,14336x4096";
+  for (const std::string& item : split(shapes, ',')) {
+    long long m = 0, k = 0;
+    if (std::sscanf(item.c_str(), "%lldx%lld", &m, &k) == 2 && m > 0 && k > 0 && k % 32 == 0)
+      g_opt.shapes.push_back({m, k});
+    else
+      std::fprintf(stderr, "bench_gemm: ignoring shape '%s' (want MxK, K a multiple of 32)\n",
+                   item.c_str());
+  }
+  g_opt.gpu_n = option_list("n", {1, 2, 4, 8, 16, 32, 128, 512, 4096});
+  const int64_t cpu_max_n = option_int("cpu_max_n", 128);
+  std::vector<int64_t> cpu_default;
+  for (int64_t n : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 128, 512, 4096})
+    if (n <= cpu_max_n) cpu_default.push_back(n);
+  g_opt.cpu_n = option_list("cpu_n", cpu_default);
+  g_opt.gpu_group = static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(1, option_int("gpu_group", 64))));
+  g_opt.blocker = option_int("blocker", 1) != 0;
+  g_opt.device = static_cast<int>(option_int("device", 0));
+  g_opt.cpu_cold_bytes = std::max<int64_t>(kMiB, option_int("cpu_cold_bytes", kGiB));
+}
+
+// Whether Google Benchmark's --benchmark_filter selects a case name: used only
+// to skip start-up measurements (peaks, CUDA context) nothing will use.
+bool filter_selects(const std::string& name) {
+  std::string f = benchmark::GetBenchmarkFilter();
+  if (f.empty() || f == "all") return true;
+  bool negative = false;
+  if (f[0] == '-') {
+    negative = true;
+    f = f.substr(1);
+  }
+  try {
+    std::regex re(f, std::regex::extended);
+    return std::regex_search(name, re) != negative;
+  } catch (const std::exception&) {
+    return true;  // benchmark will judge the filter itself
+  }
+}
+
+// ============================================================= data generators
+
+// splitmix64: fast, seeded, good enough to make gaussian test data.
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return ((next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }  // (0, 1)
+};
+
+void fill_gaussian(float* x, size_t n, uint64_t seed) {
+  Rng rng(seed);
+  const double two_pi = 6.283185307179586;
+  for (size_t i = 0; i < n; i += 2) {
+    double r = std::sqrt(-2.0 * std::log(rng.uniform()));
+    double t = two_pi * rng.uniform();
+    x[i] = static_cast<float>(r * std::cos(t));
+    if (i + 1 < n) x[i + 1] = static_cast<float>(r * std::sin(t));
+  }
+}
+
+// IEEE binary32 -> binary16 bits, round to nearest even (no half type needed).
+uint16_t float_to_half_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) return sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u);  // inf / nan
+  if (a >= 0x477ff000u) return sign | 0x7c00u;  // rounds to 65536 or more: inf
+  if (a < 0x38800000u) {                        // below 2^-14: half subnormal or zero
+    float af;
+    std::memcpy(&af, &a, 4);
+    return sign | static_cast<uint16_t>(std::nearbyint(af * 16777216.0f));  // units of 2^-24
+  }
+  uint32_t h = (a >> 13) - (112u << 10);  // rebias the exponent 127 -> 15
+  const uint32_t rest = a & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return sign | static_cast<uint16_t>(h);
+}
+
+int64_t q4_0_row_bytes(int64_t k) { return k / 32 * 18; }
+int64_t q8_1_row_bytes(int64_t k) { return k / 32 * 36; }
+
+size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+// How many slots of slot_bytes a cold rotation needs: together more than
+// 2x the cache, and at least two so that consecutive calls never share one.
+int cold_slots(int64_t slot_bytes, int64_t cache_bytes, int64_t cap_bytes) {
+  int64_t n = std::max<int64_t>(2, 2 * cache_bytes / std::max<int64_t>(1, slot_bytes) + 1);
+  if (cap_bytes > 0) n = std::min(n, std::max<int64_t>(2, cap_bytes / std::max<int64_t>(1, slot_bytes)));
+  return static_cast<int>(n);
+}
+
+// ==================================================================== work model
+
+struct Work {
+  double flops = 0;  // 0: no compute floor (quantize)
+  double bytes = 0;  // compulsory traffic: inputs read once, outputs written once
+};
+
+Work gemm_q4_0_work(int64_t m, int64_t n, int64_t k) {
+  return {2.0 * m * n * k,
+          double(m * q4_0_row_bytes(k)) + double(n * q8_1_row_bytes(k)) + 4.0 * m * n};
+}
+Work gemm_fp16_work(int64_t m, int64_t n, int64_t k) {
+  return {2.0 * m * n * k, 2.0 * m * k + 2.0 * n * k + 2.0 * m * n};
+}
+Work quantize_q8_1_work(int64_t n, int64_t k) {
+  return {0.0, 4.0 * n * k + double(n * q8_1_row_bytes(k))};
+}
+
+void set_counters(benchmark::State& st, double total_s, int64_t calls, const Work& w,
+                  double peak_bw, double peak_flops) {
+  if (calls <= 0 || total_s <= 0) return;
+  const double t = total_s / double(calls);
+  st.counters["us"] = t * 1e6;
+  if (w.flops > 0) st.counters["TFLOP/s"] = w.flops / t * 1e-12;
+  st.counters["GB/s"] = w.bytes / t * 1e-9;
+  double floor_s = 0;
+  if (peak_bw > 0) floor_s = w.bytes / peak_bw;
+  if (peak_flops > 0 && w.flops > 0) floor_s = std::max(floor_s, w.flops / peak_flops);
+  if (floor_s > 0) st.counters["%floor"] = 100.0 * floor_s / t;
+}
+
+std::string qg_error(const char* what, const qg::Status& s) {
+  if (s.ok()) return {};
+  return std::string(what) + ": " + qg::status_code_name(s.code()) + ": " + s.message();
+}
+
+// ================================================================ buffer rotation
+
+// `count` slots of `slot_bytes` in one allocation; slots are filled with real
+// data on first use (prepare), never inside a timed region.
+struct Rotation {
+  std::string what;
+  void* base = nullptr;
+  size_t slot_bytes = 0;
+  size_t stride = 0;
+  int count = 0;
+  int next = 0;
+  std::vector<char> filled;
+  std::function<std::string(void*, int)> fill;
+  // Optional: fills n contiguous slots in one pass (many small slots would
+  // otherwise cost one fill, and one synchronisation, each).
+  std::function<std::string(void*, int)> fill_all;
+  std::function<void(void*)> release;
+
+  ~Rotation() {
+    if (base && release) release(base);
+  }
+  void* slot(int i) const { return static_cast<char*>(base) + stride * size_t(i); }
+  std::string prepare(bool cold) {
+    const int n = cold ? count : 1;
+    // (Refilling an already filled slot is harmless: it gets other real data.)
+    if (n > 1 && fill_all && stride == slot_bytes &&
+        std::any_of(filled.begin(), filled.begin() + n, [](char f) { return f == 0; })) {
+      std::string err = fill_all(base, n);
+      if (!err.empty()) return what + ": " + err;
+      std::fill(filled.begin(), filled.begin() + n, 1);
+      return {};
+    }
+    for (int i = 0; i < n; ++i) {
+      if (filled[i]) continue;
+      std::string err = fill(slot(i), i);
+      if (!err.empty()) return what + ": " + err;
+      filled[i] = 1;
+    }
+    return {};
+  }
+  void* take(bool cold) {
+    if (!cold) return slot(0);
+    void* p = slot(next);
+    next = (next + 1) % count;
+    return p;
+  }
+};
+
+using RotationPtr = std::shared_ptr<Rotation>;
+std::map<std::string, RotationPtr> g_buffers;  // kept for the whole run; cases share them
+
+// ========================================================================== CPU
+
+int64_t cpu_llc_bytes(std::string* source) {
+  // Sum the distinct last-level (L3) instances, so a chip with several L3
+  // slices (chiplets) is counted whole.
+  std::set<std::string> seen;
+  int64_t total = 0;
+  const long ncpu = sysconf(_SC_NPROCESSORS_CONF);
+  for (long cpu = 0; cpu < std::max(1L, ncpu); ++cpu) {
+    for (int idx = 0; idx < 10; ++idx) {
+      const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
+                              "/cache/index" + std::to_string(idx) + "/";
+      std::ifstream level_f(dir + "level");
+      if (!level_f) break;
+      int level = 0;
+      level_f >> level;
+      if (level != 3) continue;
+      std::string shared, size;
+      std::ifstream(dir + "shared_cpu_list") >> shared;
+      std::ifstream(dir + "size") >> size;
+      if (size.empty() || !seen.insert(shared.empty() ? dir : shared).second) continue;
+      int64_t v = std::atoll(size.c_str());
+      const char unit = size.back();
+      if (unit == 'K') v *= 1024;
+      if (unit == 'M') v *= kMiB;
+      total += v;
+    }
+  }
+  if (total > 0) {
+    *source = "sysfs L3, " + std::to_string(seen.size()) + " instance(s)";
+    return total;
+  }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  const long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (v > 0) {
+    *source = "sysconf(_SC_LEVEL3_CACHE_SIZE)";
+    return v;
+  }
+#endif
+  *source = "default";
+  return 64 * kMiB;
+}
+
+struct Cpu {
+  bool init = false;
+  int threads = 1;
+  int64_t llc_bytes = 64 * kMiB;
+  std::string llc_source;
+  double peak_bw = 0;  // bytes/s
+  std::vector<float> pool;
+};
+Cpu g_cpu;
+
+void* host_alloc(size_t bytes) { return std::aligned_alloc(4096, round_up(std::max<size_t>(bytes, 1), 4096)); }
+
+// Many threads, as the GEMM uses: one core cannot draw the socket's bandwidth.
+double measure_cpu_bandwidth(int threads) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const double ram = double(pages) * double(page);
+  const size_t bytes = (ram >= 16.0 * kGiB) ? size_t(kGiB) : size_t(256 * kMiB);
+  char* src = static_cast<char*>(host_alloc(bytes));
+  char* dst = static_cast<char*>(host_alloc(bytes));
+  if (!src || !dst) {
+    std::free(src);
+    std::free(dst);
+    return 0;
+  }
+  for (size_t i = 0; i < bytes; i += 4096) src[i] = static_cast<char>(i * 131 + 7);  // fault in
+  std::memset(dst, 1, bytes);
+  auto copy = [&] {
+    std::vector<std::thread> pool;
+    const size_t part = round_up(bytes / size_t(threads), 4096);
+    for (int t = 0; t < threads; ++t) {
+      const size_t lo = std::min(bytes, part * size_t(t)), hi = std::min(bytes, lo + part);
+      pool.emplace_back([=] { std::memcpy(dst + lo, src + lo, hi - lo); });
+    }
+    for (auto& th : pool) th.join();
+  };
+  copy();  // warm-up
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = Clock::now();
+    copy();
+    best = std::max(best, 2.0 * double(bytes) / seconds_since(t0));  // read + write
+  }
+  benchmark::DoNotOptimize(dst[bytes / 2]);
+  std::free(src);
+  std::free(dst);
+  return best;
+}
+
+void cpu_init() {
+  if (g_cpu.init) return;
+  g_cpu.init = true;
+  g_cpu.threads = std::max(1, qg::cpu_threads());
+  g_cpu.llc_bytes = cpu_llc_bytes(&g_cpu.llc_source);
+  g_cpu.peak_bw = measure_cpu_bandwidth(g_cpu.threads);
+  std::fprintf(stderr,
+               "bench_gemm: CPU: %d threads, last-level cache %.1f MiB (%s), peak bandwidth "
+               "%.1f GB/s (threaded memcpy, read + write bytes, best of 3)\n",
+               g_cpu.threads, double(g_cpu.llc_bytes) / kMiB, g_cpu.llc_source.c_str(),
+               g_cpu.peak_bw * 1e-9);
+}
+
+const std::vector<float>& cpu_pool() {
+  if (g_cpu.pool.empty()) {
+    g_cpu.pool.resize(size_t(1) << 22);  // 16 MiB of N(0, 1)
+    fill_gaussian(g_cpu.pool.data(), g_cpu.pool.size(), 0x9b05u);
+  }
+  return g_cpu.pool;
+}
+
+// rows x k fp32 from random places in the pool, quantized by qg on the CPU.
+std::string cpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t k, int64_t row_bytes,
+                               uint64_t seed) {
+  const std::vector<float>& pool = cpu_pool();
+  const int64_t pool_n = int64_t(pool.size());
+  if (k > pool_n / 2) return "K too large for the data pool";
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, pool_n / 2 / k));
+  Rng rng(seed);
+  for (int64_t r = 0; r < rows; r += chunk) {
+    const int64_t nr = std::min(chunk, rows - r);
+    const int64_t off = int64_t(rng.next() % uint64_t(pool_n - nr * k + 1)) / 64 * 64;
+    qg::QuantizeArgs q;
+    q.x = pool.data() + off;
+    q.x_dtype = qg::DType::f32;
+    q.rows = nr;
+    q.k = k;
+    q.x_row_stride = k;
+    q.y = static_cast<char*>(dst) + r * row_bytes;
+    q.y_row_stride = row_bytes;
+    q.device = qg::Device::cpu();
+    std::string err = qg_error("qg::quantize", qg::quantize(fmt, q));
+    if (!err.empty()) return err;
+  }
+  return {};
+}
+
+std::string cpu_fill_f32(void* dst, int64_t n, uint64_t seed) {
+  const std::vector<float>& pool = cpu_pool();
+  const int64_t pool_n = int64_t(pool.size());
+  const int64_t chunk = pool_n / 2;
+  Rng rng(seed);
+  for (int64_t i = 0; i < n; i += chunk) {
+    const int64_t c = std::min(chunk, n - i);
+    const int64_t off = int64_t(rng.next() % uint64_t(pool_n - c + 1));
+    std::memcpy(static_cast<float*>(dst) + i, pool.data() + off, size_t(c) * 4);
+  }
+  return {};
+}
+
+RotationPtr cpu_rotation(const std::string& key, int64_t slot_bytes, int count,
+                         std::function<std::string(void*, int)> fill,
+                         std::function<std::string(void*, int)> fill_all = nullptr) {
+  auto it = g_buffers.find(key);
+  if (it != g_buffers.end()) return it->second;
+  auto r = std::make_shared<Rotation>();
+  r->what = key;
+  r->slot_bytes = size_t(slot_bytes);
+  r->stride = round_up(size_t(slot_bytes), 256);
+  r->count = count;
+  r->filled.assign(size_t(count), 0);
+  r->fill = std::move(fill);
+  r->fill_all = std::move(fill_all);
+  r->release = [](void* p) { std::free(p); };
+  r->base = host_alloc(r->stride * size_t(count));
+  if (!r->base) return nullptr;
+  g_buffers[key] = r;
+  return r;
+}
+
+int cpu_cold_count(int64_t slot_bytes) {
+  return cold_slots(slot_bytes, g_cpu.llc_bytes, g_opt.cpu_cold_bytes);
+}
+
+RotationPtr cpu_weights_q4_0(int64_t m, int64_t k) {
+  const int64_t row = q4_0_row_bytes(k);
+  return cpu_rotation("cpu/w_q4_0/" + std::to_string(m) + "x" + std::to_string(k), m * row,
+                      cpu_cold_count(m * row), [=](void* p, int i) {
+                        return cpu_fill_quantized(qg::Format::q4_0, p, m, k, row, 1000 + i);
+                      });
+}
+RotationPtr cpu_acts_q8_1(int64_t n, int64_t k) {
+  const int64_t row = q8_1_row_bytes(k);
+  return cpu_rotation("cpu/a_q8_1/" + std::to_string(n) + "x" + std::to_string(k), n * row,
+                      cpu_cold_count(n * row), [=](void* p, int i) {
+                        return cpu_fill_quantized(qg::Format::q8_1, p, n, k, row, 2000 + i);
+                      }, [=](void* p, int slots) {
+                        return cpu_fill_quantized(qg::Format::q8_1, p, slots * n, k, row, 2999);
+                      });
+}
+RotationPtr cpu_acts_f32(int64_t n, int64_t k) {
+  return cpu_rotation("cpu/a_f32/" + std::to_string(n) + "x" + std::to_string(k), n * k * 4,
+                      cpu_cold_count(n * k * 4),
+                      [=](void* p, int i) { return cpu_fill_f32(p, n * k, 3000 + i); },
+                      [=](void* p, int slots) { return cpu_fill_f32(p, slots * n * k, 3999); });
+}
+// Outputs: one buffer each (written, never read back by the timed call).
+RotationPtr cpu_output(int64_t bytes) {
+  return cpu_rotation("cpu/out/" + std::to_string(bytes), bytes, 1, [=](void* p, int) {
+    std::memset(p, 0x7f, size_t(bytes));  // fault the pages in outside the timing
+    return std::string();
+  });
+}
+
+template <class Call>
+void run_cpu_case(benchmark::State& st, const Work& work, Call&& call) {
+  std::string err = call();  // warm-up: wakes the thread pool, faults pages in
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  double total = 0;
+  int64_t calls = 0;
+  for (auto _ : st) {
+    const auto t0 = Clock::now();
+    err = call();
+    const double s = seconds_since(t0);
+    if (!err.empty()) {
+      st.SkipWithError(err.c_str());
+      break;
+    }
+    total += s;
+    ++calls;
+  }
+  set_counters(st, total, calls, work, g_cpu.peak_bw, 0.0);
+}
+
+void bm_cpu_gemm_q4_0(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
+  RotationPtr w = cpu_weights_q4_0(m, k), a = cpu_acts_q8_1(n, k), c = cpu_output(m * n * 4);
+  if (!w || !a || !c) {
+    st.SkipWithError("host allocation failed");
+    return;
+  }
+  std::string err = w->prepare(cold);
+  if (err.empty()) err = a->prepare(cold);
+  if (err.empty()) err = c->prepare(false);
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  qg::GemmArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.ldw = q4_0_row_bytes(k);
+  args.lda = q8_1_row_bytes(k);
+  args.ldc = n;
+  args.c = static_cast<float*>(c->slot(0));
+  args.device = qg::Device::cpu();
+  args.w = w->slot(0);
+  args.a = a->slot(0);
+  qg::Explanation ex;
+  if (qg::explain_gemm_q4_0_q8_1(args, &ex).ok()) st.SetLabel(ex.chosen);
+  run_cpu_case(st, gemm_q4_0_work(m, n, k), [&]() {
+    args.w = w->take(cold);
+    args.a = a->take(cold);
+    return qg_error("qg::gemm_q4_0_q8_1", qg::gemm_q4_0_q8_1(args));
+  });
+}
+
+void bm_cpu_quantize_q8_1(benchmark::State& st, int64_t k, int64_t n, bool cold) {
+  RotationPtr x = cpu_acts_f32(n, k), y = cpu_output(n * q8_1_row_bytes(k));
+  if (!x || !y) {
+    st.SkipWithError("host allocation failed");
+    return;
+  }
+  std::string err = x->prepare(cold);
+  if (err.empty()) err = y->prepare(false);
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  qg::QuantizeArgs q;
+  q.x_dtype = qg::DType::f32;
+  q.rows = n;
+  q.k = k;
+  q.x_row_stride = k;
+  q.y = y->slot(0);
+  q.y_row_stride = q8_1_row_bytes(k);
+  q.device = qg::Device::cpu();
+  q.x = x->slot(0);
+  qg::Explanation ex;
+  if (qg::explain_quantize(qg::Format::q8_1, q, &ex).ok()) st.SetLabel(ex.chosen);
+  run_cpu_case(st, quantize_q8_1_work(n, k), [&]() {
+    q.x = x->take(cold);
+    return qg_error("qg::quantize(q8_1)", qg::quantize(qg::Format::q8_1, q));
+  });
+}
+
+// ========================================================================= CUDA
+#if QG_BENCH_CUDA
+
+std::string cuda_error(const char* what, cudaError_t e) {
+  if (e == cudaSuccess) return {};
+  return std::string(what) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
+}
+#if QG_BENCH_CUBLAS
+std::string cublas_error(const char* what, cublasStatus_t s) {
+  if (s == CUBLAS_STATUS_SUCCESS) return {};
+  return std::string(what) + ": " + cublasGetStatusName(s) + ": " + cublasGetStatusString(s);
+}
+#endif
+
+// Holds the stream at a host function until every timed launch is queued, so
+// the events measure the device back to back and not the host's launch
+// latency (the device would otherwise reach the start event, then wait for
+// the launch). Times out rather than deadlock if a call synchronises.
+struct StreamBlocker {
+  std::atomic<int> open{1};
+  std::atomic<int> timed_out{0};
+  static void CUDART_CB hold(void* p) {
+    auto* b = static_cast<StreamBlocker*>(p);
+    const auto t0 = Clock::now();
+    while (!b->open.load(std::memory_order_acquire)) {
+      if (seconds_since(t0) > 10.0) {
+        b->timed_out.store(1);
+        return;
+      }
+      std::this_thread::yield();
+    }
+  }
+  cudaError_t arm(cudaStream_t s) {
+    open.store(0);
+    timed_out.store(0);
+    return cudaLaunchHostFunc(s, hold, this);
+  }
+  void release() { open.store(1, std::memory_order_release); }
+};
+
+struct Gpu {
+  bool ok = false;
+  std::string why;
+  int dev = 0;
+  std::string name;
+  int cc = 0;
+  int sms = 0;
+  int64_t l2_bytes = 0;
+  int64_t mem_bytes = 0;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ev0 = nullptr, ev1 = nullptr;
+  std::vector<cudaEvent_t> evs;  // 2 per call of a group
+  StreamBlocker blocker;
+  float* pool32 = nullptr;     // N(0, 1) fp32
+  uint16_t* pool16 = nullptr;  // the same as fp16 bits
+  int64_t pool_n = 0;
+  double peak_bw = 0;     // bytes/s
+  double peak_flops = 0;  // flop/s, cuBLAS fp16 tensor cores
+  std::string peak_note;
+#if QG_BENCH_CUBLAS
+  cublasHandle_t blas = nullptr;
+  void* blas_ws = nullptr;
+#endif
+};
+Gpu g_gpu;
+
+// Device allocation; on out-of-memory, drop the cached buffers of other
+// cases (the shared_ptrs in use survive) and try once more.
+std::string device_alloc(size_t bytes, void** p) {
+  cudaError_t e = cudaMalloc(p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    g_buffers.clear();
+    e = cudaMalloc(p, bytes);
+  }
+  return cuda_error("cudaMalloc", e);
+}
+
+std::string gpu_fill_f32(void* dst, int64_t n, uint64_t seed) {
+  const int64_t chunk = g_gpu.pool_n / 2;
+  Rng rng(seed);
+  for (int64_t i = 0; i < n; i += chunk) {
+    const int64_t c = std::min(chunk, n - i);
+    const int64_t off = int64_t(rng.next() % uint64_t(g_gpu.pool_n - c + 1)) / 64 * 64;
+    std::string err = cuda_error("cudaMemcpyAsync", cudaMemcpyAsync(static_cast<float*>(dst) + i,
+                                                                    g_gpu.pool32 + off, size_t(c) * 4,
+                                                                    cudaMemcpyDeviceToDevice, g_gpu.stream));
+    if (!err.empty()) return err;
+  }
+  return cuda_error("cudaStreamSynchronize", cudaStreamSynchronize(g_gpu.stream));
+}
+
+std::string gpu_fill_f16(void* dst, int64_t n, uint64_t seed) {
+  const int64_t chunk = g_gpu.pool_n / 2;
+  Rng rng(seed);
+  for (int64_t i = 0; i < n; i += chunk) {
+    const int64_t c = std::min(chunk, n - i);
+    const int64_t off = int64_t(rng.next() % uint64_t(g_gpu.pool_n - c + 1)) / 64 * 64;
+    std::string err = cuda_error("cudaMemcpyAsync", cudaMemcpyAsync(static_cast<uint16_t*>(dst) + i,
+                                                                    g_gpu.pool16 + off, size_t(c) * 2,
+                                                                    cudaMemcpyDeviceToDevice, g_gpu.stream));
+    if (!err.empty()) return err;
+  }
+  return cuda_error("cudaStreamSynchronize", cudaStreamSynchronize(g_gpu.stream));
+}
+
+// rows x k fp32 from random places in the pool, quantized by qg on the device.
+std::string gpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t k, int64_t row_bytes,
+                               uint64_t seed) {
+  if (k > g_gpu.pool_n / 2) return "K too large for the data pool";
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, g_gpu.pool_n / 2 / k));
+  Rng rng(seed);
+  for (int64_t r = 0; r < rows; r += chunk) {
+    const int64_t nr = std::min(chunk, rows - r);
+    const int64_t off = int64_t(rng.next() % uint64_t(g_gpu.pool_n - nr * k + 1)) / 64 * 64;
+    qg::QuantizeArgs q;
+    q.x = g_gpu.pool32 + off;
+    q.x_dtype = qg::DType::f32;
+    q.rows = nr;
+    q.k = k;
+    q.x_row_stride = k;
+    q.y = static_cast<char*>(dst) + r * row_bytes;
+    q.y_row_stride = row_bytes;
+    q.device = qg::Device::cuda(g_gpu.dev);
+    std::string err = qg_error("qg::quantize", qg::quantize(fmt, q, g_gpu.stream));
+    if (!err.empty()) return err;
+  }
+  return cuda_error("cudaStreamSynchronize", cudaStreamSynchronize(g_gpu.stream));
+}
+
+std::string gpu_rotation(const std::string& key, int64_t slot_bytes, int count,
+                         std::function<std::string(void*, int)> fill, RotationPtr* out,
+                         std::function<std::string(void*, int)> fill_all = nullptr) {
+  auto it = g_buffers.find(key);
+  if (it != g_buffers.end()) {
+    *out = it->second;
+    return {};
+  }
+  auto r = std::make_shared<Rotation>();
+  r->what = key;
+  r->slot_bytes = size_t(slot_bytes);
+  r->stride = round_up(size_t(slot_bytes), 256);
+  r->count = count;
+  r->filled.assign(size_t(count), 0);
+  r->fill = std::move(fill);
+  r->fill_all = std::move(fill_all);
+  r->release = [](void* p) { cudaFree(p); };
+  std::string err = device_alloc(r->stride * size_t(count), &r->base);
+  if (!err.empty()) {
+    r->base = nullptr;
+    return key + ": " + err;
+  }
+  g_buffers[key] = r;
+  *out = r;
+  return {};
+}
+
+int gpu_cold_count(int64_t slot_bytes) { return cold_slots(slot_bytes, g_gpu.l2_bytes, 0); }
+
+std::string gpu_weights_q4_0(int64_t m, int64_t k, RotationPtr* out) {
+  const int64_t row = q4_0_row_bytes(k);
+  return gpu_rotation("cuda/w_q4_0/" + std::to_string(m) + "x" + std::to_string(k), m * row,
+                      gpu_cold_count(m * row), [=](void* p, int i) {
+                        return gpu_fill_quantized(qg::Format::q4_0, p, m, k, row, 1000 + i);
+                      }, out);
+}
+std::string gpu_acts_q8_1(int64_t n, int64_t k, RotationPtr* out) {
+  const int64_t row = q8_1_row_bytes(k);
+  return gpu_rotation("cuda/a_q8_1/" + std::to_string(n) + "x" + std::to_string(k), n * row,
+                      gpu_cold_count(n * row), [=](void* p, int i) {
+                        return gpu_fill_quantized(qg::Format::q8_1, p, n, k, row, 2000 + i);
+                      }, out, [=](void* p, int slots) {
+                        return gpu_fill_quantized(qg::Format::q8_1, p, slots * n, k, row, 2999);
+                      });
+}
+std::string gpu_acts_f32(int64_t n, int64_t k, RotationPtr* out) {
+  return gpu_rotation("cuda/a_f32/" + std::to_string(n) + "x" + std::to_string(k), n * k * 4,
+                      gpu_cold_count(n * k * 4),
+                      [=](void* p, int i) { return gpu_fill_f32(p, n * k, 3000 + i); }, out,
+                      [=](void* p, int slots) { return gpu_fill_f32(p, slots * n * k, 3999); });
+}
+std::string gpu_f16(const std::string& what, int64_t rows, int64_t k, RotationPtr* out) {
+  return gpu_rotation("cuda/" + what + "_f16/" + std::to_string(rows) + "x" + std::to_string(k),
+                      rows * k * 2, gpu_cold_count(rows * k * 2),
+                      [=](void* p, int i) { return gpu_fill_f16(p, rows * k, 4000 + i); }, out,
+                      [=](void* p, int slots) { return gpu_fill_f16(p, slots * rows * k, 4999); });
+}
+std::string gpu_output(int64_t bytes, RotationPtr* out) {
+  return gpu_rotation("cuda/out/" + std::to_string(bytes), bytes, 1, [=](void* p, int) {
+    // NaN-ish bytes: an unwritten output never looks plausible.
+    cudaError_t e = cudaMemsetAsync(p, 0xff, size_t(bytes), g_gpu.stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(g_gpu.stream);
+    return cuda_error("cudaMemset", e);
+  }, out);
+}
+
+std::string measure_gpu_peaks() {
+  std::string err;
+  // Bandwidth: device-to-device copy of 1 GiB (2 GiB of traffic), best of 5.
+  {
+    const size_t bytes = size_t(kGiB);
+    void *src = nullptr, *dst = nullptr;
+    err = device_alloc(bytes, &src);
+    if (err.empty()) err = device_alloc(bytes, &dst);
+    if (err.empty()) err = gpu_fill_f32(src, int64_t(bytes / 4), 7);
+    for (int rep = 0; rep < 7 && err.empty(); ++rep) {
+      err = cuda_error("cudaEventRecord", cudaEventRecord(g_gpu.ev0, g_gpu.stream));
+      if (err.empty())
+        err = cuda_error("cudaMemcpyAsync",
+                         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_gpu.stream));
+      if (err.empty()) err = cuda_error("cudaEventRecord", cudaEventRecord(g_gpu.ev1, g_gpu.stream));
+      if (err.empty()) err = cuda_error("cudaEventSynchronize", cudaEventSynchronize(g_gpu.ev1));
+      float ms = 0;
+      if (err.empty()) err = cuda_error("cudaEventElapsedTime", cudaEventElapsedTime(&ms, g_gpu.ev0, g_gpu.ev1));
+      if (err.empty() && rep >= 2 && ms > 0)
+        g_gpu.peak_bw = std::max(g_gpu.peak_bw, 2.0 * double(bytes) / (ms * 1e-3));
+    }
+    if (src) cudaFree(src);
+    if (dst) cudaFree(dst);
+    if (!err.empty()) return "bandwidth peak: " + err;
+  }
+#if QG_BENCH_CUBLAS
+  // Compute: cuBLAS fp16 GEMM 8192^3, fp32 accumulate, tensor cores, best of 10.
+  {
+    const int n = 8192;
+    const size_t elems = size_t(n) * n;
+    void *a = nullptr, *b = nullptr, *c = nullptr;
+    err = device_alloc(elems * 2, &a);
+    if (err.empty()) err = device_alloc(elems * 2, &b);
+    if (err.empty()) err = device_alloc(elems * 2, &c);
+    if (err.empty()) err = gpu_fill_f16(a, int64_t(elems), 11);
+    if (err.empty()) err = gpu_fill_f16(b, int64_t(elems), 12);
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int rep = 0; rep < 13 && err.empty(); ++rep) {
+      err = cuda_error("cudaEventRecord", cudaEventRecord(g_gpu.ev0, g_gpu.stream));
+      if (err.empty())
+        err = cublas_error("cublasGemmEx",
+                           cublasGemmEx(g_gpu.blas, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a,
+                                        CUDA_R_16F, n, b, CUDA_R_16F, n, &beta, c, CUDA_R_16F, n,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      if (err.empty()) err = cuda_error("cudaEventRecord", cudaEventRecord(g_gpu.ev1, g_gpu.stream));
+      if (err.empty()) err = cuda_error("cudaEventSynchronize", cudaEventSynchronize(g_gpu.ev1));
+      float ms = 0;
+      if (err.empty()) err = cuda_error("cudaEventElapsedTime", cudaEventElapsedTime(&ms, g_gpu.ev0, g_gpu.ev1));
+      if (err.empty() && rep >= 3 && ms > 0)
+        g_gpu.peak_flops = std::max(g_gpu.peak_flops, 2.0 * double(n) * n * n / (ms * 1e-3));
+    }
+    if (a) cudaFree(a);
+    if (b) cudaFree(b);
+    if (c) cudaFree(c);
+    if (!err.empty()) return "compute peak: " + err;
+  }
+#endif
+  return {};
+}
+
+void gpu_init() {
+  Gpu& g = g_gpu;
+  std::string why;
+  if (qg::cuda_devices(&why).empty()) {
+    g.why = "qg sees no CUDA device" + (why.empty() ? std::string() : ": " + why);
+    return;
+  }
+  g.dev = g_opt.device;
+  std::string err = cuda_error("cudaSetDevice", cudaSetDevice(g.dev));
+  cudaDeviceProp prop;
+  if (err.empty()) err = cuda_error("cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, g.dev));
+  if (err.empty()) {
+    g.name = prop.name;
+    g.cc = prop.major * 10 + prop.minor;
+    g.sms = prop.multiProcessorCount;
+    g.l2_bytes = prop.l2CacheSize;
+    g.mem_bytes = int64_t(prop.totalGlobalMem);
+    err = cuda_error("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+  }
+  if (err.empty()) err = cuda_error("cudaEventCreate", cudaEventCreate(&g.ev0));
+  if (err.empty()) err = cuda_error("cudaEventCreate", cudaEventCreate(&g.ev1));
+  g.evs.assign(size_t(2 * g_opt.gpu_group), nullptr);
+  for (size_t i = 0; i < g.evs.size() && err.empty(); ++i)
+    err = cuda_error("cudaEventCreate", cudaEventCreate(&g.evs[i]));
+#if QG_BENCH_CUBLAS
+  if (err.empty()) err = cublas_error("cublasCreate", cublasCreate(&g.blas));
+  if (err.empty()) err = cublas_error("cublasSetStream", cublasSetStream(g.blas, g.stream));
+  // Our own workspace, so cuBLAS never allocates while the stream is held.
+  const size_t ws_bytes = size_t(32 * kMiB);
+  if (err.empty()) err = device_alloc(ws_bytes, &g.blas_ws);
+  if (err.empty()) err = cublas_error("cublasSetWorkspace", cublasSetWorkspace(g.blas, g.blas_ws, ws_bytes));
+#endif
+  if (err.empty()) {
+    // 16M gaussians: every buffer is cut from random places of this pool.
+    g.pool_n = int64_t(1) << 24;
+    std::vector<float> host(size_t(g.pool_n));
+    fill_gaussian(host.data(), host.size(), 0x5eedu);
+    std::vector<uint16_t> host16(host.size());
+    for (size_t i = 0; i < host.size(); ++i) host16[i] = float_to_half_bits(host[i]);
+    void* p = nullptr;
+    err = device_alloc(host.size() * 4, &p);
+    g.pool32 = static_cast<float*>(p);
+    if (err.empty()) err = device_alloc(host.size() * 2, &p);
+    if (err.empty()) g.pool16 = static_cast<uint16_t*>(p);
+    if (err.empty())
+      err = cuda_error("cudaMemcpy", cudaMemcpy(g.pool32, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    if (err.empty())
+      err = cuda_error("cudaMemcpy", cudaMemcpy(g.pool16, host16.data(), host16.size() * 2, cudaMemcpyHostToDevice));
+  }
+  if (!err.empty()) {
+    g.why = err;
+    return;
+  }
+  g.ok = true;
+  const std::string perr = measure_gpu_peaks();
+  if (!perr.empty()) {
+    g.peak_note = "peak measurement failed: " + perr;
+    std::fprintf(stderr, "bench_gemm: %s\n", g.peak_note.c_str());
+  }
+  std::fprintf(stderr,
+               "bench_gemm: CUDA device %d: %s (sm_%d, %d SMs, L2 %.1f MiB); peak bandwidth %.1f GB/s "
+               "(1 GiB device-to-device copy, read + write bytes, best of 5); peak compute %.1f TFLOP/s "
+               "(cuBLAS fp16 8192^3, fp32 accumulate, tensor cores, best of 10%s)\n",
+               g.dev, g.name.c_str(), g.cc, g.sms, double(g.l2_bytes) / kMiB, g.peak_bw * 1e-9,
+               g.peak_flops * 1e-12, QG_BENCH_CUBLAS ? "" : "; cuBLAS not built: no compute floor");
+  std::fprintf(stderr,
+               "bench_gemm: note: the int8 (dp4a / int8 mma) Q4_0 x Q8_1 kernels are judged against "
+               "that fp16 tensor-core rate in %%floor\n");
+}
+
+// Times launch() (which enqueues one call on g_gpu.stream). Calls are queued
+// in groups behind a held stream, each call between its own cudaEvent pair,
+// so the device runs them back to back and the events see device time only,
+// not the host's launch latency nor a per-call synchronisation. Each
+// benchmark iteration then reports one measured call (SetIterationTime); a
+// group is measured whenever the measured calls run out. Wall time stays
+// near the device time even for 2 us kernels.
+template <class Launch>
+void run_gpu_case(benchmark::State& st, const Work& work, int warmups, Launch&& launch) {
+  Gpu& g = g_gpu;
+  // Warm-up (module load, first-touch, handles), timed as a whole to size groups.
+  std::string err = cuda_error("cudaEventRecord", cudaEventRecord(g.ev0, g.stream));
+  for (int i = 0; i < warmups && err.empty(); ++i) err = launch();
+  if (err.empty()) err = cuda_error("cudaEventRecord", cudaEventRecord(g.ev1, g.stream));
+  if (err.empty()) err = cuda_error("warm-up: cudaStreamSynchronize", cudaStreamSynchronize(g.stream));
+  if (err.empty()) err = cuda_error("warm-up: cudaGetLastError", cudaGetLastError());
+  float warm_ms = 0;
+  if (err.empty()) err = cuda_error("cudaEventElapsedTime", cudaEventElapsedTime(&warm_ms, g.ev0, g.ev1));
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  const double per_call = std::max(1e-7, double(warm_ms) * 1e-3 / std::max(1, warmups));
+  const int group = int(std::max(1.0, std::min(double(g_opt.gpu_group), 1e-3 / per_call)));
+
+  std::vector<double> measured;  // seconds per call, not yet reported
+  size_t next = 0;
+  auto measure_group = [&]() -> std::string {
+    measured.clear();
+    next = 0;
+    std::string e;
+    if (g_opt.blocker) e = cuda_error("cudaLaunchHostFunc", g.blocker.arm(g.stream));
+    int queued = 0;
+    for (; queued < group && e.empty(); ++queued) {
+      e = cuda_error("cudaEventRecord", cudaEventRecord(g.evs[2 * queued], g.stream));
+      if (e.empty()) e = launch();
+      if (e.empty()) e = cuda_error("cudaEventRecord", cudaEventRecord(g.evs[2 * queued + 1], g.stream));
+    }
+    g.blocker.release();  // always, or the stream would wait for the timeout
+    const std::string se = cuda_error("cudaStreamSynchronize", cudaStreamSynchronize(g.stream));
+    if (e.empty()) e = se;
+    if (e.empty()) e = cuda_error("cudaGetLastError", cudaGetLastError());
+    if (e.empty() && g.blocker.timed_out.load())
+      e = "the stream hold timed out: a call synchronised while launches were queued "
+          "(rerun with --qg_blocker=0)";
+    for (int i = 0; i < queued && e.empty(); ++i) {
+      float ms = 0;
+      e = cuda_error("cudaEventElapsedTime", cudaEventElapsedTime(&ms, g.evs[2 * i], g.evs[2 * i + 1]));
+      measured.push_back(double(ms) * 1e-3);
+    }
+    return e;
+  };
+
+  double total = 0;
+  int64_t calls = 0;
+  for (auto _ : st) {
+    if (next == measured.size()) {
+      err = measure_group();
+      if (!err.empty()) {
+        st.SkipWithError(err.c_str());
+        break;
+      }
+    }
+    const double s = measured[next++];
+    st.SetIterationTime(s);
+    total += s;
+    ++calls;
+  }
+  set_counters(st, total, calls, work, g.peak_bw, g.peak_flops);
+}
+
+int gpu_warmups(const Rotation& w, bool cold) { return cold ? w.count + 2 : 3; }
+
+void bm_gpu_gemm_q4_0(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
+  RotationPtr w, a, c;
+  std::string err = gpu_weights_q4_0(m, k, &w);
+  if (err.empty()) err = gpu_acts_q8_1(n, k, &a);
+  if (err.empty()) err = gpu_output(m * n * 4, &c);
+  if (err.empty()) err = w->prepare(cold);
+  if (err.empty()) err = a->prepare(cold);
+  if (err.empty()) err = c->prepare(false);
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  qg::GemmArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.ldw = q4_0_row_bytes(k);
+  args.lda = q8_1_row_bytes(k);
+  args.ldc = n;
+  args.c = static_cast<float*>(c->slot(0));
+  args.device = qg::Device::cuda(g_gpu.dev);
+  args.w = w->slot(0);
+  args.a = a->slot(0);
+  qg::Explanation ex;
+  if (qg::explain_gemm_q4_0_q8_1(args, &ex).ok()) st.SetLabel(ex.chosen);
+  run_gpu_case(st, gemm_q4_0_work(m, n, k), gpu_warmups(*w, cold), [&]() {
+    args.w = w->take(cold);
+    args.a = a->take(cold);
+    return qg_error("qg::gemm_q4_0_q8_1", qg::gemm_q4_0_q8_1(args, g_gpu.stream));
+  });
+}
+
+void bm_gpu_quantize_q8_1(benchmark::State& st, int64_t k, int64_t n, bool cold) {
+  RotationPtr x, y;
+  std::string err = gpu_acts_f32(n, k, &x);
+  if (err.empty()) err = gpu_output(n * q8_1_row_bytes(k), &y);
+  if (err.empty()) err = x->prepare(cold);
+  if (err.empty()) err = y->prepare(false);
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  qg::QuantizeArgs q;
+  q.x_dtype = qg::DType::f32;
+  q.rows = n;
+  q.k = k;
+  q.x_row_stride = k;
+  q.y = y->slot(0);
+  q.y_row_stride = q8_1_row_bytes(k);
+  q.device = qg::Device::cuda(g_gpu.dev);
+  q.x = x->slot(0);
+  qg::Explanation ex;
+  if (qg::explain_quantize(qg::Format::q8_1, q, &ex).ok()) st.SetLabel(ex.chosen);
+  run_gpu_case(st, quantize_q8_1_work(n, k), cold ? 8 : 3, [&]() {
+    q.x = x->take(cold);
+    return qg_error("qg::quantize(q8_1)", qg::quantize(qg::Format::q8_1, q, g_gpu.stream));
+  });
+}
+
+#if QG_BENCH_CUBLAS
+// C[M, N] = W[M, K] . A[N, K]^T, all row-major fp16, fp32 accumulate. In
+// cuBLAS's column-major terms that is C^T (N x M) = A (op T on K x N) . W^T
+// (K x M): the "TN" layout its fastest kernels are built for.
+void bm_gpu_cublas_fp16(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
+  RotationPtr w, a, c;
+  std::string err = gpu_f16("w", m, k, &w);
+  if (err.empty()) err = gpu_f16("a", n, k, &a);
+  if (err.empty()) err = gpu_output(m * n * 2, &c);
+  if (err.empty()) err = w->prepare(cold);
+  if (err.empty()) err = a->prepare(cold);
+  if (err.empty()) err = c->prepare(false);
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) {
+    st.SkipWithError("cuBLAS takes 32-bit dimensions");
+    return;
+  }
+  st.SetLabel("cublasGemmEx f16 in/out, f32 compute");
+  const float alpha = 1.0f, beta = 0.0f;
+  void* cp = c->slot(0);
+  run_gpu_case(st, gemm_fp16_work(m, n, k), gpu_warmups(*w, cold), [&]() {
+    const void* wp = w->take(cold);
+    const void* ap = a->take(cold);
+    return cublas_error("cublasGemmEx",
+                        cublasGemmEx(g_gpu.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha,
+                                     ap, CUDA_R_16F, int(k), wp, CUDA_R_16F, int(k), &beta, cp,
+                                     CUDA_R_16F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  });
+}
+#endif  // QG_BENCH_CUBLAS
+#endif  // QG_BENCH_CUDA
+
+// ================================================================= registration
+
+struct Case {
+  std::string name;
+  bool cuda;
+  std::function<void(benchmark::State&)> fn;
+};
+
+std::string case_name(const char* op, const char* dev, bool cold, int64_t m, int64_t k, int64_t n) {
+  std::string s = std::string(op) + "/" + dev + "/" + (cold ? "cold" : "hot");
+  if (m > 0) s += "/M:" + std::to_string(m);
+  return s + "/K:" + std::to_string(k) + "/N:" + std::to_string(n);
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  std::vector<int64_t> ks;
+  for (const Shape& s : g_opt.shapes)
+    if (std::find(ks.begin(), ks.end(), s.k) == ks.end()) ks.push_back(s.k);
+#if QG_BENCH_CUDA
+  for (const Shape& s : g_opt.shapes)
+    for (int64_t n : g_opt.gpu_n)
+      for (bool cold : {true, false}) {
+        const int64_t m = s.m, k = s.k;
+        cases.push_back({case_name("q4_0_q8_1", "cuda", cold, m, k, n), true,
+                         [=](benchmark::State& st) { bm_gpu_gemm_q4_0(st, m, k, n, cold); }});
+#if QG_BENCH_CUBLAS
+        cases.push_back({case_name("cublas_fp16", "cuda", cold, m, k, n), true,
+                         [=](benchmark::State& st) { bm_gpu_cublas_fp16(st, m, k, n, cold); }});
+#endif
+      }
+  for (int64_t k : ks)
+    for (int64_t n : g_opt.gpu_n)
+      for (bool cold : {true, false})
+        cases.push_back({case_name("quantize_q8_1", "cuda", cold, 0, k, n), true,
+                         [=](benchmark::State& st) { bm_gpu_quantize_q8_1(st, k, n, cold); }});
+#endif
+  for (const Shape& s : g_opt.shapes)
+    for (int64_t n : g_opt.cpu_n)
+      for (bool cold : {true, false}) {
+        const int64_t m = s.m, k = s.k;
+        cases.push_back({case_name("q4_0_q8_1", "cpu", cold, m, k, n), false,
+                         [=](benchmark::State& st) { bm_cpu_gemm_q4_0(st, m, k, n, cold); }});
+      }
+  for (int64_t k : ks)
+    for (int64_t n : g_opt.cpu_n)
+      for (bool cold : {true, false})
+        cases.push_back({case_name("quantize_q8_1", "cpu", cold, 0, k, n), false,
+                         [=](benchmark::State& st) { bm_cpu_quantize_q8_1(st, k, n, cold); }});
+  return cases;
+}
+
+std::string fmt(double v, const char* f = "%.1f") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+void print_help() {
+  std::printf("bench_gemm options (flag --qg_<name>=V, or environment QG_BENCH_<NAME>=V):\n");
+  for (const OptionSpec& o : kOptionSpecs) std::printf("  %-16s %s\n", o.name, o.help);
+  std::printf("plus Google Benchmark's own flags (--benchmark_filter=q4_0, --benchmark_out=r.json "
+              "--benchmark_out_format=json, --benchmark_min_time=...; see --help).\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Our own flags out first, so Google Benchmark sees only its own.
+  bool list_only = false, help = false;
+  std::vector<char*> args;
+  std::vector<std::string> rewritten;
+  rewritten.reserve(size_t(argc));
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i > 0 && a.rfind("--qg_", 0) == 0) {
+      if (a == "--qg_help") {
+        help = true;
+        continue;
+      }
+      const size_t eq = a.find('=');
+      g_flags[a.substr(5, eq == std::string::npos ? std::string::npos : eq - 5)] =
+          eq == std::string::npos ? "1" : a.substr(eq + 1);
+      continue;
+    }
+    if (a.rfind("--benchmark_list_tests", 0) == 0 && a != "--benchmark_list_tests=false" &&
+        a != "--benchmark_list_tests=0")
+      list_only = true;
+#ifdef QG_BENCH_MIN_TIME_IS_DOUBLE
+    // Google Benchmark < 1.8 takes --benchmark_min_time as a bare number of
+    // seconds; accept the newer "0.5s" spelling there too.
+    if (a.rfind("--benchmark_min_time=", 0) == 0 && a.size() > 21 && a.back() == 's') a.pop_back();
+#endif
+    rewritten.push_back(a);
+  }
+  for (std::string& s : rewritten) args.push_back(&s[0]);
+  args.push_back(nullptr);
+  int nargs = int(rewritten.size());
+  if (help) {
+    print_help();
+    return 0;
+  }
+  benchmark::Initialize(&nargs, args.data());
+  if (benchmark::ReportUnrecognizedArguments(nargs, args.data())) return 1;
+  for (const auto& kv : g_flags) {
+    bool known = false;
+    for (const OptionSpec& o : kOptionSpecs) known = known || kv.first == o.name;
+    if (!known) {
+      std::fprintf(stderr, "bench_gemm: unknown option --qg_%s (see --qg_help)\n", kv.first.c_str());
+      return 1;
+    }
+  }
+  load_options();
+
+  std::vector<Case> cases = all_cases();
+  bool want_cpu = false, want_cuda = false;
+  for (const Case& c : cases) {
+    const bool sel = filter_selects(c.cuda ? c.name + "/manual_time" : c.name);
+    (c.cuda ? want_cuda : want_cpu) |= sel;
+  }
+
+  const qg::BuildInfo info = qg::build_info();
+  benchmark::AddCustomContext("qg_version", info.version);
+  benchmark::AddCustomContext("qg_commit", QG_GIT_COMMIT);
+  benchmark::AddCustomContext("qg_cuda_built", info.cuda_built ? "yes" : "no");
+  {
+    std::string feats;
+    for (const std::string& f : info.cpu_features) feats += (feats.empty() ? "" : ",") + f;
+    benchmark::AddCustomContext("qg_cpu_features", feats.empty() ? "none" : feats);
+  }
+  benchmark::AddCustomContext("qg_cpu_threads", std::to_string(qg::cpu_threads()));
+  benchmark::AddCustomContext(
+      "cold_rule",
+      "cold: each call reads the next of several W (and A) buffers totalling > 2x the last-level "
+      "cache (GPU L2, CPU L3); hot: one buffer repeated; data is gaussian fp32 quantized by qg");
+  benchmark::AddCustomContext(
+      "counters", "us = time per call; TFLOP/s = 2MNK/t; GB/s = (W + A + C bytes)/t; %floor = 100 * "
+                  "max(bytes/peak_bw, flops/peak_flops)/t");
+
+  if (want_cpu && !list_only) {
+    cpu_init();
+    benchmark::AddCustomContext("cpu_peak_bw_GBps", fmt(g_cpu.peak_bw * 1e-9));
+    benchmark::AddCustomContext("cpu_llc_bytes", std::to_string(g_cpu.llc_bytes));
+    benchmark::AddCustomContext(
+        "cpu_floor_note",
+        "CPU %floor is the bandwidth floor only (bytes / cpu_peak_bw, threaded memcpy read + write); "
+        "no compute floor is applied on the CPU; time is wall clock");
+  }
+
+  bool cuda_ok = false;
+#if QG_BENCH_CUDA
+  if (want_cuda && !list_only) {
+    gpu_init();
+    cuda_ok = g_gpu.ok;
+    if (!cuda_ok) {
+      std::fprintf(stderr, "bench_gemm: CUDA cases skipped: %s\n", g_gpu.why.c_str());
+      benchmark::AddCustomContext("cuda", "unavailable: " + g_gpu.why);
+    } else {
+      benchmark::AddCustomContext("cuda_device", g_gpu.name);
+      benchmark::AddCustomContext("cuda_cc", std::to_string(g_gpu.cc));
+      benchmark::AddCustomContext("cuda_sms", std::to_string(g_gpu.sms));
+      benchmark::AddCustomContext("cuda_l2_bytes", std::to_string(g_gpu.l2_bytes));
+      benchmark::AddCustomContext("gpu_peak_bw_GBps", fmt(g_gpu.peak_bw * 1e-9));
+      if (g_gpu.peak_flops > 0)
+        benchmark::AddCustomContext("gpu_peak_fp16_TFLOPs", fmt(g_gpu.peak_flops * 1e-12));
+      if (!g_gpu.peak_note.empty()) benchmark::AddCustomContext("gpu_peak_note", g_gpu.peak_note);
+      benchmark::AddCustomContext(
+          "gpu_floor_note",
+          std::string("GPU %floor = max(bytes / gpu_peak_bw, flops / gpu_peak_fp16) with the bandwidth "
+                      "of a 1 GiB device-to-device copy (read + write) and the rate of a cuBLAS fp16 "
+                      "8192^3 GEMM (fp32 accumulate, tensor cores); the int8 / dp4a Q4_0 x Q8_1 kernels "
+                      "are judged against that fp16 tensor-core rate") +
+              (QG_BENCH_CUBLAS ? "" : "; cuBLAS not built: bandwidth floor only"));
+      benchmark::AddCustomContext(
+          "gpu_timing",
+          "a cudaEvent pair around each call on a non-blocking stream; calls queued in groups of "
+          "up to " + std::to_string(g_opt.gpu_group) + " (about 1 ms of work) " +
+              (g_opt.blocker ? "behind a host-function hold of the stream, so host launch latency "
+                               "is not timed; "
+                             : "with no hold of the stream (launch latency can be timed); ") +
+              "each benchmark iteration reports one measured call");
+    }
+  }
+#endif
+  if (list_only) cuda_ok = QG_BENCH_CUDA != 0;
+
+  for (const Case& c : cases) {
+    if (c.cuda && !cuda_ok) continue;
+    auto* b = benchmark::RegisterBenchmark(c.name.c_str(), c.fn);
+    b->Unit(benchmark::kMicrosecond);
+    if (c.cuda) b->UseManualTime();
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  g_buffers.clear();
+  return 0;
+}
