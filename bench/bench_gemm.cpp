@@ -245,6 +245,22 @@ uint16_t float_to_half_bits(float f) {
 int64_t q4_0_row_bytes(int64_t k) { return k / 32 * 18; }
 int64_t q8_1_row_bytes(int64_t k) { return k / 32 * 36; }
 
+qg::GemmArgs contiguous_gemm_args(int64_t m, int64_t n, int64_t k, const void* w, const void* a,
+                                  void* c, qg::Device device) {
+  qg::GemmArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.ldw = q4_0_row_bytes(k);
+  args.lda = q8_1_row_bytes(k);
+  args.ldc = n;
+  args.w = w;
+  args.a = a;
+  args.c = static_cast<float*>(c);
+  args.device = device;
+  return args;
+}
+
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 // How many slots of slot_bytes a cold rotation needs: together more than
@@ -583,17 +599,7 @@ void bm_cpu_gemm_q4_0(benchmark::State& st, int64_t m, int64_t k, int64_t n, boo
     st.SkipWithError(err.c_str());
     return;
   }
-  qg::GemmArgs args;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.ldw = q4_0_row_bytes(k);
-  args.lda = q8_1_row_bytes(k);
-  args.ldc = n;
-  args.c = static_cast<float*>(c->slot(0));
-  args.device = qg::Device::cpu();
-  args.w = w->slot(0);
-  args.a = a->slot(0);
+  qg::GemmArgs args = contiguous_gemm_args(m, n, k, w->slot(0), a->slot(0), c->slot(0), qg::Device::cpu());
   qg::Explanation ex;
   if (qg::explain_gemm_q4_0_q8_1(args, &ex).ok()) st.SetLabel(ex.chosen);
   run_cpu_case(st, gemm_q4_0_work(m, n, k), [&]() {
@@ -1043,17 +1049,7 @@ void bm_gpu_gemm_q4_0(benchmark::State& st, int64_t m, int64_t k, int64_t n, boo
     st.SkipWithError(err.c_str());
     return;
   }
-  qg::GemmArgs args;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.ldw = q4_0_row_bytes(k);
-  args.lda = q8_1_row_bytes(k);
-  args.ldc = n;
-  args.c = static_cast<float*>(c->slot(0));
-  args.device = qg::Device::cuda(g_gpu.dev);
-  args.w = w->slot(0);
-  args.a = a->slot(0);
+  qg::GemmArgs args = contiguous_gemm_args(m, n, k, w->slot(0), a->slot(0), c->slot(0), qg::Device::cuda(g_gpu.dev));
   qg::Explanation ex;
   if (qg::explain_gemm_q4_0_q8_1(args, &ex).ok()) st.SetLabel(ex.chosen);
   run_gpu_case(st, gemm_q4_0_work(m, n, k), gpu_warmups(*w, cold), [&]() {

@@ -28,6 +28,16 @@ Status check_device(const std::string& fn, Device device) {
   return {};
 }
 
+// rows x k values in blocks of t.block_size: the checks quantize and dequantize share.
+Status check_block_rows(const std::string& fn, const FormatTraits& t, int64_t rows, int64_t k,
+                        Device device) {
+  if (rows < 0 || k < 0) return invalid(fn, "rows and K must be >= 0");
+  if (k % t.block_size != 0)
+    return invalid(fn, "K=" + std::to_string(k) + " is not a multiple of " +
+                           std::to_string(t.block_size) + ", the " + t.name + " block size");
+  return check_device(fn, device);
+}
+
 }  // namespace
 
 std::string op_name(const char* verb, Format format) {
@@ -50,11 +60,7 @@ Status check_quantize_args(const std::string& fn, Format format, const QuantizeA
   if (a.x_dtype != DType::f32 && a.x_dtype != DType::f16 && a.x_dtype != DType::bf16)
     return Status(StatusCode::type_error, fn + ": x must be float32, float16 or bfloat16, got " +
                                               dtype_name(a.x_dtype));
-  if (a.rows < 0 || a.k < 0) return invalid(fn, "rows and K must be >= 0");
-  if (a.k % t.block_size != 0)
-    return invalid(fn, "K=" + std::to_string(a.k) + " is not a multiple of " +
-                           std::to_string(t.block_size) + ", the " + t.name + " block size");
-  if (auto s = check_device(fn, a.device); !s.ok()) return s;
+  if (auto s = check_block_rows(fn, t, a.rows, a.k, a.device); !s.ok()) return s;
   if (a.rows == 0 || a.k == 0) return {};
   const int64_t row_bytes = a.k / t.block_size * t.bytes_per_block;
   if (a.x == nullptr) return invalid(fn, "x must not be null");
@@ -77,11 +83,7 @@ Status check_quantize_args(const std::string& fn, Format format, const QuantizeA
 Status check_dequantize_args(const std::string& fn, Format format, const DequantizeArgs& a,
                              bool need_output) {
   const FormatTraits& t = format_traits(format);
-  if (a.rows < 0 || a.k < 0) return invalid(fn, "rows and K must be >= 0");
-  if (a.k % t.block_size != 0)
-    return invalid(fn, "K=" + std::to_string(a.k) + " is not a multiple of " +
-                           std::to_string(t.block_size) + ", the " + t.name + " block size");
-  if (auto s = check_device(fn, a.device); !s.ok()) return s;
+  if (auto s = check_block_rows(fn, t, a.rows, a.k, a.device); !s.ok()) return s;
   if (a.rows == 0 || a.k == 0) return {};
   const int64_t row_bytes = a.k / t.block_size * t.bytes_per_block;
   if (a.xq == nullptr) return invalid(fn, "xq must not be null");
