@@ -49,6 +49,14 @@ cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_TES
 cmake --build "$BUILD_DIR" -j "$JOBS"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
 
+if [ -d "$BUILD_DIR/CMakeFiles/qg_core.dir/cuda" ]; then  # the main build has the CUDA backend
+  log "C++ build without CUDA ($BUILD_DIR-nocuda): the stub backend and its messages"
+  cmake -S . -B "$BUILD_DIR-nocuda" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_TESTS=ON \
+    -DQG_BUILD_BENCH=OFF -DQG_CUDA=OFF
+  cmake --build "$BUILD_DIR-nocuda" -j "$JOBS"
+  ctest --test-dir "$BUILD_DIR-nocuda" --output-on-failure -j "$JOBS"
+fi
+
 log "Python package and pytest"
 "$PY" -m pip install -q --no-build-isolation .
 "$PY" -m pytest tests/python -q -rs
