@@ -7,8 +7,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <future>
 #include <limits>
+#include <thread>
 #include <random>
 #include <string>
 #include <vector>
@@ -460,6 +465,46 @@ TEST(GemmCpuViews, RowSlicedWeightView) {
                                          -1, -1, -1);
   ASSERT_TRUE(s.ok()) << s.message();
   for (int64_t i = 0; i < 15; ++i) ASSERT_EQ(f2u(c[i]), f2u(p.c[i])) << i;
+}
+
+// The pool is rebuilt by set_cpu_threads; a call right after must use every
+// new worker exactly once. (A worker that starts with a stale generation
+// count runs an extra pass, over-decrements the pool's active count, and the
+// caller either returns before all tiles are written or waits forever.)
+// A hang is caught by a watchdog: the test then fails and ends the process,
+// since the stuck call holds the pool.
+TEST(CpuThreadPool, ResizeBetweenCallsNeitherHangsNorReturnsEarly) {
+  QG_SEEDED_RNG(rng, 900);
+  Problem p = make_problem(rng, 64, 256, 256);
+  for (int64_t r = 0; r < p.m; ++r)
+    for (int64_t b = 0; b < p.k / 32; ++b) set_scale(&p.w[r * p.ldw + b * 18], 0x3C00);
+  for (int64_t r = 0; r < p.n; ++r)
+    for (int64_t b = 0; b < p.k / 32; ++b) set_scale(&p.a[r * p.lda + b * 36], 0x3C00);
+  qg::set_cpu_threads(1);
+  ASSERT_TRUE(qg::gemm_q4_0_q8_1(p.args()).ok());
+  const std::vector<float> want = p.c;
+  const int iterations = 5000;
+  std::promise<int> result;
+  std::future<int> done = result.get_future();
+  std::thread runner([&] {
+    int bad = 0;
+    for (int it = 0; it < iterations; ++it) {
+      qgtest::fill_poison(p.c.data(), p.c.size());
+      qg::set_cpu_threads(2 + it % 3);  // the call follows at once: new workers are still starting
+      if (!qg::gemm_q4_0_q8_1(p.args()).ok() || std::memcmp(p.c.data(), want.data(), want.size() * 4) != 0) ++bad;
+    }
+    result.set_value(bad);
+  });
+  if (done.wait_for(std::chrono::seconds(120)) == std::future_status::timeout) {
+    ADD_FAILURE() << "gemm_q4_0_q8_1 did not return within 120 s after set_cpu_threads: the CPU thread "
+                     "pool deadlocked (see ThreadPool::start / worker_loop: new workers begin with seen=0)";
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  runner.join();
+  qg::set_cpu_threads(0);
+  EXPECT_EQ(done.get(), 0) << "calls that returned before every output element was written";
 }
 
 }  // namespace

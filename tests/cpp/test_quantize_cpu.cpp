@@ -772,4 +772,45 @@ TEST(QuantizeCpu, Q8_1ConventionsAgreeOnScaleAndDifferOnlyInS) {
   std::cout << "[  info    ] q8_1 codes differing between conventions: " << code_diffs << "\n";
 }
 
+// Inputs on which x / d and x * (1/d) round to different codes, found by
+// nudging x = (c + 1/2) * d a few ulps: the two conventions must differ there,
+// and each must match its own transcription.
+TEST(QuantizeCpu, Q8_1ConventionsDifferWhereDivisionAndReciprocalDisagree) {
+  QG_SEEDED_RNG(rng, 62);
+  const int64_t rows = 64, k = 32;
+  std::vector<float> x(rows * k);
+  int discriminating = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* b = &x[r * k];
+    const float amax = qgtest::uniform(rng, 0.01f, 100.0f);
+    b[0] = (rng() & 1) ? amax : -amax;
+    const float d = amax / 127;
+    const float id = 1.0f / d;
+    for (int j = 1; j < 32; ++j) {
+      const int c = static_cast<int>(rng() % 249) - 124;  // |c + 1/2| <= 124.5 < 127
+      const float centre = (static_cast<float>(c) + 0.5f) * d;
+      b[j] = centre;
+      float lo = centre, hi = centre;
+      for (int step = 0; step < 6; ++step) {
+        if (std::roundf(hi / d) != std::roundf(hi * id)) { b[j] = hi; ++discriminating; break; }
+        if (std::roundf(lo / d) != std::roundf(lo * id)) { b[j] = lo; ++discriminating; break; }
+        hi = std::nextafter(hi, kInf);
+        lo = std::nextafter(lo, -kInf);
+      }
+    }
+  }
+  std::cout << "[  info    ] elements where x/d and x*(1/d) round apart: " << discriminating << "\n";
+  ASSERT_GT(discriminating, 50) << "the search for discriminating inputs found too few";
+  const std::vector<uint8_t> a = qg_quantize(Kind::q8_1_ref, x, rows, k);
+  const std::vector<uint8_t> b = qg_quantize(Kind::q8_1_cuda, x, rows, k);
+  expect_same_bytes(Kind::q8_1_ref, a, reference_bytes(Kind::q8_1_ref, x.data(), rows, k), "reference");
+  expect_same_bytes(Kind::q8_1_cuda, b, reference_bytes(Kind::q8_1_cuda, x.data(), rows, k), "ggml_cuda");
+  expect_same_bytes(Kind::q8_0, qg_quantize(Kind::q8_0, x, rows, k), reference_bytes(Kind::q8_0, x.data(), rows, k),
+                    "q8_0");
+  int code_diffs = 0;
+  for (int64_t blk = 0; blk < rows; ++blk)
+    for (int j = 0; j < 32; ++j) code_diffs += code(Kind::q8_1_ref, &a[blk * 36], j) != code(Kind::q8_1_cuda, &b[blk * 36], j);
+  EXPECT_EQ(code_diffs, discriminating);
+}
+
 }  // namespace

@@ -30,7 +30,9 @@ ThreadPool::~ThreadPool() { stop(); }
 void ThreadPool::start(int threads) {
   threads_ = threads < 1 ? 1 : threads;
   quit_ = false;
-  for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+  // A new worker must not mistake the last finished job for a new one: it
+  // starts from the current generation (no job runs while the pool resizes).
+  for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, g = generation_] { worker_loop(g); });
 }
 
 void ThreadPool::stop() {
@@ -55,8 +57,7 @@ void ThreadPool::run_tasks() {
   t_inside_task = false;
 }
 
-void ThreadPool::worker_loop() {
-  uint64_t seen = 0;
+void ThreadPool::worker_loop(uint64_t seen) {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);

@@ -31,7 +31,7 @@ class ThreadPool {
   ThreadPool();
   void start(int threads);
   void stop();
-  void worker_loop();
+  void worker_loop(uint64_t seen);
   void run_tasks();
 
   int threads_ = 1;
