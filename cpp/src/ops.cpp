@@ -107,6 +107,9 @@ Status invalid(const std::string& fn, const std::string& what) {
 
 Status require_ndim(const std::string& fn, const char* arg, const TensorView& v, int min_ndim,
                     const char* expected) {
+  if (v.ndim < 0 || v.ndim > kMaxDims)
+    return invalid(fn, std::string(arg) + " has ndim=" + std::to_string(v.ndim) +
+                           "; a qg view holds 0 to " + std::to_string(kMaxDims) + " dimensions");
   if (v.ndim < min_ndim)
     return invalid(fn, std::string(arg) + " must have shape " + expected + ", got a " +
                            std::to_string(v.ndim) + "-d array of shape " + detail::shape_string(v));

@@ -117,7 +117,8 @@ TEST(Formats, MakeViewAndContiguity) {
 
 TEST(Formats, BuildInfoOnCpu) {
   const qg::BuildInfo info = qg::build_info();
-  EXPECT_EQ(info.version, "0.1.0");
+  EXPECT_EQ(info.version, std::to_string(QG_VERSION_MAJOR) + "." + std::to_string(QG_VERSION_MINOR) + "." +
+                              std::to_string(QG_VERSION_PATCH));
   EXPECT_GE(info.cpu_threads, 1);
   if (!info.cuda_built) {
     EXPECT_TRUE(info.cuda_archs.empty());

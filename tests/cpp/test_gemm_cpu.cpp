@@ -483,7 +483,7 @@ TEST(CpuThreadPool, ResizeBetweenCallsNeitherHangsNorReturnsEarly) {
   qg::set_cpu_threads(1);
   ASSERT_TRUE(qg::gemm_q4_0_q8_1(p.args()).ok());
   const std::vector<float> want = p.c;
-  const int iterations = 5000;
+  const int iterations = 8000;
   std::promise<int> result;
   std::future<int> done = result.get_future();
   std::thread runner([&] {
@@ -495,8 +495,8 @@ TEST(CpuThreadPool, ResizeBetweenCallsNeitherHangsNorReturnsEarly) {
     }
     result.set_value(bad);
   });
-  if (done.wait_for(std::chrono::seconds(120)) == std::future_status::timeout) {
-    ADD_FAILURE() << "gemm_q4_0_q8_1 did not return within 120 s after set_cpu_threads: the CPU thread "
+  if (done.wait_for(std::chrono::seconds(90)) == std::future_status::timeout) {
+    ADD_FAILURE() << "gemm_q4_0_q8_1 did not return within 90 s after set_cpu_threads: the CPU thread "
                      "pool deadlocked (see ThreadPool::start / worker_loop: new workers begin with seen=0)";
     std::fflush(stdout);
     std::fflush(stderr);

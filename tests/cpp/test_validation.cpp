@@ -542,4 +542,30 @@ TEST(DequantizeValidation, ZeroSizeOkAndNothingWritten) {
   EXPECT_TRUE(b.c_untouched());
 }
 
+// ================================================================== view rank
+// A TensorView holds at most kMaxDims dims. A larger ndim (a 9-d DLPack array
+// copied in without a check) must be rejected before shape[ndim - 1] is read;
+// a negative one too.
+TEST(ViewValidation, RankAboveMaxDimsRejected) {
+  Buffers b;
+  std::vector<int64_t> shape;
+  qg::TensorView x = view(b.x.data(), DType::f32, {1, 1, 1, 1, 1, 1, 1, 64});
+  x.ndim = qg::kMaxDims + 1;
+  EXPECT_TRUE(IsError(qg::quantize_output_shape(Format::q4_0, x, &shape), StatusCode::invalid_argument,
+                      {"qg.quantize_q4_0", "9", "8"}));
+  qg::TensorView xq = view(b.q.data(), DType::u8, {1, 1, 1, 1, 1, 1, 2, 18});
+  xq.ndim = qg::kMaxDims + 1;
+  EXPECT_TRUE(IsError(qg::dequantize_output_shape(Format::q4_0, xq, -1, &shape), StatusCode::invalid_argument,
+                      {"qg.dequantize_q4_0", "9", "8"}));
+  qg::TensorView w = view(b.w.data(), DType::u8, {1, 1, 1, 1, 1, 1, 2, 18});
+  w.ndim = qg::kMaxDims + 1;
+  const qg::TensorView a = view(b.a.data(), DType::u8, {3, 2, 36});
+  EXPECT_TRUE(IsError(qg::gemm_q4_0_q8_1_output_shape(w, a, -1, -1, -1, &shape), StatusCode::invalid_argument,
+                      {"qg.gemm_q4_0_q8_1", "9", "8"}));
+  x.ndim = -1;
+  EXPECT_TRUE(IsError(qg::quantize_output_shape(Format::q4_0, x, &shape), StatusCode::invalid_argument,
+                      {"qg.quantize_q4_0", "-1"}));
+  EXPECT_TRUE(b.q_untouched());
+}
+
 }  // namespace
