@@ -164,6 +164,9 @@ Status row_layout(const std::string& fn, const char* arg, const TensorView& v, i
 
 Status check_output(const std::string& fn, const TensorView& out, DType dtype,
                     const std::vector<int64_t>& shape, Device device) {
+  if (out.ndim < 0 || out.ndim > kMaxDims)
+    return invalid(fn, "out has ndim=" + std::to_string(out.ndim) + "; a qg view holds 0 to " +
+                           std::to_string(kMaxDims) + " dimensions");
   if (out.dtype != dtype)
     return Status(StatusCode::type_error, fn + ": out must be " + dtype_name(dtype) + ", got " +
                                               dtype_name(out.dtype));

@@ -568,4 +568,30 @@ TEST(ViewValidation, RankAboveMaxDimsRejected) {
   EXPECT_TRUE(b.q_untouched());
 }
 
+// The same for out=: its rank is checked before its shape is read (a negative
+// ndim must not throw out of a Status API, 9 must not read past shape[]).
+TEST(ViewValidation, OutRankOutOfRangeRejected) {
+  Buffers b;
+  const qg::TensorView w = view(b.w.data(), DType::u8, {4, 2, 18});
+  const qg::TensorView a = view(b.a.data(), DType::u8, {3, 2, 36});
+  const qg::TensorView x = view(b.x.data(), DType::f32, {2, 64});
+  const qg::TensorView xq = view(b.q.data(), DType::u8, {2, 2, 18});
+  for (int ndim : {-1, qg::kMaxDims + 1}) {
+    SCOPED_TRACE("out.ndim=" + std::to_string(ndim));
+    qg::TensorView o = view(b.c.data(), DType::f32, {1, 1, 1, 1, 1, 1, 4, 3});
+    o.ndim = ndim;
+    EXPECT_TRUE(IsError(qg::gemm_q4_0_q8_1(w, a, o, -1, -1, -1), StatusCode::invalid_argument,
+                        {"qg.gemm_q4_0_q8_1", "out", std::to_string(ndim)}));
+    qg::TensorView oq = view(b.q.data() + 1024, DType::u8, {1, 1, 1, 1, 1, 2, 2, 18});
+    oq.ndim = ndim;
+    EXPECT_TRUE(IsError(qg::quantize(Format::q4_0, x, oq), StatusCode::invalid_argument,
+                        {"qg.quantize_q4_0", "out", std::to_string(ndim)}));
+    qg::TensorView od = view(b.c.data(), DType::f32, {1, 1, 1, 1, 1, 1, 2, 64});
+    od.ndim = ndim;
+    EXPECT_TRUE(IsError(qg::dequantize(Format::q4_0, xq, -1, od), StatusCode::invalid_argument,
+                        {"qg.dequantize_q4_0", "out", std::to_string(ndim)}));
+  }
+  EXPECT_TRUE(b.c_untouched());
+}
+
 }  // namespace
