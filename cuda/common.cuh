@@ -73,15 +73,6 @@ inline Status guard_status(const DeviceGuard& guard, const char* op, int device)
 // leaves a CUDA error behind. Defined in runtime.cu.
 bool device_has_code(int device, std::string* why);
 
-// The checks every CUDA implementation starts with.
-inline bool common_can_run(Device device, std::string* why_not) {
-  if (device.type != DeviceType::cuda) {
-    if (why_not) *why_not = "arguments are not on a CUDA device";
-    return false;
-  }
-  return device_has_code(device.id, why_not);
-}
-
 inline bool is_aligned(const void* p, uintptr_t alignment) {
   return reinterpret_cast<uintptr_t>(p) % alignment == 0;
 }

@@ -10,38 +10,34 @@
 #include <string>
 
 #include "common.cuh"
+#include "epilogue.h"
 
 namespace qg::detail::cuda {
 
 constexpr int kQ4_0Bytes = 18;  // sizeof(block_q4_0)
 constexpr int kQ8_1Bytes = 36;  // sizeof(block_q8_1)
 
-inline std::string gemm_shape(const GemmArgs& a) {
-  return "M=" + std::to_string(a.m) + ", N=" + std::to_string(a.n) + ", K=" + std::to_string(a.k);
+inline std::string gemm_shape(const GemmArgs& g) {
+  return "M=" + std::to_string(g.a.rows) + ", N=" + std::to_string(g.b.rows) + ", K=" + std::to_string(g.a.k);
 }
 
-inline Status gemm_launch_status(const GemmArgs& a) {
-  return launch_status("qg.gemm_q4_0_q8_1", gemm_shape(a));
-}
+inline Status gemm_launch_status(const GemmArgs& g) { return launch_status(g.fn, gemm_shape(g)); }
 
 // The 16-bit W loads and 32-bit A loads of the fast paths need these; the
-// generic kernel reads bytes and needs nothing. A leading dimension only
-// matters when there is a second row (validation lets a single row have any).
-inline bool gemm_operands_aligned(const GemmArgs& a, std::string* why_not) {
-  if (!is_aligned(a.w, 2) || (a.m > 1 && a.ldw % 2 != 0)) {
+// generic kernel reads bytes and needs nothing. A row stride only matters
+// when there is a second row (validation lets a single row have any). C, bias
+// and scales go through the epilogue's unaligned-safe stores.
+inline bool gemm_operands_aligned(const GemmArgs& g, std::string* why_not) {
+  if (!is_aligned(g.a.data, 2) || (g.a.rows > 1 && g.a.row_stride % 2 != 0)) {
     if (why_not)
-      *why_not = "W (ptr % 2 = " + std::to_string(reinterpret_cast<uintptr_t>(a.w) % 2) +
-                 ", ldw = " + std::to_string(a.ldw) + ") is not 2-byte aligned";
+      *why_not = "W (ptr % 2 = " + std::to_string(reinterpret_cast<uintptr_t>(g.a.data) % 2) +
+                 ", row stride = " + std::to_string(g.a.row_stride) + ") is not 2-byte aligned";
     return false;
   }
-  if (!is_aligned(a.a, 4) || (a.n > 1 && a.lda % 4 != 0)) {
+  if (!is_aligned(g.b.data, 4) || (g.b.rows > 1 && g.b.row_stride % 4 != 0)) {
     if (why_not)
-      *why_not = "A (ptr % 4 = " + std::to_string(reinterpret_cast<uintptr_t>(a.a) % 4) +
-                 ", lda = " + std::to_string(a.lda) + ") is not 4-byte aligned";
-    return false;
-  }
-  if (!is_aligned(a.c, 4)) {
-    if (why_not) *why_not = "C is not 4-byte aligned";
+      *why_not = "A (ptr % 4 = " + std::to_string(reinterpret_cast<uintptr_t>(g.b.data) % 4) +
+                 ", row stride = " + std::to_string(g.b.row_stride) + ") is not 4-byte aligned";
     return false;
   }
   return true;

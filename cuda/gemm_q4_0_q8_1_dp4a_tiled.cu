@@ -38,8 +38,8 @@ static_assert(kThreadsN * kPerThread == kTileN && (kThreads / kThreadsN) * kPerT
 
 __global__ void __launch_bounds__(kThreads)
 gemm_dp4a_tiled_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a,
-                       float* __restrict__ c, int64_t m, int64_t n, int64_t nb, int64_t ldw,
-                       int64_t lda, int64_t ldc) {
+                       EpilogueParams ep, int64_t m, int64_t n, int64_t nb, int64_t ldw,
+                       int64_t lda) {
   __shared__ int sw[kTileM][kPitch];
   __shared__ int sa[kTileN][kPitch];
   __shared__ float sdw[kBlocksPerStep][kTileM];
@@ -138,7 +138,7 @@ gemm_dp4a_tiled_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
 #pragma unroll
       for (int j = 0; j < kPerThread; ++j) {
         const int64_t col = n0 + tx + j * kThreadsN;
-        if (col < n) c[row * ldc + col] = acc[i][j];
+        if (col < n) epilogue_store(ep, row, col, acc[i][j]);
       }
     }
   }
@@ -147,21 +147,21 @@ gemm_dp4a_tiled_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
 }  // namespace
 
 bool gemm_dp4a_tiled_can_run(const GemmArgs& args, std::string* why_not) {
-  if (!common_can_run(args.device, why_not)) return false;
   return gemm_operands_aligned(args, why_not);
 }
 
 Status gemm_dp4a_tiled_run(const GemmArgs& args, Stream stream) {
-  if (args.m <= 0 || args.n <= 0) return Status::success();
+  const int64_t m = args.a.rows, n = args.b.rows;
+  if (m <= 0 || n <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, "qg.gemm_q4_0_q8_1", args.device.id); !s.ok()) return s;
+  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   // One CTA per tile, flattened into x (grid.y would cap M at 65535 tiles);
   // the kernel loops if there are more tiles than a grid can hold.
-  const int64_t tiles = ((args.m + kTileM - 1) / kTileM) * ((args.n + kTileN - 1) / kTileN);
+  const int64_t tiles = ((m + kTileM - 1) / kTileM) * ((n + kTileN - 1) / kTileN);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGrid));
   gemm_dp4a_tiled_kernel<<<grid, kThreads, 0, to_cuda(stream)>>>(
-      static_cast<const uint8_t*>(args.w), static_cast<const uint8_t*>(args.a), args.c, args.m,
-      args.n, args.k / 32, args.ldw, args.lda, args.ldc);
+      static_cast<const uint8_t*>(args.a.data), static_cast<const uint8_t*>(args.b.data), epilogue_params(args), m,
+      n, args.a.k / 32, args.a.row_stride, args.b.row_stride);
   return gemm_launch_status(args);
 }
 

@@ -4,7 +4,8 @@
 // a multiple of 4, an unaligned C). Every block is copied byte by byte into
 // an aligned local copy, so no address is ever assumed aligned and
 // cudaErrorMisalignedAddress cannot happen; the dot product itself is
-// quant_block.h's. One thread per output element: slow, and obviously right.
+// quant_block.h's and the store the shared epilogue's. One thread per output
+// element: slow, and obviously right.
 #include <algorithm>
 
 #include "gemm_q4_0_q8_1.cuh"
@@ -27,8 +28,8 @@ __device__ __forceinline__ Block load_block_bytes(const uint8_t* p) {
 
 __global__ void __launch_bounds__(kThreads)
 gemm_generic_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a,
-                    float* __restrict__ c, int64_t m, int64_t n, int64_t nb, int64_t ldw,
-                    int64_t lda, int64_t ldc, bool c_aligned) {
+                    EpilogueParams ep, int64_t m, int64_t n, int64_t nb, int64_t ldw,
+                    int64_t lda) {
   const int64_t total = m * n;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * kThreads) {
@@ -42,33 +43,24 @@ gemm_generic_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a
       const int sumi = dot_block_q4_0_q8_1(&wb, &ab);
       acc += fp16_to_fp32(wb.d) * fp16_to_fp32(ab.d) * static_cast<float>(sumi);
     }
-    float* dst = c + row * ldc + col;
-    if (c_aligned) {
-      *dst = acc;
-    } else {
-      const uint32_t bits = float_bits(acc);
-      uint8_t* p = reinterpret_cast<uint8_t*>(dst);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(bits >> (8 * i));
-    }
+    epilogue_store(ep, row, col, acc);
   }
 }
 
 }  // namespace
 
-bool gemm_generic_can_run(const GemmArgs& args, std::string* why_not) {
-  return common_can_run(args.device, why_not);
-}
+bool gemm_generic_can_run(const GemmArgs&, std::string*) { return true; }
 
 Status gemm_generic_run(const GemmArgs& args, Stream stream) {
-  if (args.m <= 0 || args.n <= 0) return Status::success();
+  const int64_t m = args.a.rows, n = args.b.rows;
+  if (m <= 0 || n <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, "qg.gemm_q4_0_q8_1", args.device.id); !s.ok()) return s;
-  const int64_t ctas = (args.m * args.n + kThreads - 1) / kThreads;
+  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
+  const int64_t ctas = (m * n + kThreads - 1) / kThreads;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(ctas, kMaxGrid));
   gemm_generic_kernel<<<grid, kThreads, 0, to_cuda(stream)>>>(
-      static_cast<const uint8_t*>(args.w), static_cast<const uint8_t*>(args.a), args.c, args.m,
-      args.n, args.k / 32, args.ldw, args.lda, args.ldc, is_aligned(args.c, 4));
+      static_cast<const uint8_t*>(args.a.data), static_cast<const uint8_t*>(args.b.data), epilogue_params(args), m, n,
+      args.a.k / 32, args.a.row_stride, args.b.row_stride);
   return gemm_launch_status(args);
 }
 

@@ -25,8 +25,8 @@ constexpr int64_t kMaxGrid = 0x7FFFFFFF;
 
 template <int kCols, int kRows>
 __global__ void __launch_bounds__(kThreads)
-gemm_mmvq_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a, float* __restrict__ c,
-                 int64_t m, int64_t nb, int64_t ldw, int64_t lda, int64_t ldc) {
+gemm_mmvq_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a, EpilogueParams ep,
+                 int64_t m, int64_t nb, int64_t ldw, int64_t lda) {
   __shared__ float partial[kWarps][kRows * kCols];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t halves = 2 * nb;
@@ -76,7 +76,18 @@ gemm_mmvq_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a, f
           sumi = dp4a(lo1, alo[j][1], sumi);
           sumi = dp4a(hi0, ahi[j][0], sumi);
           sumi = dp4a(hi1, ahi[j][1], sumi);
-          acc[r][j] += dw * da[j] * static_cast<float>(sumi);
+          const float d = dw * da[j];
+          if (is_finite(d)) {
+            acc[r][j] += d * static_cast<float>(sumi);
+          } else {
+            // A non-finite scale must meet the whole block's integer sum (the
+            // documented d * sum), not this half's: Inf * 0 would be NaN where
+            // the block sum is not 0. The two halves of a block are on lanes
+            // 2t and 2t + 1, which share d and so take this branch together.
+            const unsigned pair = 3u << (lane & ~1);
+            const int block_sum = sumi + __shfl_xor_sync(pair, sumi, 1);
+            if ((h & 1) == 0) acc[r][j] += d * static_cast<float>(block_sum);
+          }
         }
       }
     }
@@ -96,7 +107,7 @@ gemm_mmvq_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a, f
       float v = partial[0][threadIdx.x];
 #pragma unroll
       for (int i = 1; i < kWarps; ++i) v += partial[i][threadIdx.x];
-      if (row0 + r < m) c[(row0 + r) * ldc + j] = v;
+      if (row0 + r < m) epilogue_store(ep, row0 + r, j, v);
     }
     __syncthreads();  // partial[] is reused by the next row group
   }
@@ -107,18 +118,18 @@ void launch(const GemmArgs& g, cudaStream_t stream) {
   // Two rows per CTA once there are several columns: each W load then feeds
   // more DP4As and the A words loaded are reused across both rows.
   constexpr int kRows = kCols == 1 ? 1 : 2;
-  const int64_t ctas = std::min<int64_t>((g.m + kRows - 1) / kRows, kMaxGrid);
+  const int64_t m = g.a.rows;
+  const int64_t ctas = std::min<int64_t>((m + kRows - 1) / kRows, kMaxGrid);
   gemm_mmvq_kernel<kCols, kRows><<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(g.w), static_cast<const uint8_t*>(g.a), g.c, g.m, g.k / 32, g.ldw,
-      g.lda, g.ldc);
+      static_cast<const uint8_t*>(g.a.data), static_cast<const uint8_t*>(g.b.data), epilogue_params(g), m,
+      g.a.k / 32, g.a.row_stride, g.b.row_stride);
 }
 
 }  // namespace
 
 bool gemm_mmvq_can_run(const GemmArgs& args, std::string* why_not) {
-  if (!common_can_run(args.device, why_not)) return false;
-  if (args.n > 8) {
-    if (why_not) *why_not = "N=" + std::to_string(args.n) + " > 8 (GEMV kernel)";
+  if (args.b.rows > 8) {
+    if (why_not) *why_not = "N=" + std::to_string(args.b.rows) + " > 8 (GEMV kernel)";
     return false;
   }
   return gemm_operands_aligned(args, why_not);
@@ -126,11 +137,11 @@ bool gemm_mmvq_can_run(const GemmArgs& args, std::string* why_not) {
 
 Status gemm_mmvq_run(const GemmArgs& args, Stream stream) {
   // K = 0 needs no special case: no halves, and C is written with zeros.
-  if (args.m <= 0 || args.n <= 0) return Status::success();
+  if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, "qg.gemm_q4_0_q8_1", args.device.id); !s.ok()) return s;
+  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const cudaStream_t st = to_cuda(stream);
-  switch (args.n) {
+  switch (args.b.rows) {
     case 1: launch<1>(args, st); break;
     case 2: launch<2>(args, st); break;
     case 3: launch<3>(args, st); break;
@@ -141,7 +152,7 @@ Status gemm_mmvq_run(const GemmArgs& args, Stream stream) {
     case 8: launch<8>(args, st); break;
     default:
       return Status(StatusCode::unsupported,
-                    "qg.gemm_q4_0_q8_1 (cuda_mmvq): N > 8 (" + gemm_shape(args) + ")");
+                    std::string(args.fn) + " (cuda_mmvq): N > 8 (" + gemm_shape(args) + ")");
   }
   return gemm_launch_status(args);
 }

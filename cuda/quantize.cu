@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "common.cuh"
-#include "quant_block.h"
+#include "format_dispatch.h"
+#include "quantize.cuh"
 
 namespace qg::detail::cuda {
 namespace {
@@ -23,21 +23,6 @@ constexpr int kBlocksPerWarp = 32;
 constexpr int kPitch = 33;              // floats per staged block (32 + 1 pad)
 constexpr int kMaxBytesPerBlock = 36;   // block_q8_1
 constexpr int64_t kMaxGrid = 1 << 20;   // grid-stride beyond this
-
-template <Format F>
-struct BlockOf;
-template <>
-struct BlockOf<Format::q4_0> {
-  using type = block_q4_0;
-};
-template <>
-struct BlockOf<Format::q8_0> {
-  using type = block_q8_0;
-};
-template <>
-struct BlockOf<Format::q8_1> {
-  using type = block_q8_1;
-};
 
 template <DType T>
 __device__ __forceinline__ float load_value(const uint8_t* row, int64_t i, bool aligned) {
@@ -90,12 +75,7 @@ quantize_kernel(const uint8_t* __restrict__ x, int64_t rows, int64_t nb, int64_t
     const uint8_t* xrow = x + (row * x_row_stride + b0 * 32) * kEsize;
     for (int i = 0; i < nblk; ++i) xs[i * kPitch + lane] = load_value<T>(xrow, i * 32 + lane, x_aligned);
     __syncwarp();
-    if (lane < nblk) {
-      Block* out = reinterpret_cast<Block*>(ys + lane * kBpb);
-      if constexpr (F == Format::q4_0) quantize_block_q4_0(xs + lane * kPitch, out);
-      else if constexpr (F == Format::q8_0) quantize_block_q8_0(xs + lane * kPitch, out);
-      else quantize_block_q8_1(xs + lane * kPitch, out, convention);
-    }
+    if (lane < nblk) quantize_block<F>(xs + lane * kPitch, reinterpret_cast<Block*>(ys + lane * kBpb), convention);
     __syncwarp();
     copy_bytes_warp(y + row * y_row_stride + b0 * kBpb, ys, nblk * kBpb, lane);
     __syncwarp();  // shared buffers are reused by the next chunk
@@ -123,11 +103,7 @@ dequantize_kernel(const uint8_t* __restrict__ xq, int64_t rows, int64_t nb, int6
     const int nblk = static_cast<int>(min(static_cast<int64_t>(kBlocksPerWarp), nb - b0));
     copy_bytes_warp(qs, xq + row * xq_row_stride + b0 * kBpb, nblk * kBpb, lane);
     __syncwarp();
-    if (lane < nblk) {
-      const Block* b = reinterpret_cast<const Block*>(qs + lane * kBpb);
-      if constexpr (F == Format::q4_0) dequantize_block_q4_0(b, ys + lane * kPitch);
-      else dequantize_block_q8(b->d, b->qs, ys + lane * kPitch);
-    }
+    if (lane < nblk) dequantize_block<F>(reinterpret_cast<const Block*>(qs + lane * kBpb), ys + lane * kPitch);
     __syncwarp();
     float* yrow = y + row * y_row_stride + b0 * 32;
     for (int i = 0; i < nblk; ++i) yrow[i * 32 + lane] = ys[i * kPitch + lane];
@@ -139,21 +115,6 @@ unsigned grid_for(int64_t rows, int64_t nb) {
   const int64_t chunks = rows * ((nb + kBlocksPerWarp - 1) / kBlocksPerWarp);
   const int64_t ctas = (chunks + kWarpsPerCta - 1) / kWarpsPerCta;
   return static_cast<unsigned>(ctas < 1 ? 1 : (ctas > kMaxGrid ? kMaxGrid : ctas));
-}
-
-std::string op_name(const char* verb, Format format) {
-  return std::string("qg.") + verb + "_" + format_traits(format).name;
-}
-
-bool quantize_can_run(Format format, const QuantizeArgs& args, std::string* why_not) {
-  (void)format;
-  if (!common_can_run(args.device, why_not)) return false;
-  if (args.x_dtype != DType::f32 && args.x_dtype != DType::f16 && args.x_dtype != DType::bf16) {
-    if (why_not) *why_not = std::string("input dtype ") + dtype_name(args.x_dtype) +
-                            " is not f32, f16 or bf16";
-    return false;
-  }
-  return true;
 }
 
 template <Format F>
@@ -179,24 +140,23 @@ void launch_quantize(const QuantizeArgs& a, unsigned grid, cudaStream_t stream) 
   }
 }
 
-Status quantize_run(Format format, const QuantizeArgs& args, Stream stream) {
-  const std::string op = op_name("quantize", format);
+std::string rows_k(int64_t rows, int64_t k) { return "rows=" + std::to_string(rows) + ", k=" + std::to_string(k); }
+
+}  // namespace
+
+bool quantize_can_run(const QuantizeArgs&, std::string*) { return true; }
+
+Status quantize_run(const QuantizeArgs& args, Stream stream) {
+  const char* fn = args.fn ? args.fn : format_traits(args.format).quantize_fn;
   if (args.rows <= 0 || args.k <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, op.c_str(), args.device.id); !s.ok()) return s;
+  if (Status s = guard_status(guard, fn, args.device.id); !s.ok()) return s;
   const unsigned grid = grid_for(args.rows, args.k / 32);
-  switch (format) {
-    case Format::q4_0: launch_quantize<Format::q4_0>(args, grid, to_cuda(stream)); break;
-    case Format::q8_0: launch_quantize<Format::q8_0>(args, grid, to_cuda(stream)); break;
-    case Format::q8_1: launch_quantize<Format::q8_1>(args, grid, to_cuda(stream)); break;
-  }
-  return launch_status(op.c_str(), "rows=" + std::to_string(args.rows) +
-                                       ", k=" + std::to_string(args.k));
+  with_format(args.format, [&](auto tag) { launch_quantize<decltype(tag)::value>(args, grid, to_cuda(stream)); });
+  return launch_status(fn, rows_k(args.rows, args.k));
 }
 
-bool dequantize_can_run(Format format, const DequantizeArgs& args, std::string* why_not) {
-  (void)format;
-  if (!common_can_run(args.device, why_not)) return false;
+bool dequantize_can_run(const DequantizeArgs& args, std::string* why_not) {
   if (!is_aligned(args.y, alignof(float))) {
     if (why_not) *why_not = "output pointer is not 4-byte aligned";
     return false;
@@ -204,47 +164,20 @@ bool dequantize_can_run(Format format, const DequantizeArgs& args, std::string* 
   return true;
 }
 
-Status dequantize_run(Format format, const DequantizeArgs& args, Stream stream) {
-  const std::string op = op_name("dequantize", format);
+Status dequantize_run(const DequantizeArgs& args, Stream stream) {
+  const char* fn = args.fn ? args.fn : format_traits(args.format).dequantize_fn;
   if (args.rows <= 0 || args.k <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, op.c_str(), args.device.id); !s.ok()) return s;
+  if (Status s = guard_status(guard, fn, args.device.id); !s.ok()) return s;
   const int64_t nb = args.k / 32;
   const unsigned grid = grid_for(args.rows, nb);
   const uint8_t* xq = static_cast<const uint8_t*>(args.xq);
   const cudaStream_t st = to_cuda(stream);
-  switch (format) {
-    case Format::q4_0:
-      dequantize_kernel<Format::q4_0><<<grid, kWarpsPerCta * 32, 0, st>>>(
-          xq, args.rows, nb, args.xq_row_stride, args.y, args.y_row_stride);
-      break;
-    case Format::q8_0:
-      dequantize_kernel<Format::q8_0><<<grid, kWarpsPerCta * 32, 0, st>>>(
-          xq, args.rows, nb, args.xq_row_stride, args.y, args.y_row_stride);
-      break;
-    case Format::q8_1:
-      dequantize_kernel<Format::q8_1><<<grid, kWarpsPerCta * 32, 0, st>>>(
-          xq, args.rows, nb, args.xq_row_stride, args.y, args.y_row_stride);
-      break;
-  }
-  return launch_status(op.c_str(), "rows=" + std::to_string(args.rows) +
-                                       ", k=" + std::to_string(args.k));
-}
-
-}  // namespace
-
-const std::vector<QuantizeImpl>& quantize_impls() {
-  static const std::vector<QuantizeImpl> impls = {
-      {"cuda_warp_staged", quantize_can_run, quantize_run},
-  };
-  return impls;
-}
-
-const std::vector<DequantizeImpl>& dequantize_impls() {
-  static const std::vector<DequantizeImpl> impls = {
-      {"cuda_warp_staged", dequantize_can_run, dequantize_run},
-  };
-  return impls;
+  with_format(args.format, [&](auto tag) {
+    dequantize_kernel<decltype(tag)::value><<<grid, kWarpsPerCta * 32, 0, st>>>(
+        xq, args.rows, nb, args.xq_row_stride, args.y, args.y_row_stride);
+  });
+  return launch_status(fn, rows_k(args.rows, args.k));
 }
 
 }  // namespace qg::detail::cuda

@@ -173,6 +173,15 @@ bool device_has_code(int device, std::string* why) {
   return false;
 }
 
+bool usable_device(int device, int* cc, std::string* why) {
+  const cudaError_t err = device_cc(device, cc);
+  if (err != cudaSuccess) {
+    if (why) *why = "cannot query cuda:" + std::to_string(device) + ": " + cuda_error_text(err);
+    return false;
+  }
+  return device_has_code(device, why);
+}
+
 bool built() { return true; }
 
 std::string runtime_version() {

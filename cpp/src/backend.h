@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
-// backend.h: how the core sees an implementation. Each one is a can_run/run
-// pair; the dispatcher walks a backend's list, most specialised first, and
-// runs the first whose can_run says yes (can_run writes why it says no).
-// Args reaching an implementation have passed validate.h: shapes, strides,
-// block sizes, alignment and devices are already known to be consistent.
+// backend.h: how the core sees a backend. Each backend keeps one registry:
+// kernel tables for gemm, quantize and dequantize. A table entry says, as data,
+// which formats it serves, which hardware it needs (its arch window) and which
+// epilogue features it implements; its can_run judges only shape and
+// alignment. dispatch.h walks a table in order (most specialised first).
+// Args reaching a kernel have passed validate.h.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,29 +16,73 @@
 
 namespace qg::detail {
 
-struct GemmImpl {
+// ISA extensions a CPU kernel needs (features.cpp detects them).
+enum CpuFeature : uint32_t {
+  kCpuAvx2 = 1u << 0,
+  kCpuFma = 1u << 1,
+  kCpuF16c = 1u << 2,
+  kCpuAvx512Vnni = 1u << 3,
+  kCpuAvxVnni = 1u << 4,
+};
+
+// The hardware a kernel runs on. CUDA: compute capabilities min_cc..max_cc
+// (90 = sm_90; max_cc 0 = no upper bound); arch_specific code (sm_90a: wgmma,
+// setmaxnreg) runs on min_cc exactly. CPU: the ISA bits it needs.
+struct ArchWindow {
+  int min_cc = 0;
+  int max_cc = 0;
+  bool arch_specific = false;
+  uint32_t cpu_features = 0;
+};
+
+// Epilogue features (ops.h's Epilogue and GemmArgs) a GEMM kernel implements.
+enum EpilogueCap : uint32_t {
+  kEpiAlpha = 1u << 0,     // alpha != 1
+  kEpiScales = 1u << 1,    // row_scale / col_scale
+  kEpiBeta = 1u << 2,      // beta != 0 (reads C)
+  kEpiBias = 1u << 3,
+  kEpiRelu = 1u << 4,
+  kEpiOutF16 = 1u << 5,
+  kEpiOutBf16 = 1u << 6,
+  kEpiStridedC = 1u << 7,  // ldc_n != 1
+  kEpiAll = (1u << 8) - 1,
+};
+// The features a call needs, and their names ("bias, relu") for messages.
+uint32_t epilogue_needs(const GemmArgs& args);
+std::string epilogue_cap_names(uint32_t caps);
+
+struct GemmKernel {
   const char* name;
+  Format a_format, b_format;
+  ArchWindow arch;
+  uint32_t epilogue_caps;
   bool (*can_run)(const GemmArgs& args, std::string* why_not);
   Status (*run)(const GemmArgs& args, Stream stream);
 };
 
-struct QuantizeImpl {
+// Quantize and dequantize kernels serve a set of formats (bit 1 << Format).
+template <class Args>
+struct ConvertKernel {
   const char* name;
-  bool (*can_run)(Format format, const QuantizeArgs& args, std::string* why_not);
-  Status (*run)(Format format, const QuantizeArgs& args, Stream stream);
+  uint32_t formats;
+  ArchWindow arch;
+  bool (*can_run)(const Args& args, std::string* why_not);
+  Status (*run)(const Args& args, Stream stream);
 };
 
-struct DequantizeImpl {
-  const char* name;
-  bool (*can_run)(Format format, const DequantizeArgs& args, std::string* why_not);
-  Status (*run)(Format format, const DequantizeArgs& args, Stream stream);
+constexpr uint32_t format_bit(Format f) { return 1u << static_cast<int>(f); }
+constexpr uint32_t kAllFormats = (1u << kFormatCount) - 1;
+
+struct Registry {
+  std::vector<GemmKernel> gemm;
+  std::vector<ConvertKernel<QuantizeArgs>> quantize;
+  std::vector<ConvertKernel<DequantizeArgs>> dequantize;
 };
 
 namespace cpu {
-const std::vector<GemmImpl>& gemm_q4_0_q8_1_impls();
-const std::vector<QuantizeImpl>& quantize_impls();
-const std::vector<DequantizeImpl>& dequantize_impls();
-std::vector<std::string> features();  // run-time detected ISA extensions
+const Registry& registry();
+uint32_t feature_bits();              // run-time detected (QG_CPU_ISA=scalar clears them)
+std::vector<std::string> features();  // their names
 }  // namespace cpu
 
 // Implemented by cuda/ when the CUDA backend is built, by no_cuda.cpp otherwise.
@@ -45,9 +91,10 @@ bool built();
 std::string runtime_version();
 std::vector<std::string> compiled_archs();
 std::vector<CudaDeviceInfo> devices(std::string* why);
-const std::vector<GemmImpl>& gemm_q4_0_q8_1_impls();
-const std::vector<QuantizeImpl>& quantize_impls();
-const std::vector<DequantizeImpl>& dequantize_impls();
+const Registry& registry();
+// The compute capability of `device` (cached), false with *why when the
+// device cannot be used: no such device, or no code in this build for it.
+bool usable_device(int device, int* cc, std::string* why);
 Status device_alloc(int device, size_t bytes, void** ptr);
 void device_free(int device, void* ptr) noexcept;
 Status internal_stream(int device, Stream* stream);

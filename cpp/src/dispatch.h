@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
-// dispatch.h: pick the first implementation whose can_run agrees, for the
-// backend that owns the arguments' device, and say why the others did not.
+// dispatch.h: one dispatcher for every op and backend. It takes the registry
+// of the backend that owns the arguments' device, keeps the kernels that serve
+// the call's formats, and runs the first one whose arch window admits the
+// device, whose epilogue capabilities cover the call, and whose can_run
+// agrees. With an Explanation it records why each candidate was passed over.
+// Nothing here builds a string on the success path of a real call.
 #pragma once
 
 #include <string>
@@ -11,45 +15,83 @@
 
 namespace qg::detail {
 
-// Calls can_run(impl, &why) on each impl in order. Returns the chosen index in
-// *chosen (or -1) and, when explain is set, fills it with one line per impl.
-template <class Impl, class CanRun>
-Status choose_impl(const std::string& fn, Device device, const std::vector<Impl>& impls,
-                   CanRun can_run, int* chosen, Explanation* explain) {
-  *chosen = -1;
-  if (explain) explain->op = fn;
-  if (device.type == DeviceType::cuda && !cuda::built())
-    return Status(StatusCode::backend_unavailable,
-                  fn + ": the input is on " + device_name(device) +
-                      " but this qg build has no CUDA backend (reinstall with nvcc on PATH, e.g. "
-                      "QG_CUDA=ON pip install .)");
-  std::string reasons;
-  for (size_t i = 0; i < impls.size(); ++i) {
-    std::string why;
-    const bool ok = *chosen < 0 && can_run(impls[i], &why);
-    if (ok) *chosen = static_cast<int>(i);
-    if (explain) {
-      std::string line = std::string(impls[i].name) + ": ";
-      if (ok) line += "chosen";
-      else if (*chosen >= 0 && static_cast<int>(i) != *chosen) line += "not tried (an earlier one was chosen)";
-      else line += "skipped (" + why + ")";
-      explain->candidates.push_back(line);
-      if (ok) explain->chosen = impls[i].name;
+// What the arguments' device offers, looked up once per call.
+struct DeviceCaps {
+  int cc = 0;                 // CUDA compute capability
+  uint32_t cpu_features = 0;  // CPU ISA bits
+};
+
+// Fails with the reason a device cannot run anything (no CUDA backend, no
+// such GPU, no code for it in this build).
+Status device_caps(const char* fn, Device device, DeviceCaps* caps);
+const Registry& registry_for(Device device);
+
+// Empty when the window admits the device, else why not.
+bool arch_admits(const ArchWindow& w, Device device, const DeviceCaps& caps, std::string* why_not);
+
+inline bool serves(const GemmKernel& k, const GemmArgs& a) {
+  return k.a_format == a.a.format && k.b_format == a.b.format;
+}
+inline uint32_t caps_missing(const GemmKernel& k, const GemmArgs& a) {
+  return epilogue_needs(a) & ~k.epilogue_caps;
+}
+template <class Args>
+bool serves(const ConvertKernel<Args>& k, const Args& a) {
+  return (k.formats & format_bit(a.format)) != 0;
+}
+template <class Args>
+uint32_t caps_missing(const ConvertKernel<Args>&, const Args&) {
+  return 0;
+}
+
+// "q4_0 x q8_1 on cuda:0" / "q4_0 on cpu"
+std::string call_key(const GemmArgs& a);
+std::string call_key(const QuantizeArgs& a);
+std::string call_key(const DequantizeArgs& a);
+
+Status no_kernel(const char* fn, const std::string& key, const std::string& reasons, bool any_served);
+
+template <class Kernel, class Args>
+Status choose_kernel(const char* fn, const std::vector<Kernel>& kernels, const Args& args,
+                     const Kernel** chosen, Explanation* explain) {
+  *chosen = nullptr;
+  DeviceCaps caps;
+  if (Status s = device_caps(fn, args.device, &caps); !s.ok()) return s;
+  if (explain) {
+    explain->op = fn;
+    explain->problem = call_key(args);
+  }
+  bool any_served = false;
+  std::string reasons;  // filled only when nothing runs or explain is asked
+  for (const Kernel& k : kernels) {
+    if (!serves(k, args)) continue;
+    any_served = true;
+    if (*chosen) {
+      if (explain) explain->candidates.push_back(std::string(k.name) + ": not tried (an earlier one was chosen)");
+      continue;
     }
-    if (!ok && *chosen < 0) reasons += std::string(reasons.empty() ? "" : "; ") + impls[i].name + ": " + why;
-  }
-  if (*chosen < 0 && device.type == DeviceType::cuda) {
     std::string why;
-    if (cuda::devices(&why).empty())
-      return Status(StatusCode::backend_unavailable,
-                    fn + ": the input is on " + device_name(device) + " but no CUDA device is usable (" +
-                        why + ")");
+    bool ok = arch_admits(k.arch, args.device, caps, &why);
+    if (ok) {
+      if (const uint32_t missing = caps_missing(k, args)) {
+        ok = false;
+        why = "its epilogue lacks " + epilogue_cap_names(missing);
+      }
+    }
+    if (ok) ok = k.can_run(args, &why);
+    if (ok) {
+      *chosen = &k;
+      if (explain) {
+        explain->chosen = k.name;
+        explain->candidates.push_back(std::string(k.name) + ": chosen");
+      }
+      continue;
+    }
+    if (explain) explain->candidates.push_back(std::string(k.name) + ": skipped (" + why + ")");
+    reasons += (reasons.empty() ? "" : "; ") + std::string(k.name) + ": " + why;
   }
-  if (*chosen < 0)
-    return Status(StatusCode::unsupported,
-                  fn + ": no implementation for this problem on " + device_name(device) +
-                      (reasons.empty() ? std::string() : " (" + reasons + ")"));
-  return {};
+  if (*chosen) return {};
+  return no_kernel(fn, call_key(args), reasons, any_served);
 }
 
 }  // namespace qg::detail

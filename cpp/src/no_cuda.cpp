@@ -20,17 +20,13 @@ std::vector<CudaDeviceInfo> devices(std::string* why) {
   if (why) *why = kNotBuilt;
   return {};
 }
-const std::vector<GemmImpl>& gemm_q4_0_q8_1_impls() {
-  static const std::vector<GemmImpl> none;
+const Registry& registry() {
+  static const Registry none;
   return none;
 }
-const std::vector<QuantizeImpl>& quantize_impls() {
-  static const std::vector<QuantizeImpl> none;
-  return none;
-}
-const std::vector<DequantizeImpl>& dequantize_impls() {
-  static const std::vector<DequantizeImpl> none;
-  return none;
+bool usable_device(int, int*, std::string* why) {
+  if (why) *why = kNotBuilt;
+  return false;
 }
 Status device_alloc(int, size_t, void**) { return not_built("qg.device_alloc"); }
 void device_free(int, void*) noexcept {}

@@ -1,319 +1,313 @@
 // SPDX-License-Identifier: MIT
-// ops.cpp: public entry points. Each one validates (validate.h), returns early
-// for empty problems, then dispatches to the device's implementations.
-#include <cstring>
-
-#include "backend.h"
+// ops.cpp: the public entry points. Raw-pointer calls validate, then dispatch;
+// view calls infer the result, turn views into raw arguments, then do the
+// same. One path per op for every format.
 #include "dispatch.h"
 #include "validate.h"
 
 namespace qg {
 
-using detail::choose_impl;
+using detail::choose_kernel;
+using detail::invalid;
+using detail::type_error;
 
 namespace {
 
-template <class Impl>
-const std::vector<Impl>& impls_for(Device device, const std::vector<Impl>& (*cpu_list)(),
-                                   const std::vector<Impl>& (*cuda_list)()) {
-  return device.type == DeviceType::cuda ? cuda_list() : cpu_list();
-}
+const char* name_or(const char* fn, const char* fallback) { return fn ? fn : fallback; }
 
-Status quantize_dispatch(Format format, const QuantizeArgs& args, Stream stream, Explanation* explain) {
-  const std::string fn = detail::op_name("quantize", format);
-  if (auto s = detail::check_quantize_args(fn, format, args, explain == nullptr); !s.ok()) return s;
-  const auto& impls = impls_for(args.device, detail::cpu::quantize_impls, detail::cuda::quantize_impls);
-  int chosen;
-  auto can_run = [&](const detail::QuantizeImpl& impl, std::string* why) {
-    return impl.can_run(format, args, why);
-  };
-  if (auto s = choose_impl(fn, args.device, impls, can_run, &chosen, explain); !s.ok()) return s;
-  if (explain || args.rows == 0 || args.k == 0) return {};
-  return impls[chosen].run(format, args, stream);
-}
-
-Status dequantize_dispatch(Format format, const DequantizeArgs& args, Stream stream, Explanation* explain) {
-  const std::string fn = detail::op_name("dequantize", format);
-  if (auto s = detail::check_dequantize_args(fn, format, args, explain == nullptr); !s.ok()) return s;
-  const auto& impls = impls_for(args.device, detail::cpu::dequantize_impls, detail::cuda::dequantize_impls);
-  int chosen;
-  auto can_run = [&](const detail::DequantizeImpl& impl, std::string* why) {
-    return impl.can_run(format, args, why);
-  };
-  if (auto s = choose_impl(fn, args.device, impls, can_run, &chosen, explain); !s.ok()) return s;
-  if (explain || args.rows == 0 || args.k == 0) return {};
-  return impls[chosen].run(format, args, stream);
+template <class Args, class Kernels>
+Status run_op(const Args& args, const Kernels& kernels, const char* fn, bool empty, Stream stream,
+              Explanation* explain) {
+  using Kernel = typename Kernels::value_type;
+  const Kernel* k = nullptr;
+  if (Status s = choose_kernel(fn, kernels, args, &k, explain); !s.ok()) return s;
+  if (explain || empty) return {};
+  return k->run(args, stream);
 }
 
 Status gemm_dispatch(const GemmArgs& args, Stream stream, Explanation* explain) {
-  const std::string fn = "qg.gemm_q4_0_q8_1";
-  if (auto s = detail::check_gemm_args(fn, args, explain == nullptr); !s.ok()) return s;
-  const auto& impls =
-      impls_for(args.device, detail::cpu::gemm_q4_0_q8_1_impls, detail::cuda::gemm_q4_0_q8_1_impls);
-  int chosen;
-  auto can_run = [&](const detail::GemmImpl& impl, std::string* why) { return impl.can_run(args, why); };
-  if (auto s = choose_impl(fn, args.device, impls, can_run, &chosen, explain); !s.ok()) return s;
-  // K == 0 still runs: every implementation writes zeros for an empty sum.
-  if (explain || args.m == 0 || args.n == 0) return {};
-  return impls[chosen].run(args, stream);
+  if (Status s = detail::check_gemm_args(args, explain == nullptr); !s.ok()) return s;
+  // K == 0 still runs: the epilogue writes the empty sum (0) through bias and activation.
+  const bool empty = args.a.rows == 0 || args.b.rows == 0;
+  return run_op(args, detail::registry_for(args.device).gemm, name_or(args.fn, "qg.gemm"), empty, stream, explain);
+}
+
+Status quantize_dispatch(const QuantizeArgs& args, Stream stream, Explanation* explain) {
+  if (Status s = detail::check_quantize_args(args, explain == nullptr); !s.ok()) return s;
+  const char* fn = name_or(args.fn, format_traits(args.format).quantize_fn);
+  return run_op(args, detail::registry_for(args.device).quantize, fn, args.rows == 0 || args.k == 0, stream,
+                explain);
+}
+
+Status dequantize_dispatch(const DequantizeArgs& args, Stream stream, Explanation* explain) {
+  if (Status s = detail::check_dequantize_args(args, explain == nullptr); !s.ok()) return s;
+  const char* fn = name_or(args.fn, format_traits(args.format).dequantize_fn);
+  return run_op(args, detail::registry_for(args.device).dequantize, fn, args.rows == 0 || args.k == 0, stream,
+                explain);
 }
 
 }  // namespace
 
 // ------------------------------------------------------------------ raw pointers
-Status quantize(Format format, const QuantizeArgs& args, Stream stream) {
-  return quantize_dispatch(format, args, stream, nullptr);
-}
-Status dequantize(Format format, const DequantizeArgs& args, Stream stream) {
-  return dequantize_dispatch(format, args, stream, nullptr);
-}
-Status gemm_q4_0_q8_1(const GemmArgs& args, Stream stream) { return gemm_dispatch(args, stream, nullptr); }
-
-Status gemm_q4_0_q8_1(const void* w, const void* a, float* c, int64_t m, int64_t n, int64_t k,
-                      Device device, Stream stream) {
-  GemmArgs args;
-  args.w = w;
-  args.a = a;
-  args.c = c;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.ldw = k / kQK4_0 * static_cast<int64_t>(sizeof(block_q4_0));
-  args.lda = k / kQK8_1 * static_cast<int64_t>(sizeof(block_q8_1));
-  args.ldc = n;
-  args.device = device;
-  return gemm_dispatch(args, stream, nullptr);
+Operand packed_operand(const void* data, Format format, int64_t rows, int64_t k) {
+  Operand op;
+  op.data = data;
+  op.format = format;
+  op.rows = rows;
+  op.k = k;
+  op.row_stride = row_bytes(format_traits(format), k < 0 ? 0 : k);
+  return op;
 }
 
-Status explain_gemm_q4_0_q8_1(const GemmArgs& args, Explanation* out) {
+Status gemm(const GemmArgs& args, Stream stream) { return gemm_dispatch(args, stream, nullptr); }
+Status quantize(const QuantizeArgs& args, Stream stream) { return quantize_dispatch(args, stream, nullptr); }
+Status dequantize(const DequantizeArgs& args, Stream stream) { return dequantize_dispatch(args, stream, nullptr); }
+
+Status gemm_q4_0_q8_1(const void* w, const void* a, float* c, int64_t m, int64_t n, int64_t k, Device device,
+                      Stream stream) {
+  GemmArgs g;
+  g.a = packed_operand(w, Format::q4_0, m, k);
+  g.b = packed_operand(a, Format::q8_1, n, k);
+  g.c = c;
+  g.ldc = n;
+  g.device = device;
+  g.fn = "qg.gemm_q4_0_q8_1";
+  return gemm(g, stream);
+}
+
+Status explain(const GemmArgs& args, Explanation* out) {
   *out = Explanation{};
   return gemm_dispatch(args, nullptr, out);
 }
-Status explain_quantize(Format format, const QuantizeArgs& args, Explanation* out) {
+Status explain(const QuantizeArgs& args, Explanation* out) {
   *out = Explanation{};
-  return quantize_dispatch(format, args, nullptr, out);
+  return quantize_dispatch(args, nullptr, out);
 }
-Status explain_dequantize(Format format, const DequantizeArgs& args, Explanation* out) {
+Status explain(const DequantizeArgs& args, Explanation* out) {
   *out = Explanation{};
-  return dequantize_dispatch(format, args, nullptr, out);
+  return dequantize_dispatch(args, nullptr, out);
 }
 
 // ------------------------------------------------------------------------ views
 namespace {
 
-Status invalid(const std::string& fn, const std::string& what) {
-  return Status(StatusCode::invalid_argument, fn + ": " + what);
+int64_t product(const TensorView& v, int drop) {
+  int64_t p = 1;
+  for (int d = 0; d < v.ndim - drop; ++d) p *= v.shape[d];
+  return p;
 }
 
-Status require_ndim(const std::string& fn, const char* arg, const TensorView& v, int min_ndim,
-                    const char* expected) {
-  if (v.ndim < 0 || v.ndim > kMaxDims)
-    return invalid(fn, std::string(arg) + " has ndim=" + std::to_string(v.ndim) +
-                           "; a qg view holds 0 to " + std::to_string(kMaxDims) + " dimensions");
-  if (v.ndim < min_ndim)
-    return invalid(fn, std::string(arg) + " must have shape " + expected + ", got a " +
-                           std::to_string(v.ndim) + "-d array of shape " + detail::shape_string(v));
+void set_spec(ResultSpec* out, DType dtype, const int64_t* lead, int nlead, std::initializer_list<int64_t> tail) {
+  out->dtype = dtype;
+  out->ndim = 0;
+  for (int d = 0; d < nlead; ++d) out->shape[out->ndim++] = lead[d];
+  for (int64_t t : tail) out->shape[out->ndim++] = t;
+}
+
+Status check_1d(const char* fn, const char* arg, const TensorView* v, int64_t len, Device device, bool float_only) {
+  if (v == nullptr) return {};
+  if (Status s = detail::check_view(fn, arg, *v); !s.ok()) return s;
+  if (float_only ? v->dtype != DType::f32 : !detail::is_float_dtype(v->dtype))
+    return type_error(fn, std::string(arg) + " must be " + (float_only ? "float32" : "float32, float16 or bfloat16") +
+                              ", got " + dtype_name(v->dtype));
+  if (v->ndim != 1 || v->shape[0] != len)
+    return invalid(fn, std::string(arg) + " must have shape [" + std::to_string(len) + "], got " +
+                           detail::shape_string(*v));
+  if (len > 1 && v->strides[0] != 1) return invalid(fn, std::string(arg) + " must be contiguous; pass a contiguous copy");
+  if (v->device != device)
+    return invalid(fn, std::string(arg) + " is on " + device_name(v->device) + " but the operands are on " +
+                           device_name(device) + "; move it there");
   return {};
-}
-
-// Packed arrays are uint8 [..., blocks, bytes_per_block].
-Status check_packed(const std::string& fn, const char* arg, const TensorView& v, Format format) {
-  const FormatTraits& t = format_traits(format);
-  if (v.dtype != DType::u8)
-    return Status(StatusCode::type_error, fn + ": " + arg + " must be uint8 (packed " + t.name +
-                                              " blocks), got " + dtype_name(v.dtype));
-  const std::string expected = std::string("[..., K//32, ") + std::to_string(t.bytes_per_block) + "]";
-  if (auto s = require_ndim(fn, arg, v, 2, expected.c_str()); !s.ok()) return s;
-  if (v.shape[v.ndim - 1] != t.bytes_per_block)
-    return invalid(fn, std::string(arg) + ".shape[-1] must be " + std::to_string(t.bytes_per_block) +
-                           " (bytes per " + t.name + " block), got " +
-                           std::to_string(v.shape[v.ndim - 1]) + " (shape " +
-                           detail::shape_string(v) + ")");
-  return {};
-}
-
-std::vector<int64_t> leading(const TensorView& v, int drop) {
-  return std::vector<int64_t>(v.shape, v.shape + v.ndim - drop);
 }
 
 }  // namespace
 
-Status quantize_output_shape(Format format, const TensorView& x, std::vector<int64_t>* shape) {
-  const std::string fn = detail::op_name("quantize", format);
-  const FormatTraits& t = format_traits(format);
-  if (x.dtype != DType::f32 && x.dtype != DType::f16 && x.dtype != DType::bf16)
-    return Status(StatusCode::type_error, fn + ": x must be float32, float16 or bfloat16, got " +
-                                              dtype_name(x.dtype));
-  if (auto s = require_ndim(fn, "x", x, 1, "[..., K]"); !s.ok()) return s;
-  const int64_t k = x.shape[x.ndim - 1];
+Status result_spec(const QuantizeViews& v, ResultSpec* out) {
+  const FormatTraits& t = format_traits(v.format);
+  const char* fn = name_or(v.fn, t.quantize_fn);
+  if (!detail::is_float_dtype(v.x.dtype))
+    return type_error(fn, std::string("x must be float32, float16 or bfloat16, got ") + dtype_name(v.x.dtype));
+  if (Status s = detail::check_view(fn, "x", v.x); !s.ok()) return s;
+  if (v.x.ndim < 1)
+    return invalid(fn, "x must have shape [..., K], got a 0-d array; reshape it to [1, K]");
+  if (v.x.ndim + 1 > kMaxDims)
+    return invalid(fn, "x has " + std::to_string(v.x.ndim) + " dimensions, so the result would have " +
+                           std::to_string(v.x.ndim + 1) + ", more than qg's limit of " + std::to_string(kMaxDims) +
+                           "; merge leading dimensions of x (reshape) first");
+  const int64_t k = v.x.shape[v.x.ndim - 1];
   if (k % t.block_size != 0)
     return invalid(fn, "K=" + std::to_string(k) + " (x.shape[-1]) is not a multiple of " +
                            std::to_string(t.block_size) + ", the " + t.name + " block size");
-  *shape = leading(x, 1);
-  shape->push_back(k / t.block_size);
-  shape->push_back(t.bytes_per_block);
+  set_spec(out, DType::u8, v.x.shape, v.x.ndim - 1, {k / t.block_size, t.bytes_per_block});
   return {};
 }
 
-Status dequantize_output_shape(Format format, const TensorView& xq, int64_t k,
-                               std::vector<int64_t>* shape) {
-  const std::string fn = detail::op_name("dequantize", format);
-  if (auto s = check_packed(fn, "xq", xq, format); !s.ok()) return s;
-  const int64_t blocks = xq.shape[xq.ndim - 2];
-  const int64_t inferred = blocks * format_traits(format).block_size;
-  if (k >= 0 && k != inferred)
-    return invalid(fn, "K=" + std::to_string(k) + " does not match xq, which holds " +
-                           std::to_string(blocks) + " blocks per row (K=" + std::to_string(inferred) +
-                           ")");
-  *shape = leading(xq, 2);
-  shape->push_back(inferred);
+Status result_spec(const DequantizeViews& v, ResultSpec* out) {
+  const FormatTraits& t = format_traits(v.format);
+  const char* fn = name_or(v.fn, t.dequantize_fn);
+  if (Status s = detail::check_packed_view(fn, "xq", v.xq, v.format); !s.ok()) return s;
+  const int64_t blocks = v.xq.shape[v.xq.ndim - 2];
+  const int64_t inferred = blocks * t.block_size;
+  if (v.k >= 0 && v.k != inferred)
+    return invalid(fn, "K=" + std::to_string(v.k) + " does not match xq, which holds " + std::to_string(blocks) +
+                           " blocks per row (K=" + std::to_string(inferred) + ")");
+  set_spec(out, DType::f32, v.xq.shape, v.xq.ndim - 2, {inferred});
   return {};
 }
 
-Status gemm_q4_0_q8_1_output_shape(const TensorView& w, const TensorView& a, int64_t m, int64_t n,
-                                   int64_t k, std::vector<int64_t>* shape) {
-  const std::string fn = "qg.gemm_q4_0_q8_1";
-  if (auto s = check_packed(fn, "weight_q", w, Format::q4_0); !s.ok()) return s;
-  if (auto s = check_packed(fn, "activation_q", a, Format::q8_1); !s.ok()) return s;
-  if (w.device != a.device)
-    return invalid(fn, "weight_q is on " + device_name(w.device) + " but activation_q is on " +
-                           device_name(a.device) + "; move both to one device");
-  const int64_t wb = w.shape[w.ndim - 2], ab = a.shape[a.ndim - 2];
-  if (wb != ab)
-    return invalid(fn, "weight_q has " + std::to_string(wb) + " blocks per row (K=" +
-                           std::to_string(wb * 32) + ") but activation_q has " + std::to_string(ab) +
-                           " (K=" + std::to_string(ab * 32) + ")");
-  int64_t wm = 1, an = 1;
-  for (int d = 0; d < w.ndim - 2; ++d) wm *= w.shape[d];
-  for (int d = 0; d < a.ndim - 2; ++d) an *= a.shape[d];
-  if (k >= 0 && k % 32 != 0)
-    return invalid(fn, "K=" + std::to_string(k) + " is not a multiple of 32, the Q4_0/Q8_1 block size");
-  if (k >= 0 && k != wb * 32)
-    return invalid(fn, "K=" + std::to_string(k) + " does not match weight_q, which holds " +
-                           std::to_string(wb) + " blocks per row (K=" + std::to_string(wb * 32) + ")");
-  if (m >= 0 && m != wm)
-    return invalid(fn, "M=" + std::to_string(m) + " does not match weight_q of shape " +
-                           detail::shape_string(w) + " (M=" + std::to_string(wm) + ")");
-  if (n >= 0 && n != an)
-    return invalid(fn, "N=" + std::to_string(n) + " does not match activation_q of shape " +
-                           detail::shape_string(a) + " (N=" + std::to_string(an) + ")");
-  *shape = {wm, an};
+Status result_spec(const GemmViews& v, ResultSpec* out) {
+  const char* fn = v.fn;
+  const FormatTraits &ta = format_traits(v.a_format), &tb = format_traits(v.b_format);
+  if (Status s = detail::check_packed_view(fn, v.a_name, v.a, v.a_format); !s.ok()) return s;
+  if (Status s = detail::check_packed_view(fn, v.b_name, v.b, v.b_format); !s.ok()) return s;
+  if (v.a.device != v.b.device)
+    return invalid(fn, std::string(v.a_name) + " is on " + device_name(v.a.device) + " but " + v.b_name + " is on " +
+                           device_name(v.b.device) + "; move both to one device");
+  const int64_t ka = v.a.shape[v.a.ndim - 2] * ta.block_size, kb = v.b.shape[v.b.ndim - 2] * tb.block_size;
+  if (ka != kb)
+    return invalid(fn, std::string(v.a_name) + " has " + std::to_string(v.a.shape[v.a.ndim - 2]) +
+                           " blocks per row (K=" + std::to_string(ka) + ") but " + v.b_name + " has " +
+                           std::to_string(v.b.shape[v.b.ndim - 2]) + " (K=" + std::to_string(kb) + ")");
+  const int64_t m = product(v.a, 2), n = product(v.b, 2);
+  if (v.k >= 0 && v.k % ta.block_size != 0)
+    return invalid(fn, "K=" + std::to_string(v.k) + " is not a multiple of " + std::to_string(ta.block_size) +
+                           ", the " + ta.name + " block size");
+  if (v.k >= 0 && v.k != ka)
+    return invalid(fn, "K=" + std::to_string(v.k) + " does not match " + v.a_name + ", which holds " +
+                           std::to_string(v.a.shape[v.a.ndim - 2]) + " blocks per row (K=" + std::to_string(ka) + ")");
+  if (v.m >= 0 && v.m != m)
+    return invalid(fn, "M=" + std::to_string(v.m) + " does not match " + v.a_name + " of shape " +
+                           detail::shape_string(v.a) + " (M=" + std::to_string(m) + ")");
+  if (v.n >= 0 && v.n != n)
+    return invalid(fn, "N=" + std::to_string(v.n) + " does not match " + v.b_name + " of shape " +
+                           detail::shape_string(v.b) + " (N=" + std::to_string(n) + ")");
+  if (!detail::is_float_dtype(v.out_dtype))
+    return type_error(fn, std::string("out_dtype must be float32, float16 or bfloat16, got ") +
+                              dtype_name(v.out_dtype));
+  if (Status s = check_1d(fn, "bias", v.bias, m, v.a.device, false); !s.ok()) return s;
+  if (Status s = check_1d(fn, "row_scale", v.row_scale, m, v.a.device, true); !s.ok()) return s;
+  if (Status s = check_1d(fn, "col_scale", v.col_scale, n, v.a.device, true); !s.ok()) return s;
+  const int64_t none[1] = {0};
+  if (v.transpose_out) set_spec(out, v.out_dtype, none, 0, {n, m});
+  else set_spec(out, v.out_dtype, none, 0, {m, n});
   return {};
 }
 
 namespace {
 
-// Views -> raw args; out may be null (explain), then c stays null.
-Status gemm_args_from_views(const TensorView& w, const TensorView& a, const TensorView* out,
-                            int64_t m, int64_t n, int64_t k, GemmArgs* args) {
-  const std::string fn = "qg.gemm_q4_0_q8_1";
-  std::vector<int64_t> shape;
-  if (auto s = gemm_q4_0_q8_1_output_shape(w, a, m, n, k, &shape); !s.ok()) return s;
+// Views -> raw args. out may be null (explain): then the output stays unset.
+Status to_args(const QuantizeViews& v, const TensorView* out, QuantizeArgs* a) {
+  const char* fn = name_or(v.fn, format_traits(v.format).quantize_fn);
+  ResultSpec spec;
+  if (Status s = result_spec(v, &spec); !s.ok()) return s;
+  detail::RowLayout xl, yl;
+  if (Status s = detail::row_layout(fn, "x", v.x, 1, &xl); !s.ok()) return s;
   if (out) {
-    if (auto s = detail::check_output(fn, *out, DType::f32, shape, w.device); !s.ok()) return s;
-    args->c = static_cast<float*>(out->data);
+    if (Status s = detail::check_output(fn, *out, spec, v.x.device); !s.ok()) return s;
+    if (Status s = detail::row_layout(fn, "out", *out, 2, &yl); !s.ok()) return s;
+    a->y = out->data;
+    a->y_row_stride = yl.row_stride;
   }
-  detail::RowLayout wl, al;
-  if (auto s = detail::row_layout(fn, "weight_q", w, 2, &wl); !s.ok()) return s;
-  if (auto s = detail::row_layout(fn, "activation_q", a, 2, &al); !s.ok()) return s;
-  args->w = w.data;
-  args->a = a.data;
-  args->m = shape[0];
-  args->n = shape[1];
-  args->k = w.shape[w.ndim - 2] * 32;
-  args->ldw = wl.row_stride;
-  args->lda = al.row_stride;
-  args->ldc = shape[1];
-  args->device = w.device;
+  a->format = v.format;
+  a->x = v.x.data;
+  a->x_dtype = v.x.dtype;
+  a->rows = xl.rows;
+  a->k = v.x.shape[v.x.ndim - 1];
+  a->x_row_stride = xl.row_stride;
+  a->device = v.x.device;
+  a->q8_1_convention = v.convention;
+  a->fn = fn;
   return {};
 }
 
-Status quantize_args_from_views(Format format, const TensorView& x, const TensorView* out,
-                                Q8_1Convention convention, QuantizeArgs* args) {
-  const std::string fn = detail::op_name("quantize", format);
-  std::vector<int64_t> shape;
-  if (auto s = quantize_output_shape(format, x, &shape); !s.ok()) return s;
+Status to_args(const DequantizeViews& v, const TensorView* out, DequantizeArgs* a) {
+  const char* fn = name_or(v.fn, format_traits(v.format).dequantize_fn);
+  ResultSpec spec;
+  if (Status s = result_spec(v, &spec); !s.ok()) return s;
   detail::RowLayout xl, yl;
+  if (Status s = detail::row_layout(fn, "xq", v.xq, 2, &xl); !s.ok()) return s;
   if (out) {
-    if (auto s = detail::check_output(fn, *out, DType::u8, shape, x.device); !s.ok()) return s;
-    if (auto s = detail::row_layout(fn, "out", *out, 2, &yl); !s.ok()) return s;
-    args->y = out->data;
-    args->y_row_stride = yl.row_stride;
+    if (Status s = detail::check_output(fn, *out, spec, v.xq.device); !s.ok()) return s;
+    if (Status s = detail::row_layout(fn, "out", *out, 1, &yl); !s.ok()) return s;
+    a->y = static_cast<float*>(out->data);
+    a->y_row_stride = yl.row_stride;
   }
-  if (auto s = detail::row_layout(fn, "x", x, 1, &xl); !s.ok()) return s;
-  args->x = x.data;
-  args->x_dtype = x.dtype;
-  args->rows = xl.rows;
-  args->k = x.shape[x.ndim - 1];
-  args->x_row_stride = xl.row_stride;
-  args->device = x.device;
-  args->q8_1_convention = convention;
+  a->format = v.format;
+  a->xq = v.xq.data;
+  a->rows = xl.rows;
+  a->k = spec.shape[spec.ndim - 1];
+  a->xq_row_stride = xl.row_stride;
+  a->device = v.xq.device;
+  a->fn = fn;
   return {};
 }
 
-Status dequantize_args_from_views(Format format, const TensorView& xq, int64_t k,
-                                  const TensorView* out, DequantizeArgs* args) {
-  const std::string fn = detail::op_name("dequantize", format);
-  std::vector<int64_t> shape;
-  if (auto s = dequantize_output_shape(format, xq, k, &shape); !s.ok()) return s;
-  detail::RowLayout xl, yl;
+Status to_args(const GemmViews& v, const TensorView* out, GemmArgs* g) {
+  const char* fn = v.fn;
+  ResultSpec spec;
+  if (Status s = result_spec(v, &spec); !s.ok()) return s;
+  detail::RowLayout al, bl;
+  if (Status s = detail::row_layout(fn, v.a_name, v.a, 2, &al); !s.ok()) return s;
+  if (Status s = detail::row_layout(fn, v.b_name, v.b, 2, &bl); !s.ok()) return s;
+  const int64_t m = product(v.a, 2), n = product(v.b, 2);
+  const int64_t k = v.a.shape[v.a.ndim - 2] * format_traits(v.a_format).block_size;
   if (out) {
-    if (auto s = detail::check_output(fn, *out, DType::f32, shape, xq.device); !s.ok()) return s;
-    if (auto s = detail::row_layout(fn, "out", *out, 1, &yl); !s.ok()) return s;
-    args->y = static_cast<float*>(out->data);
-    args->y_row_stride = yl.row_stride;
+    if (Status s = detail::check_output(fn, *out, spec, v.a.device); !s.ok()) return s;
+    g->c = out->data;
   }
-  if (auto s = detail::row_layout(fn, "xq", xq, 2, &xl); !s.ok()) return s;
-  args->xq = xq.data;
-  args->rows = xl.rows;
-  args->k = shape.back();
-  args->xq_row_stride = xl.row_stride;
-  args->device = xq.device;
+  g->a = {v.a.data, v.a_format, m, k, al.row_stride, {}, {}};
+  g->b = {v.b.data, v.b_format, n, k, bl.row_stride, {}, {}};
+  g->c_dtype = v.out_dtype;
+  g->ldc = v.transpose_out ? 1 : n;
+  g->ldc_n = v.transpose_out ? m : 1;
+  g->epilogue.alpha = v.alpha;
+  g->epilogue.beta = v.beta;
+  g->epilogue.activation = v.activation;
+  if (v.bias) {
+    g->epilogue.bias = v.bias->data;
+    g->epilogue.bias_dtype = v.bias->dtype;
+  }
+  if (v.row_scale) g->epilogue.row_scale = static_cast<const float*>(v.row_scale->data);
+  if (v.col_scale) g->epilogue.col_scale = static_cast<const float*>(v.col_scale->data);
+  g->device = v.a.device;
+  g->fn = fn;
   return {};
 }
 
 }  // namespace
 
-Status quantize(Format format, const TensorView& x, const TensorView& out, Stream stream,
-                Q8_1Convention convention) {
-  QuantizeArgs args;
-  if (auto s = quantize_args_from_views(format, x, &out, convention, &args); !s.ok()) return s;
-  return quantize_dispatch(format, args, stream, nullptr);
+Status quantize(const QuantizeViews& v, const TensorView& out, Stream stream) {
+  QuantizeArgs a;
+  if (Status s = to_args(v, &out, &a); !s.ok()) return s;
+  return quantize_dispatch(a, stream, nullptr);
 }
 
-Status dequantize(Format format, const TensorView& xq, int64_t k, const TensorView& out, Stream stream) {
-  DequantizeArgs args;
-  if (auto s = dequantize_args_from_views(format, xq, k, &out, &args); !s.ok()) return s;
-  return dequantize_dispatch(format, args, stream, nullptr);
+Status dequantize(const DequantizeViews& v, const TensorView& out, Stream stream) {
+  DequantizeArgs a;
+  if (Status s = to_args(v, &out, &a); !s.ok()) return s;
+  return dequantize_dispatch(a, stream, nullptr);
 }
 
-Status gemm_q4_0_q8_1(const TensorView& w, const TensorView& a, const TensorView& out, int64_t m,
-                      int64_t n, int64_t k, Stream stream) {
-  GemmArgs args;
-  if (auto s = gemm_args_from_views(w, a, &out, m, n, k, &args); !s.ok()) return s;
-  return gemm_dispatch(args, stream, nullptr);
+Status gemm(const GemmViews& v, const TensorView& out, Stream stream) {
+  GemmArgs g;
+  if (Status s = to_args(v, &out, &g); !s.ok()) return s;
+  return gemm_dispatch(g, stream, nullptr);
 }
 
-Status explain_quantize(Format format, const TensorView& x, Explanation* out) {
-  QuantizeArgs args;
-  if (auto s = quantize_args_from_views(format, x, nullptr, Q8_1Convention::reference, &args); !s.ok())
-    return s;
-  *out = Explanation{};
-  return quantize_dispatch(format, args, nullptr, out);
+Status explain(const QuantizeViews& v, Explanation* out) {
+  QuantizeArgs a;
+  if (Status s = to_args(v, nullptr, &a); !s.ok()) return s;
+  return explain(a, out);
 }
-
-Status explain_dequantize(Format format, const TensorView& xq, Explanation* out) {
-  DequantizeArgs args;
-  if (auto s = dequantize_args_from_views(format, xq, -1, nullptr, &args); !s.ok()) return s;
-  *out = Explanation{};
-  return dequantize_dispatch(format, args, nullptr, out);
+Status explain(const DequantizeViews& v, Explanation* out) {
+  DequantizeArgs a;
+  if (Status s = to_args(v, nullptr, &a); !s.ok()) return s;
+  return explain(a, out);
 }
-
-Status explain_gemm_q4_0_q8_1(const TensorView& w, const TensorView& a, Explanation* out) {
-  GemmArgs args;
-  if (auto s = gemm_args_from_views(w, a, nullptr, -1, -1, -1, &args); !s.ok()) return s;
-  *out = Explanation{};
-  return gemm_dispatch(args, nullptr, out);
+Status explain(const GemmViews& v, Explanation* out) {
+  GemmArgs g;
+  if (Status s = to_args(v, nullptr, &g); !s.ok()) return s;
+  return explain(g, out);
 }
 
 }  // namespace qg

@@ -1,16 +1,15 @@
 // SPDX-License-Identifier: MIT
-// validate.cpp: argument checks shared by every op (see validate.h).
+// validate.cpp: argument checks shared by every op and format (see validate.h).
 #include "validate.h"
 
 #include <cstdint>
+#include <limits>
 
 namespace qg::detail {
 
 namespace {
 
-Status invalid(const std::string& fn, const std::string& what) {
-  return Status(StatusCode::invalid_argument, fn + ": " + what);
-}
+std::string num(int64_t v) { return std::to_string(v); }
 
 // Byte ranges [lo, hi) touched by a strided 2-D region; used for overlap checks.
 struct Span {
@@ -23,120 +22,194 @@ Span span_of(const void* p, int64_t rows, int64_t row_stride_bytes, int64_t row_
 }
 bool overlaps(Span a, Span b) { return a.lo < b.hi && b.lo < a.hi && a.hi > a.lo && b.hi > b.lo; }
 
-Status check_device(const std::string& fn, Device device) {
-  if (device.id < 0) return invalid(fn, "device id " + std::to_string(device.id) + " is negative");
+Status check_device(const char* fn, Device device) {
+  if (device.id < 0) return invalid(fn, "device id " + num(device.id) + " is negative");
   return {};
 }
 
-// rows x k values in blocks of t.block_size: the checks quantize and dequantize share.
-Status check_block_rows(const std::string& fn, const FormatTraits& t, int64_t rows, int64_t k,
-                        Device device) {
-  if (rows < 0 || k < 0) return invalid(fn, "rows and K must be >= 0");
+// rows x k in blocks of the format's block size: what every op shares.
+Status check_rows_k(const char* fn, const char* what, const FormatTraits& t, int64_t rows, int64_t k) {
+  if (rows < 0 || k < 0)
+    return invalid(fn, std::string(what) + ": rows and K must be >= 0 (got rows=" + num(rows) + ", K=" + num(k) + ")");
   if (k % t.block_size != 0)
-    return invalid(fn, "K=" + std::to_string(k) + " is not a multiple of " +
-                           std::to_string(t.block_size) + ", the " + t.name + " block size");
-  return check_device(fn, device);
+    return invalid(fn, "K=" + num(k) + " is not a multiple of " + num(t.block_size) + ", the " + t.name +
+                           " block size");
+  // The last byte addressed must be representable: rows * row bytes < 2^63.
+  const int64_t rb = row_bytes(t, k);
+  if (rows > 0 && rb > 0 && rows > std::numeric_limits<int64_t>::max() / 4 / rb)
+    return Status(StatusCode::overflow, std::string(fn) + ": " + what + " of " + num(rows) + " rows x K=" +
+                                            num(k) + " is too large to address");
+  return {};
+}
+
+Status check_outside(const char* fn, const char* arg, const char* what, const OutsideScales& s,
+                     const FormatTraits& t, bool allowed, const Operand& op) {
+  if (s.data == nullptr && s.granularity == Granularity::none) return {};
+  if (!allowed)
+    return invalid(fn, std::string(arg) + " is " + t.name + ", which keeps no outside " + what +
+                           "; pass none");
+  if (s.data == nullptr) return invalid(fn, std::string(arg) + " " + what + " must not be null");
+  if (!is_float_dtype(s.dtype) && s.dtype != DType::u8 && s.dtype != DType::i8)
+    return type_error(fn, std::string(arg) + " " + what + " must be float32, float16, bfloat16 or 8-bit, got " +
+                              dtype_name(s.dtype));
+  if (s.granularity == Granularity::group) {
+    if (s.group_size <= 0 || op.k % s.group_size != 0)
+      return invalid(fn, std::string(arg) + " " + what + ": group_size=" + num(s.group_size) +
+                             " must be positive and divide K=" + num(op.k));
+    if (op.rows > 1 && s.row_stride < op.k / s.group_size)
+      return invalid(fn, std::string(arg) + " " + what + ": row stride " + num(s.row_stride) +
+                             " is less than the " + num(op.k / s.group_size) + " groups of a row");
+  }
+  return {};
+}
+
+Status check_operand(const char* fn, const char* arg, const Operand& op) {
+  const FormatTraits& t = format_traits(op.format);
+  if (Status s = check_rows_k(fn, arg, t, op.rows, op.k); !s.ok()) return s;
+  if (Status s = check_outside(fn, arg, "scales", op.scales, t, t.scale_place == ScalePlace::outside, op); !s.ok())
+    return s;
+  if (Status s = check_outside(fn, arg, "zero points", op.zero_points, t, t.has_zero_point, op); !s.ok())
+    return s;
+  if (op.rows == 0 || op.k == 0) return {};
+  if (op.data == nullptr) return invalid(fn, std::string(arg) + " must not be null");
+  const int64_t rb = row_bytes(t, op.k);
+  if (op.rows > 1 && op.row_stride < rb)
+    return invalid(fn, std::string(arg) + " row stride " + num(op.row_stride) + " bytes is less than a row of " +
+                           t.name + " blocks (" + num(rb) + " bytes for K=" + num(op.k) +
+                           "); rows would overlap: pass row_stride >= " + num(rb));
+  return {};
+}
+
+Span operand_span(const Operand& op) {
+  return span_of(op.data, op.rows, op.row_stride, row_bytes(format_traits(op.format), op.k));
 }
 
 }  // namespace
 
-std::string op_name(const char* verb, Format format) {
-  return std::string("qg.") + verb + "_" + format_traits(format).name;
-}
-
-std::string shape_string(const std::vector<int64_t>& shape) {
+std::string shape_string(const int64_t* shape, int ndim) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + num(shape[i]);
   return s + "]";
 }
 
 std::string shape_string(const TensorView& view) {
-  return shape_string(std::vector<int64_t>(view.shape, view.shape + view.ndim));
+  return shape_string(view.shape, view.ndim < 0 ? 0 : (view.ndim > kMaxDims ? kMaxDims : view.ndim));
 }
 
-Status check_quantize_args(const std::string& fn, Format format, const QuantizeArgs& a,
-                           bool need_output) {
-  const FormatTraits& t = format_traits(format);
-  if (a.x_dtype != DType::f32 && a.x_dtype != DType::f16 && a.x_dtype != DType::bf16)
-    return Status(StatusCode::type_error, fn + ": x must be float32, float16 or bfloat16, got " +
-                                              dtype_name(a.x_dtype));
-  if (auto s = check_block_rows(fn, t, a.rows, a.k, a.device); !s.ok()) return s;
-  if (a.rows == 0 || a.k == 0) return {};
-  const int64_t row_bytes = a.k / t.block_size * t.bytes_per_block;
-  if (a.x == nullptr) return invalid(fn, "x must not be null");
-  if (!need_output) return {};
-  if (a.y == nullptr) return invalid(fn, "y must not be null");
-  if (a.x_row_stride < a.k && a.rows > 1 && a.x_row_stride != 0)
-    return invalid(fn, "x row stride " + std::to_string(a.x_row_stride) + " is less than K=" +
-                           std::to_string(a.k));
-  if (a.y_row_stride < row_bytes && a.rows > 1)
-    return invalid(fn, "y row stride " + std::to_string(a.y_row_stride) +
-                           " bytes is less than a row of blocks (" + std::to_string(row_bytes) +
-                           " bytes): output rows would overlap");
-  const int64_t xsize = dtype_size(a.x_dtype);
-  if (overlaps(span_of(a.x, a.rows, a.x_row_stride * xsize, a.k * xsize),
-               span_of(a.y, a.rows, a.y_row_stride, row_bytes)))
-    return invalid(fn, "the output overlaps the input x; pass a separate out array");
-  return {};
-}
-
-Status check_dequantize_args(const std::string& fn, Format format, const DequantizeArgs& a,
-                             bool need_output) {
-  const FormatTraits& t = format_traits(format);
-  if (auto s = check_block_rows(fn, t, a.rows, a.k, a.device); !s.ok()) return s;
-  if (a.rows == 0 || a.k == 0) return {};
-  const int64_t row_bytes = a.k / t.block_size * t.bytes_per_block;
-  if (a.xq == nullptr) return invalid(fn, "xq must not be null");
-  if (!need_output) return {};
-  if (a.y == nullptr) return invalid(fn, "y must not be null");
-  if (a.xq_row_stride < row_bytes && a.rows > 1 && a.xq_row_stride != 0)
-    return invalid(fn, "xq row stride " + std::to_string(a.xq_row_stride) +
-                           " bytes is less than a row of blocks (" + std::to_string(row_bytes) + ")");
-  if (a.y_row_stride < a.k && a.rows > 1)
-    return invalid(fn, "y row stride " + std::to_string(a.y_row_stride) + " is less than K=" +
-                           std::to_string(a.k) + ": output rows would overlap");
-  if (overlaps(span_of(a.xq, a.rows, a.xq_row_stride, row_bytes),
-               span_of(a.y, a.rows, a.y_row_stride * 4, a.k * 4)))
-    return invalid(fn, "the output overlaps the input xq; pass a separate out array");
-  return {};
-}
-
-Status check_gemm_args(const std::string& fn, const GemmArgs& a, bool need_output) {
-  if (a.m < 0 || a.n < 0 || a.k < 0)
-    return invalid(fn, "M, N and K must be >= 0 (got M=" + std::to_string(a.m) +
-                           ", N=" + std::to_string(a.n) + ", K=" + std::to_string(a.k) + ")");
-  if (a.k % kQK4_0 != 0)
-    return invalid(fn, "K=" + std::to_string(a.k) + " is not a multiple of 32, the Q4_0/Q8_1 block size");
-  if (auto s = check_device(fn, a.device); !s.ok()) return s;
-  if (a.m == 0 || a.n == 0) return {};
-  if (a.c == nullptr && need_output) return invalid(fn, "the output pointer c must not be null");
-  if (a.ldc < a.n && a.m > 1)
-    return invalid(fn, "ldc=" + std::to_string(a.ldc) + " is less than N=" + std::to_string(a.n) +
-                           ": output rows would overlap");
-  const Span c = span_of(a.c, a.m, a.ldc * 4, a.n * 4);
-  if (a.k == 0) return {};
-  const int64_t nb = a.k / kQK4_0;
-  if (a.w == nullptr || a.a == nullptr) return invalid(fn, "weight and activation pointers must not be null");
-  if (a.ldw < nb * static_cast<int64_t>(sizeof(block_q4_0)) && a.m > 1)
-    return invalid(fn, "ldw=" + std::to_string(a.ldw) + " bytes is less than a row of Q4_0 blocks (" +
-                           std::to_string(nb * 18) + " bytes for K=" + std::to_string(a.k) + ")");
-  if (a.lda < nb * static_cast<int64_t>(sizeof(block_q8_1)) && a.n > 1)
-    return invalid(fn, "lda=" + std::to_string(a.lda) + " bytes is less than a row of Q8_1 blocks (" +
-                           std::to_string(nb * 36) + " bytes for K=" + std::to_string(a.k) + ")");
-  if (overlaps(c, span_of(a.w, a.m, a.ldw, nb * 18)) || overlaps(c, span_of(a.a, a.n, a.lda, nb * 36)))
+Status check_gemm_args(const GemmArgs& g, bool need_output) {
+  const char* fn = g.fn ? g.fn : "qg.gemm";
+  if (Status s = check_device(fn, g.device); !s.ok()) return s;
+  if (g.a.k != g.b.k)
+    return invalid(fn, "a has K=" + num(g.a.k) + " but b has K=" + num(g.b.k) + "; both operands run along one K");
+  if (Status s = check_operand(fn, "a", g.a); !s.ok()) return s;
+  if (Status s = check_operand(fn, "b", g.b); !s.ok()) return s;
+  if (!is_float_dtype(g.c_dtype))
+    return type_error(fn, std::string("the output dtype must be float32, float16 or bfloat16, got ") +
+                              dtype_name(g.c_dtype));
+  const Epilogue& e = g.epilogue;
+  if (e.bias && !is_float_dtype(e.bias_dtype))
+    return type_error(fn, std::string("bias must be float32, float16 or bfloat16, got ") + dtype_name(e.bias_dtype));
+  const int64_t m = g.a.rows, n = g.b.rows;
+  if (m == 0 || n == 0 || !need_output) return {};
+  if (g.c == nullptr) return invalid(fn, "the output pointer c must not be null");
+  // Distinct (m, n) must land on distinct elements: one of the two strides
+  // steps over the whole extent of the other.
+  const bool rows_ok = g.ldc_n >= 1 && (m == 1 || g.ldc >= (n - 1) * g.ldc_n + 1);
+  const bool cols_ok = g.ldc >= 1 && (n == 1 || g.ldc_n >= (m - 1) * g.ldc + 1);
+  if (!rows_ok && !cols_ok)
+    return invalid(fn, "ldc=" + num(g.ldc) + ", ldc_n=" + num(g.ldc_n) + " make output elements overlap for M=" +
+                           num(m) + ", N=" + num(n) + "; use ldc >= N with ldc_n = 1 (row-major C)");
+  const int64_t esize = dtype_size(g.c_dtype);
+  const int64_t extent = ((m - 1) * g.ldc + (n - 1) * g.ldc_n + 1) * esize;
+  const Span c = span_of(g.c, 1, 0, extent);
+  if (overlaps(c, operand_span(g.a)) || overlaps(c, operand_span(g.b)) ||
+      overlaps(c, span_of(e.bias, 1, 0, m * dtype_size(e.bias_dtype))) ||
+      overlaps(c, span_of(e.row_scale, 1, 0, m * 4)) || overlaps(c, span_of(e.col_scale, 1, 0, n * 4)))
     return invalid(fn, "the output overlaps an input; pass a separate out array");
   return {};
 }
 
-Status row_layout(const std::string& fn, const char* arg, const TensorView& v, int inner,
-                  RowLayout* out) {
+Status check_quantize_args(const QuantizeArgs& a, bool need_output) {
+  const FormatTraits& t = format_traits(a.format);
+  const char* fn = a.fn ? a.fn : t.quantize_fn;
+  if (!t.quantizable) return invalid(fn, std::string("qg cannot quantize to ") + t.name);
+  if (!is_float_dtype(a.x_dtype))
+    return type_error(fn, std::string("x must be float32, float16 or bfloat16, got ") + dtype_name(a.x_dtype));
+  if (Status s = check_rows_k(fn, "x", t, a.rows, a.k); !s.ok()) return s;
+  if (Status s = check_device(fn, a.device); !s.ok()) return s;
+  if (a.rows == 0 || a.k == 0) return {};
+  const int64_t rb = row_bytes(t, a.k);
+  if (a.x == nullptr) return invalid(fn, "x must not be null");
+  // A stride of 0 (every row reads the same values) is allowed for inputs.
+  if (a.rows > 1 && a.x_row_stride < a.k && a.x_row_stride != 0)
+    return invalid(fn, "x row stride " + num(a.x_row_stride) + " is less than K=" + num(a.k) +
+                           "; pass x_row_stride >= K (or 0 to repeat one row)");
+  if (!need_output) return {};
+  if (a.y == nullptr) return invalid(fn, "y must not be null");
+  if (a.rows > 1 && a.y_row_stride < rb)
+    return invalid(fn, "y row stride " + num(a.y_row_stride) + " bytes is less than a row of blocks (" + num(rb) +
+                           " bytes): output rows would overlap");
+  const int64_t xsize = dtype_size(a.x_dtype);
+  if (overlaps(span_of(a.x, a.rows, a.x_row_stride * xsize, a.k * xsize), span_of(a.y, a.rows, a.y_row_stride, rb)))
+    return invalid(fn, "the output overlaps the input x; pass a separate out array");
+  return {};
+}
+
+Status check_dequantize_args(const DequantizeArgs& a, bool need_output) {
+  const FormatTraits& t = format_traits(a.format);
+  const char* fn = a.fn ? a.fn : t.dequantize_fn;
+  if (Status s = check_rows_k(fn, "xq", t, a.rows, a.k); !s.ok()) return s;
+  if (Status s = check_device(fn, a.device); !s.ok()) return s;
+  if (a.rows == 0 || a.k == 0) return {};
+  const int64_t rb = row_bytes(t, a.k);
+  if (a.xq == nullptr) return invalid(fn, "xq must not be null");
+  if (a.rows > 1 && a.xq_row_stride < rb && a.xq_row_stride != 0)
+    return invalid(fn, "xq row stride " + num(a.xq_row_stride) + " bytes is less than a row of blocks (" +
+                           num(rb) + " bytes); pass xq_row_stride >= " + num(rb) + " (or 0 to repeat one row)");
+  if (!need_output) return {};
+  if (a.y == nullptr) return invalid(fn, "y must not be null");
+  if (a.rows > 1 && a.y_row_stride < a.k)
+    return invalid(fn, "y row stride " + num(a.y_row_stride) + " is less than K=" + num(a.k) +
+                           ": output rows would overlap");
+  if (overlaps(span_of(a.xq, a.rows, a.xq_row_stride, rb), span_of(a.y, a.rows, a.y_row_stride * 4, a.k * 4)))
+    return invalid(fn, "the output overlaps the input xq; pass a separate out array");
+  return {};
+}
+
+Status check_view(const char* fn, const char* arg, const TensorView& v) {
+  if (v.ndim < 0 || v.ndim > kMaxDims)
+    return invalid(fn, std::string(arg) + " has " + num(v.ndim) + " dimensions; qg takes 0 to " + num(kMaxDims));
+  for (int d = 0; d < v.ndim; ++d)
+    if (v.shape[d] < 0)
+      return invalid(fn, std::string(arg) + " has a negative size in its shape " + shape_string(v));
+  return {};
+}
+
+Status check_packed_view(const char* fn, const char* arg, const TensorView& v, Format format) {
+  const FormatTraits& t = format_traits(format);
+  if (v.dtype != DType::u8)
+    return type_error(fn, std::string(arg) + " must be uint8 (packed " + t.name + " blocks), got " +
+                              dtype_name(v.dtype));
+  if (Status s = check_view(fn, arg, v); !s.ok()) return s;
+  if (v.ndim < 2)
+    return invalid(fn, std::string(arg) + " must have shape [..., K//" + num(t.block_size) + ", " +
+                           num(t.bytes_per_block) + "], got a " + num(v.ndim) + "-d array of shape " +
+                           shape_string(v));
+  if (v.shape[v.ndim - 1] != t.bytes_per_block)
+    return invalid(fn, std::string(arg) + ".shape[-1] must be " + num(t.bytes_per_block) + " (bytes per " + t.name +
+                           " block), got " + num(v.shape[v.ndim - 1]) + " (shape " + shape_string(v) + ")");
+  return {};
+}
+
+Status row_layout(const char* fn, const char* arg, const TensorView& v, int inner, RowLayout* out) {
+  if (Status s = check_view(fn, arg, v); !s.ok()) return s;
+  const bool empty = v.numel() == 0;
   // inner dims: C-contiguous among themselves
   int64_t expected = 1;
   for (int d = v.ndim - 1; d >= v.ndim - inner; --d) {
-    if (v.shape[d] != 1 && v.strides[d] != expected && v.numel() != 0)
-      return invalid(fn, std::string(arg) + " must be contiguous in its last " +
-                             std::to_string(inner) + " dimension(s) (shape " + shape_string(v) +
-                             "); pass a contiguous copy");
+    if (v.shape[d] != 1 && v.strides[d] != expected && !empty)
+      return invalid(fn, std::string(arg) + " must be contiguous in its last " + num(inner) +
+                             " dimension(s) (shape " + shape_string(v) + "); pass a contiguous copy");
     expected *= v.shape[d];
   }
   // leading dims: flattened to rows, which must then share one stride
@@ -147,36 +220,35 @@ Status row_layout(const std::string& fn, const char* arg, const TensorView& v, i
     if (v.shape[d] == 1) continue;
     if (prev_size == 0) {
       row_stride = v.strides[d];
-    } else if (v.strides[d] != prev_stride * prev_size && v.numel() != 0) {
-      return invalid(fn, std::string(arg) + " has batch dimensions that cannot be flattened to "
-                             "rows of one stride (shape " + shape_string(v) +
-                             "); pass a contiguous copy");
+    } else if (v.strides[d] != prev_stride * prev_size && !empty) {
+      return invalid(fn, std::string(arg) + " has batch dimensions that cannot be flattened to rows of one stride "
+                             "(shape " + shape_string(v) + "); pass a contiguous copy");
     }
     prev_stride = v.strides[d];
     prev_size = v.shape[d];
   }
-  if (row_stride < 0 && v.numel() != 0)
-    return invalid(fn, std::string(arg) + " has a negative stride; pass a contiguous copy");
+  if (!empty && rows > 1 && row_stride < 0)
+    return invalid(fn, std::string(arg) + " has a negative stride (a flipped view); pass a contiguous copy");
+  if (!empty && rows > 1 && row_stride < expected)
+    return invalid(fn, std::string(arg) + " has rows that share memory (stride " + num(row_stride) +
+                           " between rows of " + num(expected) +
+                           " elements: a broadcast or expanded view); pass a contiguous copy");
   out->rows = rows;
   out->row_stride = row_stride;
   return {};
 }
 
-Status check_output(const std::string& fn, const TensorView& out, DType dtype,
-                    const std::vector<int64_t>& shape, Device device) {
-  if (out.ndim < 0 || out.ndim > kMaxDims)
-    return invalid(fn, "out has ndim=" + std::to_string(out.ndim) + "; a qg view holds 0 to " +
-                           std::to_string(kMaxDims) + " dimensions");
-  if (out.dtype != dtype)
-    return Status(StatusCode::type_error, fn + ": out must be " + dtype_name(dtype) + ", got " +
-                                              dtype_name(out.dtype));
-  std::vector<int64_t> got(out.shape, out.shape + out.ndim);
-  if (got != shape)
-    return invalid(fn, "out has shape " + shape_string(got) + " but the result has shape " +
-                           shape_string(shape));
+Status check_output(const char* fn, const TensorView& out, const ResultSpec& spec, Device device) {
+  if (Status s = check_view(fn, "out", out); !s.ok()) return s;
+  if (out.dtype != spec.dtype)
+    return type_error(fn, std::string("out must be ") + dtype_name(spec.dtype) + ", got " + dtype_name(out.dtype));
+  bool same = out.ndim == spec.ndim;
+  for (int d = 0; same && d < spec.ndim; ++d) same = out.shape[d] == spec.shape[d];
+  if (!same)
+    return invalid(fn, "out has shape " + shape_string(out) + " but the result has shape " +
+                           shape_string(spec.shape, spec.ndim));
   if (out.device != device)
-    return invalid(fn, "out is on " + device_name(out.device) + " but the inputs are on " +
-                           device_name(device));
+    return invalid(fn, "out is on " + device_name(out.device) + " but the inputs are on " + device_name(device));
   if (!out.writable) return invalid(fn, "out must be writable (it is a read-only array)");
   if (!out.is_contiguous()) return invalid(fn, "out must be C-contiguous");
   return {};

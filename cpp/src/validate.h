@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
-// validate.h: the one place arguments are checked. Every public entry point
-// runs these before dispatch; implementations may assume what they establish.
-// Messages name the Python-facing function ("qg.gemm_q4_0_q8_1: ...") and say
-// what to change.
+// validate.h: the one place arguments are checked, for every op and format.
+// Every public entry point runs these before dispatch; kernels may assume what
+// they establish. The block size, bytes per block and scale placement come
+// from the format table, never from literals. Messages name the caller-facing
+// function, the argument, the expected and actual values, and the fix.
 #pragma once
 
 #include <cstdint>
@@ -13,30 +14,41 @@
 
 namespace qg::detail {
 
-std::string op_name(const char* verb, Format format);  // "qg.quantize_q4_0"
-
-// Raw-pointer arguments: sizes, strides, pointers, overlap.
-// need_output=false (explain) skips the checks on the output pointer.
-Status check_quantize_args(const std::string& fn, Format format, const QuantizeArgs& args,
-                           bool need_output = true);
-Status check_dequantize_args(const std::string& fn, Format format, const DequantizeArgs& args,
-                             bool need_output = true);
-Status check_gemm_args(const std::string& fn, const GemmArgs& args, bool need_output = true);
+// Raw-pointer arguments: sizes, strides, pointers, dtypes, overlap.
+// need_output=false (explain) skips the checks on the output.
+Status check_gemm_args(const GemmArgs& args, bool need_output = true);
+Status check_quantize_args(const QuantizeArgs& args, bool need_output = true);
+Status check_dequantize_args(const DequantizeArgs& args, bool need_output = true);
 
 // A view's leading dims flattened to rows over its last `inner` dims, which
-// must be C-contiguous; the rows must share one stride (in elements).
+// must be C-contiguous; the rows must share one stride (in elements), and
+// distinct rows must not overlap (no stride-0 broadcast views).
 struct RowLayout {
   int64_t rows = 0;
   int64_t row_stride = 0;
 };
-Status row_layout(const std::string& fn, const char* arg, const TensorView& view, int inner,
-                  RowLayout* out);
+Status row_layout(const char* fn, const char* arg, const TensorView& view, int inner, RowLayout* out);
 
-// out has exactly `shape`, `dtype`, the device of the inputs, and is writable.
-Status check_output(const std::string& fn, const TensorView& out, DType dtype,
-                    const std::vector<int64_t>& shape, Device device);
+// The shape and dims of a view are sane: 0..kMaxDims dims, no negative sizes.
+Status check_view(const char* fn, const char* arg, const TensorView& view);
+
+// A packed view of `format`: uint8 [..., blocks, bytes_per_block].
+Status check_packed_view(const char* fn, const char* arg, const TensorView& view, Format format);
+
+// out has exactly the shape and dtype of `spec`, the inputs' device, is
+// writable and C-contiguous.
+Status check_output(const char* fn, const TensorView& out, const ResultSpec& spec, Device device);
 
 std::string shape_string(const TensorView& view);
-std::string shape_string(const std::vector<int64_t>& shape);
+std::string shape_string(const int64_t* shape, int ndim);
+
+inline Status invalid(const char* fn, const std::string& what) {
+  return Status(StatusCode::invalid_argument, std::string(fn) + ": " + what);
+}
+inline Status type_error(const char* fn, const std::string& what) {
+  return Status(StatusCode::type_error, std::string(fn) + ": " + what);
+}
+
+inline bool is_float_dtype(DType d) { return d == DType::f32 || d == DType::f16 || d == DType::bf16; }
 
 }  // namespace qg::detail

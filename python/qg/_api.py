@@ -1,41 +1,159 @@
 # SPDX-License-Identifier: MIT
-"""qg's public functions. Each one: find the caller's framework and device,
-let the core compute the result's shape (and check the arguments), allocate
-the result with the caller's framework, run on the caller's stream."""
+"""qg's public functions. Each is a description (an _Op: which core op, which
+formats, its name and argument names) over one path:
+
+* fast path (torch tensors, eager): one call into C++ that reads the tensors
+  through torch's DLPack C exchange API, validates, allocates the result with
+  torch, and launches on torch's current stream;
+* generic path (NumPy, CuPy, JAX, and torch with out=/stream= or special
+  tensors): find the framework and device, ask the core for the result's
+  shape, allocate it with the caller's framework, run on the caller's stream.
+
+Under torch.compile / torch.export / torch.jit.trace the torch operators
+registered in qg.torch_ops are called instead, so the graph records qg's op.
+"""
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 from . import _frameworks as fw
 from . import _qg
 
 Q4_0, Q8_0, Q8_1 = 0, 1, 2
+FORMATS = {"q4_0": Q4_0, "q8_0": Q8_0, "q8_1": Q8_1}
 _CONVENTIONS = {"reference": 0, "ggml_cuda": 1}
 
 
-def _run_quantize(fmt: int, fn: str, x, out, stream, convention: str = "reference"):
-    if convention not in _CONVENTIONS:
+@dataclass(frozen=True)
+class _Op:
+    kind: str  # "quantize", "dequantize", "gemm"
+    fn: str  # "qg.quantize_q4_0"
+    fmt: int = 0  # quantize / dequantize
+    a_fmt: int = 0  # gemm
+    b_fmt: int = 0
+    a_name: str = "a"
+    b_name: str = "b"
+
+
+def _size(value, name: str, fn: str) -> int:
+    """M, N, K arguments: None -> -1 (inferred); else a non-negative int."""
+    if value is None:
+        return -1
+    if isinstance(value, bool):
+        raise TypeError(f"{fn}: {name} must be an int or None, got bool")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{fn}: {name} must be an int or None, got {type(value).__name__} {value!r}") from None
+    if v < 0:
+        raise ValueError(f"{fn}: {name}={v} is negative; pass a size >= 0, or None to infer it")
+    if v >= 2**62:
+        raise ValueError(f"{fn}: {name}={v} is too large; sizes must be below 2**62")
+    return v
+
+
+def _convention(convention, fn: str) -> int:
+    c = _CONVENTIONS.get(convention) if isinstance(convention, str) else None
+    if c is None:
         raise ValueError(f"{fn}: convention must be 'reference' or 'ggml_cuda', got {convention!r}")
-    w = fw.where(x, fn)
-    xin, bf16 = fw.prepare_input(x, w)
+    return c
+
+
+# ----------------------------------------------------------------- generic path
+def _generic_quantize(op: _Op, x, out, stream, conv: int):
+    w = fw.where(x, op.fn, "x")
+    if w.kind == "torch":
+        from . import torch_ops
+
+        torch_ops.check_generic(op, x)
+    xin, bf16 = fw.prepare_input(x, w, op.fn, "x")
     with fw.device_context(w):
-        shape = _qg.quantize_shape(fmt, xin, bf16)
-        result = fw.check_out(out, w, fn) if out is not None else fw.empty(w, shape, "uint8")
-        s = fw.stream_of(w, stream)
-        _qg.quantize(fmt, xin, result, s, _CONVENTIONS[convention], bf16)
+        shape, dtype = _qg.quantize_spec(op.fmt, xin, bf16, op.fn)
+        result = fw.check_out(out, w, op.fn) if out is not None else fw.empty(w, shape, dtype)
+        s = fw.stream_of(w, stream, op.fn)
+        _qg.quantize(op.fmt, xin, result, s, conv, bf16, op.fn)
     return fw.finish(result, w, s)
 
 
-def _run_dequantize(fmt: int, fn: str, xq, K, out, stream):
-    w = fw.where(xq, fn)
-    xin, _ = fw.prepare_input(xq, w)
-    k = -1 if K is None else int(K)
+def _generic_dequantize(op: _Op, xq, k: int, out, stream):
+    w = fw.where(xq, op.fn, "xq")
+    xin, _ = fw.prepare_input(xq, w, op.fn, "xq")
     with fw.device_context(w):
-        shape = _qg.dequantize_shape(fmt, xin, k)
-        result = fw.check_out(out, w, fn) if out is not None else fw.empty(w, shape, "float32")
-        s = fw.stream_of(w, stream)
-        _qg.dequantize(fmt, xin, k, result, s)
+        shape, dtype = _qg.dequantize_spec(op.fmt, xin, k, op.fn)
+        result = fw.check_out(out, w, op.fn) if out is not None else fw.empty(w, shape, dtype)
+        s = fw.stream_of(w, stream, op.fn)
+        _qg.dequantize(op.fmt, xin, k, result, s, op.fn)
     return fw.finish(result, w, s)
+
+
+def _generic_gemm(op: _Op, a, b, m: int, n: int, k: int, out, stream):
+    w = fw.where(a, op.fn, op.a_name)
+    wb = fw.where(b, op.fn, op.b_name)
+    fw.check_same_kind(w, wb, op.fn, op.a_name, op.b_name)
+    ain, _ = fw.prepare_input(a, w, op.fn, op.a_name)
+    bin_, _ = fw.prepare_input(b, wb, op.fn, op.b_name)
+    with fw.device_context(w):
+        shape, dtype = _qg.gemm_spec(op.a_fmt, op.b_fmt, ain, bin_, m, n, k, op.fn, op.a_name, op.b_name)
+        result = fw.check_out(out, w, op.fn) if out is not None else fw.empty(w, shape, dtype)
+        s = fw.stream_of(w, stream, op.fn)
+        _qg.gemm(op.a_fmt, op.b_fmt, ain, bin_, result, m, n, k, s, op.fn, op.a_name, op.b_name)
+    return fw.finish(result, w, s)
+
+
+# ------------------------------------------------------------------- dispatch
+# Types whose eager calls may take the fast path (filled by qg.torch_ops when
+# torch is present); everything else, and every call with out= or stream=,
+# takes the generic path.
+_FAST_TYPES: set = set()
+
+
+def _run_quantize(op: _Op, x, out, stream, convention="reference"):
+    conv = _convention(convention, op.fn)
+    if out is None and stream is None and type(x) in _FAST_TYPES:
+        from . import torch_ops
+
+        special = torch_ops.special_quantize(op, x, conv)
+        if special is not None:
+            return special
+        r = _qg.fast_quantize(x, op.fmt, conv, op.fn)
+        if r is not None:
+            return r
+    return _generic_quantize(op, x, out, stream, conv)
+
+
+def _run_dequantize(op: _Op, xq, K, out, stream):
+    k = _size(K, "K", op.fn)
+    if out is None and stream is None and type(xq) in _FAST_TYPES:
+        from . import torch_ops
+
+        special = torch_ops.special_dequantize(op, xq, k)
+        if special is not None:
+            return special
+        r = _qg.fast_dequantize(xq, op.fmt, k, op.fn)
+        if r is not None:
+            return r
+    return _generic_dequantize(op, xq, k, out, stream)
+
+
+def _run_gemm(op: _Op, a, b, M, N, K, out, stream):
+    m, n, k = _size(M, "M", op.fn), _size(N, "N", op.fn), _size(K, "K", op.fn)
+    if out is None and stream is None and type(a) in _FAST_TYPES and type(b) in _FAST_TYPES:
+        from . import torch_ops
+
+        special = torch_ops.special_gemm(op, a, b, m, n, k)
+        if special is not None:
+            return special
+        r = _qg.fast_gemm(a, b, op.a_fmt, op.b_fmt, m, n, k, op.fn, op.a_name, op.b_name)
+        if r is not None:
+            return r
+    return _generic_gemm(op, a, b, m, n, k, out, stream)
+
+
+# ------------------------------------------------------------ public functions
+_QUANTIZE = {name: _Op("quantize", f"qg.quantize_{name}", fmt=f) for name, f in FORMATS.items()}
+_DEQUANTIZE = {name: _Op("dequantize", f"qg.dequantize_{name}", fmt=f) for name, f in FORMATS.items()}
+_GEMM_Q4_0_Q8_1 = _Op("gemm", "qg.gemm_q4_0_q8_1", a_fmt=Q4_0, b_fmt=Q8_1, a_name="weight_q", b_name="activation_q")
 
 
 def quantize_q4_0(x, *, out=None, stream=None):
@@ -45,12 +163,12 @@ def quantize_q4_0(x, *, out=None, stream=None):
     Returns uint8 [..., K//32, 18]: per block an fp16 scale d and 16 bytes of
     4-bit codes (element j in the low nibble of byte j, element j+16 in the high).
     """
-    return _run_quantize(Q4_0, "qg.quantize_q4_0", x, out, stream)
+    return _run_quantize(_QUANTIZE["q4_0"], x, out, stream)
 
 
 def quantize_q8_0(x, *, out=None, stream=None):
     """Quantize to Q8_0 blocks (ggml's quantize_row_q8_0_ref): uint8 [..., K//32, 34]."""
-    return _run_quantize(Q8_0, "qg.quantize_q8_0", x, out, stream)
+    return _run_quantize(_QUANTIZE["q8_0"], x, out, stream)
 
 
 def quantize_q8_1(x, *, convention: str = "reference", out=None, stream=None):
@@ -60,22 +178,22 @@ def quantize_q8_1(x, *, convention: str = "reference", out=None, stream=None):
     convention="ggml_cuda": ggml's CUDA quantizer, q = roundf(x / d), s = fp16(sum x).
     gemm_q4_0_q8_1 does not read s, so it accepts either.
     """
-    return _run_quantize(Q8_1, "qg.quantize_q8_1", x, out, stream, convention)
+    return _run_quantize(_QUANTIZE["q8_1"], x, out, stream, convention)
 
 
 def dequantize_q4_0(xq, K=None, *, out=None, stream=None):
     """Q4_0 blocks uint8 [..., K//32, 18] -> float32 [..., K] (exact: code * d)."""
-    return _run_dequantize(Q4_0, "qg.dequantize_q4_0", xq, K, out, stream)
+    return _run_dequantize(_DEQUANTIZE["q4_0"], xq, K, out, stream)
 
 
 def dequantize_q8_0(xq, K=None, *, out=None, stream=None):
     """Q8_0 blocks uint8 [..., K//32, 34] -> float32 [..., K]."""
-    return _run_dequantize(Q8_0, "qg.dequantize_q8_0", xq, K, out, stream)
+    return _run_dequantize(_DEQUANTIZE["q8_0"], xq, K, out, stream)
 
 
 def dequantize_q8_1(xq, K=None, *, out=None, stream=None):
     """Q8_1 blocks uint8 [..., K//32, 36] -> float32 [..., K]."""
-    return _run_dequantize(Q8_1, "qg.dequantize_q8_1", xq, K, out, stream)
+    return _run_dequantize(_DEQUANTIZE["q8_1"], xq, K, out, stream)
 
 
 def gemm_q4_0_q8_1(weight_q, activation_q, M=None, N=None, K=None, *, out=None, stream=None):
@@ -87,45 +205,37 @@ def gemm_q4_0_q8_1(weight_q, activation_q, M=None, N=None, K=None, *, out=None, 
     C[m, n] = sum over blocks b of fp32(d_w) * fp32(d_a) * sum_i (w_i - 8) * a_i,
     the integer part exact; the Q8_1 sum field s is not used.
     """
-    fn = "qg.gemm_q4_0_q8_1"
-    w = fw.where(weight_q, fn)
-    wa = fw.where(activation_q, fn)
-    if (w.device, w.index) != (wa.device, wa.index):
-        dev = lambda x: "cpu" if x.device == fw.CPU else f"cuda:{x.index}"  # noqa: E731
-        raise ValueError(
-            f"{fn}: weight_q is on {dev(w)} but activation_q is on {dev(wa)}; move both to one device"
-        )
-    win, _ = fw.prepare_input(weight_q, w)
-    ain, _ = fw.prepare_input(activation_q, wa)
-    m, n, k = (-1 if v is None else int(v) for v in (M, N, K))
-    with fw.device_context(w):
-        shape = _qg.gemm_q4_0_q8_1_shape(win, ain, m, n, k)
-        result = fw.check_out(out, w, fn) if out is not None else fw.empty(w, shape, "float32")
-        s = fw.stream_of(w, stream)
-        _qg.gemm_q4_0_q8_1(win, ain, result, m, n, k, s)
-    return fw.finish(result, w, s)
+    return _run_gemm(_GEMM_Q4_0_Q8_1, weight_q, activation_q, M, N, K, out, stream)
 
 
+# -------------------------------------------------------------------- explain
 @dataclass
 class Explanation:
-    """Which implementation a call would run, and why the others were passed over."""
+    """Which kernel a call would run, and why the others were passed over."""
 
     op: str
     chosen: str
     candidates: list = field(default_factory=list)
+    problem: str = ""  # the formats and device: "q4_0 x q8_1 on cuda:0"
 
     def __str__(self) -> str:
-        lines = [f"{self.op}: {self.chosen}"]
+        lines = [f"{self.op} ({self.problem}): {self.chosen}"]
         lines += [f"  {c}" for c in self.candidates]
         return "\n".join(lines)
 
 
-_QUANTIZERS = {quantize_q4_0: Q4_0, quantize_q8_0: Q8_0, quantize_q8_1: Q8_1}
-_DEQUANTIZERS = {dequantize_q4_0: Q4_0, dequantize_q8_0: Q8_0, dequantize_q8_1: Q8_1}
+_OPS = {
+    **{f: _QUANTIZE[n] for n, f in (("q4_0", quantize_q4_0), ("q8_0", quantize_q8_0), ("q8_1", quantize_q8_1))},
+    **{
+        f: _DEQUANTIZE[n]
+        for n, f in (("q4_0", dequantize_q4_0), ("q8_0", dequantize_q8_0), ("q8_1", dequantize_q8_1))
+    },
+    gemm_q4_0_q8_1: _GEMM_Q4_0_Q8_1,
+}
 
 
 def explain(op, *arrays) -> Explanation:
-    """explain(qg.gemm_q4_0_q8_1, wq, aq) -> Explanation of the implementation that would run.
+    """explain(qg.gemm_q4_0_q8_1, wq, aq) -> Explanation of the kernel that would run.
 
     `op` is one of qg's functions (or its name); the arrays are its array
     arguments. Runs the same checks as the call and raises the same errors.
@@ -137,27 +247,26 @@ def explain(op, *arrays) -> Explanation:
         if not hasattr(qg, name):
             raise ValueError(f"qg.explain: qg has no function {op!r}")
         op = getattr(qg, name)
-    fn = getattr(op, "__name__", str(op))
-    w = fw.where(arrays[0], f"qg.explain({fn})") if arrays else None
-    prepared = [fw.prepare_input(a, fw.where(a, f"qg.explain({fn})")) for a in arrays]
-    with fw.device_context(w) if w else _nullctx():
-        if op in _QUANTIZERS and len(arrays) == 1:
-            d = _qg.explain_quantize(_QUANTIZERS[op], prepared[0][0], prepared[0][1])
-        elif op in _DEQUANTIZERS and len(arrays) == 1:
-            d = _qg.explain_dequantize(_DEQUANTIZERS[op], prepared[0][0])
-        elif op is gemm_q4_0_q8_1 and len(arrays) == 2:
-            d = _qg.explain_gemm_q4_0_q8_1(prepared[0][0], prepared[1][0])
+    fn_name = getattr(op, "__name__", str(op))
+    spec = _OPS.get(op)
+    want = 2 if spec is not None and spec.kind == "gemm" else 1
+    if spec is None or len(arrays) != want:
+        raise ValueError(
+            f"qg.explain: expected a qg quantize/dequantize function and one array, or a qg gemm "
+            f"function and two arrays; got {fn_name} with {len(arrays)} array(s)"
+        )
+    names = (spec.a_name, spec.b_name) if spec.kind == "gemm" else (("x",) if spec.kind == "quantize" else ("xq",))
+    wheres = [fw.where(a, spec.fn, nm) for a, nm in zip(arrays, names)]
+    if len(wheres) == 2:
+        fw.check_same_kind(wheres[0], wheres[1], spec.fn, *names)
+    prepared = [fw.prepare_input(a, w, spec.fn, nm) for a, w, nm in zip(arrays, wheres, names)]
+    with fw.device_context(wheres[0]):
+        if spec.kind == "quantize":
+            d = _qg.explain_quantize(spec.fmt, prepared[0][0], prepared[0][1], spec.fn)
+        elif spec.kind == "dequantize":
+            d = _qg.explain_dequantize(spec.fmt, prepared[0][0], spec.fn)
         else:
-            raise ValueError(
-                f"qg.explain: expected a qg quantize/dequantize function and one array, or "
-                f"gemm_q4_0_q8_1 and two arrays; got {fn} with {len(arrays)} array(s)"
+            d = _qg.explain_gemm(
+                spec.a_fmt, spec.b_fmt, prepared[0][0], prepared[1][0], spec.fn, spec.a_name, spec.b_name
             )
-    return Explanation(d["op"], d["chosen"], list(d["candidates"]))
-
-
-class _nullctx:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+    return Explanation(d["op"], d["chosen"], list(d["candidates"]), d["problem"])

@@ -35,7 +35,13 @@ def is_jax(x) -> bool:
     return isinstance(x, jax.Array)
 
 
-def where(x, fn: str) -> Where:
+def _jax_tracer(x) -> bool:
+    import jax
+
+    return isinstance(x, jax.core.Tracer)
+
+
+def where(x, fn: str, arg: str = "x") -> Where:
     if isinstance(x, np.ndarray):
         return Where("numpy", CPU, 0)
     mod = _module_of(x)
@@ -43,6 +49,11 @@ def where(x, fn: str) -> Where:
         import torch
 
         if isinstance(x, torch.Tensor):
+            from . import torch_ops  # registers qg's torch operators and the fast path
+
+            torch_ops.enable_fast_path(type(x))
+            if x.layout != torch.strided:
+                raise TypeError(f"{fn}: {arg} is a {x.layout} torch tensor; pass a dense tensor ({arg}.to_dense())")
             if x.device.type == "cuda":
                 return Where("torch", CUDA, x.device.index or 0)
             if x.device.type == "cpu":
@@ -51,6 +62,11 @@ def where(x, fn: str) -> Where:
     if mod == "cupy":
         return Where("cupy", CUDA, int(x.device.id))
     if is_jax(x):
+        if _jax_tracer(x):
+            raise TypeError(
+                f"{fn}: {arg} is a JAX tracer: qg does not support jax.jit, jax.vmap or jax.grad yet; "
+                "call qg on concrete arrays, outside the transformation (the eager path)"
+            )
         devices = list(x.devices())
         if len(devices) != 1:
             raise ValueError(f"{fn}: sharded JAX arrays are not supported; pass an array on one device")
@@ -62,8 +78,20 @@ def where(x, fn: str) -> Where:
             return Where("jax", CUDA, int(index), d)
         raise ValueError(f"{fn}: JAX arrays on '{d.platform}' are not supported; use cpu or gpu")
     raise TypeError(
-        f"{fn}: expected a NumPy, PyTorch, CuPy or JAX array, got {type(x).__module__}.{type(x).__name__}"
+        f"{fn}: {arg} must be a NumPy, PyTorch, CuPy or JAX array, got {type(x).__module__}.{type(x).__name__}"
     )
+
+
+def check_same_kind(wa: Where, wb: Where, fn: str, a: str, b: str) -> None:
+    """Both operands of one call come from one framework: the result's kind is then never ambiguous."""
+    if wa.kind != wb.kind:
+        raise TypeError(
+            f"{fn}: {a} is a {wa.kind} array but {b} is a {wb.kind} array; pass both from one framework "
+            f"(the result is returned in that framework)"
+        )
+    if (wa.device, wa.index) != (wb.device, wb.index):
+        dev = lambda x: "cpu" if x.device == CPU else f"cuda:{x.index}"  # noqa: E731
+        raise ValueError(f"{fn}: {a} is on {dev(wa)} but {b} is on {dev(wb)}; move both to one device")
 
 
 def _is_c_contiguous(x, kind: str) -> bool:
@@ -74,23 +102,35 @@ def _is_c_contiguous(x, kind: str) -> bool:
     return True  # JAX arrays are always dense
 
 
-def prepare_input(x, w: Where):
+_NP_OK_KINDS = "fiu"  # float, signed, unsigned: what DLPack carries and the core names in its errors
+
+
+def prepare_input(x, w: Where, fn: str = "qg", arg: str = "x"):
     """Returns (array for DLPack, is_bf16_bits). Never modifies x.
 
     Non-contiguous inputs are copied with their own framework (the core needs
     rows of one stride); NumPy bfloat16 (ml_dtypes) is passed as its uint16
-    bits because DLPack cannot carry it from NumPy; torch tensors that require
-    grad are detached (qg's integer ops have no gradient to track).
+    bits because DLPack cannot carry it from NumPy; torch views with the
+    negative bit set are resolved (copied), so their values are read as seen.
+    Dtypes DLPack cannot carry are refused here with qg's message.
     """
     bf16 = False
     if w.kind == "numpy":
         if x.dtype.name == "bfloat16":
             x, bf16 = x.view(np.uint16), True
+        elif x.dtype.kind not in _NP_OK_KINDS or x.dtype.itemsize not in (1, 2, 4, 8) or x.dtype.fields:
+            raise TypeError(f"{fn}: {arg} has dtype {x.dtype}, which qg does not take; see help({fn}) for the dtypes")
+        elif not x.dtype.isnative:
+            raise TypeError(
+                f"{fn}: {arg} has non-native byte order ({x.dtype.str}); pass {arg}.astype({arg}.dtype.newbyteorder('='))"
+            )
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
     elif w.kind == "torch":
-        if x.requires_grad:
-            x = x.detach()
+        if x.is_neg():
+            x = x.resolve_neg()
+        if x.is_conj():
+            x = x.resolve_conj()
         if not x.is_contiguous():
             x = x.contiguous()
     elif w.kind == "cupy":
@@ -104,7 +144,7 @@ def prepare_input(x, w: Where):
     return x, bf16
 
 
-_NP_DTYPES = {"float32": np.float32, "uint8": np.uint8}
+_NP_DTYPES = {"float32": np.float32, "uint8": np.uint8, "float16": np.float16}
 
 
 def empty(w: Where, shape, dtype: str):
@@ -115,7 +155,7 @@ def empty(w: Where, shape, dtype: str):
     if w.kind == "torch":
         import torch
 
-        tdt = {"float32": torch.float32, "uint8": torch.uint8}[dtype]
+        tdt = {"float32": torch.float32, "uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
         device = torch.device("cuda", w.index) if w.device == CUDA else torch.device("cpu")
         return torch.empty(shape, dtype=tdt, device=device)
     if w.kind == "cupy":
@@ -132,7 +172,7 @@ def empty(w: Where, shape, dtype: str):
 
 def check_out(out, w: Where, fn: str):
     """out= must be a writable array; shape/dtype/device are checked by the core."""
-    ow = where(out, fn)
+    ow = where(out, fn, "out")
     if ow.kind == "jax":
         raise TypeError(f"{fn}: out= cannot be a JAX array (JAX arrays are immutable); omit out=")
     if ow.kind == "numpy" and not out.flags.writeable:
@@ -142,17 +182,19 @@ def check_out(out, w: Where, fn: str):
     return out
 
 
-def stream_of(w: Where, stream) -> int:
+def stream_of(w: Where, stream, fn: str = "qg") -> int:
     """The stream handle to queue CUDA work on (0 on the CPU)."""
     if w.device == CPU:
         return 0
     if stream is not None:
-        if isinstance(stream, int):
+        if isinstance(stream, int) and not isinstance(stream, bool):
+            if not 0 <= stream < 2**64:
+                raise ValueError(f"{fn}: stream={stream} is not a valid cudaStream_t handle")
             return stream
         for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
             if hasattr(stream, attr):
                 return int(getattr(stream, attr))
-        raise TypeError(f"stream must be an int handle, a torch.cuda.Stream or a cupy.cuda.Stream, got {stream!r}")
+        raise TypeError(f"{fn}: stream must be an int handle, a torch.cuda.Stream or a cupy.cuda.Stream, got {stream!r}")
     if w.kind == "torch":
         import torch
 

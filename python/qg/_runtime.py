@@ -28,7 +28,12 @@ def cuda_unavailable_reason() -> str:
 
 def set_cpu_threads(threads: int) -> None:
     """Worker threads of the CPU backend (0 = all hardware threads; env QG_NUM_THREADS)."""
-    _qg.set_cpu_threads(int(threads))
+    fn = "qg.set_cpu_threads"
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(f"{fn}: threads must be an int, got {type(threads).__name__}")
+    if not 0 <= threads <= 4096:
+        raise ValueError(f"{fn}: threads={threads} must be between 0 (all hardware threads) and 4096")
+    _qg.set_cpu_threads(threads)
 
 
 def cpu_threads() -> int:

@@ -6,43 +6,47 @@
 
 namespace qg::python {
 
-namespace {
-
-DType dtype_of(nb::dlpack::dtype t) {
-  using code = nb::dlpack::dtype_code;
-  const auto c = static_cast<code>(t.code);
-  if (t.lanes != 1) return DType::other;
-  if (c == code::Float && t.bits == 32) return DType::f32;
-  if (c == code::Float && t.bits == 16) return DType::f16;
-  if (c == code::Float && t.bits == 64) return DType::f64;
-  if (c == code::Bfloat && t.bits == 16) return DType::bf16;
-  if (c == code::UInt && t.bits == 8) return DType::u8;
-  if (c == code::UInt && t.bits == 16) return DType::u16;
-  if (c == code::Int && t.bits == 8) return DType::i8;
-  if (c == code::Int && t.bits == 32) return DType::i32;
-  return DType::other;
+DType dtype_of(uint8_t code, uint8_t bits, uint16_t lanes) {
+  if (lanes != 1) return DType::other;
+  switch (code) {
+    case 0: return bits == 8 ? DType::i8 : bits == 32 ? DType::i32 : DType::other;        // int
+    case 1: return bits == 8 ? DType::u8 : bits == 16 ? DType::u16 : DType::other;        // uint
+    case 2: return bits == 32 ? DType::f32 : bits == 16 ? DType::f16 : bits == 64 ? DType::f64 : DType::other;
+    case 4: return bits == 16 ? DType::bf16 : DType::other;                               // bfloat
+    default: return DType::other;
+  }
 }
 
-Device device_of(int32_t type, int32_t id) {
-  // Pinned host memory (cuda_host) is ordinary host memory to the CPU backend;
-  // managed memory is used from the device it belongs to.
-  if (type == nb::device::cuda::value || type == nb::device::cuda_managed::value) return Device::cuda(id);
-  return Device::cpu();
+namespace {
+
+// Pinned host memory (cuda_host) is ordinary host memory to the CPU backend;
+// managed memory is used from the device it belongs to.
+bool device_of(int32_t type, int32_t id, Device* out) {
+  if (type == dlx::kCUDA || type == dlx::kCUDAManaged) *out = Device::cuda(id);
+  else if (type == dlx::kCPU || type == dlx::kCUDAHost) *out = Device::cpu();
+  else return false;
+  return true;
+}
+
+Status too_many_dims(const char* fn, const char* arg, int64_t ndim) {
+  return Status(StatusCode::invalid_argument,
+                std::string(fn) + ": " + arg + " has " + std::to_string(ndim) + " dimensions; qg takes at most " +
+                    std::to_string(kMaxDims) + " (reshape it to fewer)");
+}
+
+Status wrong_device(const char* fn, const char* arg) {
+  return Status(StatusCode::invalid_argument,
+                std::string(fn) + ": " + arg + " must live on the CPU or a CUDA device; move it there");
 }
 
 template <class Array>
-TensorView view_of(const Array& a) {
-  if (a.ndim() > kMaxDims)
-    throw nb::value_error(("qg: arrays of more than " + std::to_string(kMaxDims) +
-                           " dimensions are not supported").c_str());
-  const int32_t type = a.device_type();
-  if (type != nb::device::cpu::value && type != nb::device::cuda::value &&
-      type != nb::device::cuda_host::value && type != nb::device::cuda_managed::value)
-    throw nb::value_error("qg: arrays must live on the CPU or a CUDA device");
+TensorView view_of(const Array& a, const char* fn, const char* arg) {
+  if (a.ndim() > static_cast<size_t>(kMaxDims)) throw_if_error(too_many_dims(fn, arg, a.ndim()));
   TensorView v;
+  if (!device_of(a.device_type(), a.device_id(), &v.device)) throw_if_error(wrong_device(fn, arg));
   v.data = const_cast<void*>(static_cast<const void*>(a.data()));
-  v.dtype = dtype_of(a.dtype());
-  v.device = device_of(type, a.device_id());
+  const auto t = a.dtype();
+  v.dtype = dtype_of(t.code, t.bits, t.lanes);
   v.ndim = static_cast<int>(a.ndim());
   for (int i = 0; i < v.ndim; ++i) {
     v.shape[i] = static_cast<int64_t>(a.shape(i));
@@ -53,20 +57,40 @@ TensorView view_of(const Array& a) {
 
 }  // namespace
 
-TensorView to_view(const InArray& a, bool bf16_from_u16) {
-  TensorView v = view_of(a);
+TensorView to_view(const InArray& a, const char* fn, const char* arg, bool bf16_from_u16) {
+  TensorView v = view_of(a, fn, arg);
   v.writable = false;
   if (bf16_from_u16 && v.dtype == DType::u16) v.dtype = DType::bf16;
   return v;
 }
 
-TensorView to_view(const OutArray& a) {
-  TensorView v = view_of(a);
+TensorView to_view(const OutArray& a, const char* fn) {
+  TensorView v = view_of(a, fn, "out");
   v.writable = true;
   return v;
 }
 
-Device device_from(int kind, int id) { return kind == 1 ? Device::cuda(id) : Device::cpu(); }
+bool to_view(const dlx::Tensor& t, const char* fn, const char* arg, TensorView* v, Status* error) {
+  if (t.ndim < 0 || t.ndim > kMaxDims) {
+    *error = too_many_dims(fn, arg, t.ndim);
+    return false;
+  }
+  if (!device_of(t.device.device_type, t.device.device_id, &v->device)) {
+    *error = wrong_device(fn, arg);
+    return false;
+  }
+  v->data = static_cast<char*>(t.data) + t.byte_offset;
+  v->dtype = dtype_of(t.dtype.code, t.dtype.bits, t.dtype.lanes);
+  v->ndim = t.ndim;
+  int64_t stride = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {  // strides may be null before DLPack 1.2: C order
+    v->shape[i] = t.shape[i];
+    v->strides[i] = t.strides ? t.strides[i] : stride;
+    stride *= t.shape[i];
+  }
+  v->writable = true;
+  return true;
+}
 
 void throw_if_error(const Status& s) {
   if (s.ok()) return;

@@ -1,32 +1,20 @@
 // SPDX-License-Identifier: MIT
-// ops.cpp: bindings of the operations. Each takes arrays the Python layer has
-// already matched to a framework and allocated `out` for; all checking is in
-// the core (cpp/src/validate.cpp), which reports through Status.
+// ops.cpp: the generic bindings of the three core ops. The Python layer
+// (qg/_api.py) has matched the arrays to a framework, allocated `out` from
+// the result spec, and found the stream; all checking is in the core.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include "convert.h"
+#include "bind_util.h"
 
 namespace qg::python {
 
 namespace {
 
-Format format_from(int f) {
-  if (f < 0 || f > static_cast<int>(Format::q8_1)) throw nb::value_error("qg: unknown format id");
-  return static_cast<Format>(f);
-}
-
-Stream stream_from(uintptr_t s) { return reinterpret_cast<Stream>(s); }
-
-nb::tuple to_tuple(const std::vector<int64_t>& shape) {
-  nb::list l;
-  for (int64_t s : shape) l.append(s);
-  return nb::tuple(l);
-}
-
 nb::dict to_dict(const Explanation& e) {
   nb::dict d;
   d["op"] = e.op;
+  d["problem"] = e.problem;
   d["chosen"] = e.chosen;
   d["candidates"] = e.candidates;
   return d;
@@ -34,106 +22,125 @@ nb::dict to_dict(const Explanation& e) {
 
 }  // namespace
 
+GemmViews gemm_views(int a_fmt, int b_fmt, const TensorView& a, const TensorView& b, int64_t m, int64_t n,
+                     int64_t k, const char* fn, const char* a_name, const char* b_name) {
+  GemmViews v;
+  v.a_format = format_from(a_fmt);
+  v.b_format = format_from(b_fmt);
+  v.a = a;
+  v.b = b;
+  v.m = m;
+  v.n = n;
+  v.k = k;
+  v.fn = fn;
+  v.a_name = a_name;
+  v.b_name = b_name;
+  return v;
+}
+
+nb::tuple spec_tuple(const ResultSpec& spec) {
+  nb::list shape;
+  for (int d = 0; d < spec.ndim; ++d) shape.append(spec.shape[d]);
+  return nb::make_tuple(nb::tuple(shape), dtype_name(spec.dtype));
+}
+
 void bind_ops(nb::module_& m) {
   m.def(
-      "quantize_shape",
-      [](int fmt, const InArray& x, bool bf16) {
-        std::vector<int64_t> shape;
-        throw_if_error(quantize_output_shape(format_from(fmt), to_view(x, bf16), &shape));
-        return to_tuple(shape);
+      "quantize_spec",
+      [](int fmt, const InArray& x, bool bf16, const char* fn) {
+        QuantizeViews v{format_from(fmt), to_view(x, fn, "x", bf16), Q8_1Convention::reference, fn};
+        ResultSpec spec;
+        throw_if_error(result_spec(v, &spec));
+        return spec_tuple(spec);
       },
-      "fmt"_a, "x"_a, "bf16"_a = false);
+      "fmt"_a, "x"_a, "bf16"_a, "fn"_a);
   m.def(
       "quantize",
-      [](int fmt, const InArray& x, const OutArray& out, uintptr_t stream, int convention, bool bf16) {
-        const TensorView xv = to_view(x, bf16), ov = to_view(out);
-        Status s;
-        {
-          nb::gil_scoped_release release;
-          s = quantize(format_from(fmt), xv, ov, stream_from(stream),
-                       convention == 1 ? Q8_1Convention::ggml_cuda : Q8_1Convention::reference);
-        }
-        throw_if_error(s);
+      [](int fmt, const InArray& x, const OutArray& out, uintptr_t stream, int convention, bool bf16, const char* fn) {
+        const QuantizeViews v{format_from(fmt), to_view(x, fn, "x", bf16), convention_from(convention), fn};
+        const TensorView ov = to_view(out, fn);
+        throw_if_error(run_released(ov.device, [&] { return quantize(v, ov, stream_from(stream)); }));
       },
-      "fmt"_a, "x"_a, "out"_a.noconvert(), "stream"_a, "convention"_a, "bf16"_a = false);
+      "fmt"_a, "x"_a, "out"_a.noconvert(), "stream"_a, "convention"_a, "bf16"_a, "fn"_a);
   m.def(
-      "dequantize_shape",
-      [](int fmt, const InArray& xq, int64_t k) {
-        std::vector<int64_t> shape;
-        throw_if_error(dequantize_output_shape(format_from(fmt), to_view(xq), k, &shape));
-        return to_tuple(shape);
+      "dequantize_spec",
+      [](int fmt, const InArray& xq, int64_t k, const char* fn) {
+        DequantizeViews v{format_from(fmt), to_view(xq, fn, "xq"), k, fn};
+        ResultSpec spec;
+        throw_if_error(result_spec(v, &spec));
+        return spec_tuple(spec);
       },
-      "fmt"_a, "xq"_a, "k"_a);
+      "fmt"_a, "xq"_a, "k"_a, "fn"_a);
   m.def(
       "dequantize",
-      [](int fmt, const InArray& xq, int64_t k, const OutArray& out, uintptr_t stream) {
-        const TensorView xv = to_view(xq), ov = to_view(out);
-        Status s;
-        {
-          nb::gil_scoped_release release;
-          s = dequantize(format_from(fmt), xv, k, ov, stream_from(stream));
-        }
-        throw_if_error(s);
+      [](int fmt, const InArray& xq, int64_t k, const OutArray& out, uintptr_t stream, const char* fn) {
+        const DequantizeViews v{format_from(fmt), to_view(xq, fn, "xq"), k, fn};
+        const TensorView ov = to_view(out, fn);
+        throw_if_error(run_released(ov.device, [&] { return dequantize(v, ov, stream_from(stream)); }));
       },
-      "fmt"_a, "xq"_a, "k"_a, "out"_a.noconvert(), "stream"_a);
+      "fmt"_a, "xq"_a, "k"_a, "out"_a.noconvert(), "stream"_a, "fn"_a);
   m.def(
-      "gemm_q4_0_q8_1_shape",
-      [](const InArray& w, const InArray& a, int64_t M, int64_t N, int64_t K) {
-        std::vector<int64_t> shape;
-        throw_if_error(gemm_q4_0_q8_1_output_shape(to_view(w), to_view(a), M, N, K, &shape));
-        return to_tuple(shape);
+      "gemm_spec",
+      [](int a_fmt, int b_fmt, const InArray& a, const InArray& b, int64_t M, int64_t N, int64_t K,
+         const char* fn, const char* a_name, const char* b_name) {
+        const GemmViews v = gemm_views(a_fmt, b_fmt, to_view(a, fn, a_name), to_view(b, fn, b_name), M, N, K, fn,
+                                       a_name, b_name);
+        ResultSpec spec;
+        throw_if_error(result_spec(v, &spec));
+        return spec_tuple(spec);
       },
-      "w"_a, "a"_a, "M"_a, "N"_a, "K"_a);
+      "a_fmt"_a, "b_fmt"_a, "a"_a, "b"_a, "M"_a, "N"_a, "K"_a, "fn"_a, "a_name"_a, "b_name"_a);
   m.def(
-      "gemm_q4_0_q8_1",
-      [](const InArray& w, const InArray& a, const OutArray& out, int64_t M, int64_t N, int64_t K,
-         uintptr_t stream) {
-        const TensorView wv = to_view(w), av = to_view(a), ov = to_view(out);
-        Status s;
-        {
-          nb::gil_scoped_release release;
-          s = gemm_q4_0_q8_1(wv, av, ov, M, N, K, stream_from(stream));
-        }
-        throw_if_error(s);
+      "gemm",
+      [](int a_fmt, int b_fmt, const InArray& a, const InArray& b, const OutArray& out, int64_t M, int64_t N,
+         int64_t K, uintptr_t stream, const char* fn, const char* a_name, const char* b_name) {
+        const GemmViews v = gemm_views(a_fmt, b_fmt, to_view(a, fn, a_name), to_view(b, fn, b_name), M, N, K, fn,
+                                       a_name, b_name);
+        const TensorView ov = to_view(out, fn);
+        throw_if_error(run_released(ov.device, [&] { return gemm(v, ov, stream_from(stream)); }));
       },
-      "w"_a, "a"_a, "out"_a.noconvert(), "M"_a, "N"_a, "K"_a, "stream"_a);
+      "a_fmt"_a, "b_fmt"_a, "a"_a, "b"_a, "out"_a.noconvert(), "M"_a, "N"_a, "K"_a, "stream"_a, "fn"_a,
+      "a_name"_a, "b_name"_a);
   m.def(
       "explain_quantize",
-      [](int fmt, const InArray& x, bool bf16) {
+      [](int fmt, const InArray& x, bool bf16, const char* fn) {
         Explanation e;
-        throw_if_error(explain_quantize(format_from(fmt), to_view(x, bf16), &e));
+        throw_if_error(explain(QuantizeViews{format_from(fmt), to_view(x, fn, "x", bf16), Q8_1Convention::reference, fn}, &e));
         return to_dict(e);
       },
-      "fmt"_a, "x"_a, "bf16"_a = false);
+      "fmt"_a, "x"_a, "bf16"_a, "fn"_a);
   m.def(
       "explain_dequantize",
-      [](int fmt, const InArray& xq) {
+      [](int fmt, const InArray& xq, const char* fn) {
         Explanation e;
-        throw_if_error(explain_dequantize(format_from(fmt), to_view(xq), &e));
+        throw_if_error(explain(DequantizeViews{format_from(fmt), to_view(xq, fn, "xq"), -1, fn}, &e));
         return to_dict(e);
       },
-      "fmt"_a, "xq"_a);
+      "fmt"_a, "xq"_a, "fn"_a);
   m.def(
-      "explain_gemm_q4_0_q8_1",
-      [](const InArray& w, const InArray& a) {
+      "explain_gemm",
+      [](int a_fmt, int b_fmt, const InArray& a, const InArray& b, const char* fn, const char* a_name,
+         const char* b_name) {
         Explanation e;
-        throw_if_error(explain_gemm_q4_0_q8_1(to_view(w), to_view(a), &e));
+        throw_if_error(explain(gemm_views(a_fmt, b_fmt, to_view(a, fn, a_name), to_view(b, fn, b_name), -1, -1, -1,
+                                          fn, a_name, b_name),
+                               &e));
         return to_dict(e);
       },
-      "w"_a, "a"_a);
-  m.def(
-      "format_traits",
-      [](int fmt) {
-        const FormatTraits& t = format_traits(format_from(fmt));
-        nb::dict d;
-        d["name"] = std::string(t.name);
-        d["block_size"] = t.block_size;
-        d["bytes_per_block"] = t.bytes_per_block;
-        d["bits_per_code"] = t.bits_per_code;
-        d["has_sum"] = t.has_sum;
-        return d;
-      },
-      "fmt"_a);
+      "a_fmt"_a, "b_fmt"_a, "a"_a, "b"_a, "fn"_a, "a_name"_a, "b_name"_a);
+  m.def("format_traits", [](int fmt) {
+    const FormatTraits& t = format_traits(format_from(fmt));
+    nb::dict d;
+    d["name"] = std::string(t.name);
+    d["element_bits"] = t.element_bits;
+    d["code_offset"] = t.code_offset;
+    d["block_size"] = t.block_size;
+    d["bytes_per_block"] = t.bytes_per_block;
+    d["has_block_sum"] = t.has_block_sum;
+    d["quantizable"] = t.quantizable;
+    return d;
+  });
+  m.attr("format_count") = kFormatCount;
 }
 
 }  // namespace qg::python

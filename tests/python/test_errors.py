@@ -305,7 +305,8 @@ def test_explain_gemm(wa):
     assert e.chosen in names
     assert e.chosen in ("cpu_avx2", "cpu_scalar"), e.chosen
     text = str(e)
-    assert text.splitlines()[0] == f"qg.gemm_q4_0_q8_1: {e.chosen}"
+    assert text.splitlines()[0] == f"qg.gemm_q4_0_q8_1 (q4_0 x q8_1 on cpu): {e.chosen}"
+    assert e.problem == "q4_0 x q8_1 on cpu"
     for n in names:
         assert n in text
     assert "cpu_scalar" in names  # the portable fallback is always listed

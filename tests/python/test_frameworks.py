@@ -74,16 +74,21 @@ def test_jax_result_stays_on_input_device():
 
 
 @needs_torch
-def test_torch_requires_grad_input(rng):
+@pytest.mark.parametrize("fn", [qg.quantize_q4_0, qg.quantize_q8_0, qg.quantize_q8_1])
+def test_torch_requires_grad_input_raises(fn, rng):
+    """Packed codes cannot carry a gradient: the call refuses instead of silently dropping the graph."""
     import torch
 
     x = torch.from_numpy(rng.standard_normal((4, 64)).astype(np.float32)).requires_grad_()
-    q = qg.quantize_q4_0(x)
-    assert q.dtype == torch.uint8 and not q.requires_grad and q.grad_fn is None
-    np.testing.assert_array_equal(q.numpy(), qg.quantize_q4_0(x.detach().numpy()))
-    a = qg.quantize_q8_1(x)
-    assert not a.requires_grad
+    with pytest.raises(RuntimeError, match=r"^qg\.quantize_q\d_\d: x requires grad.*detach\(\).*fake_quantize"):
+        fn(x)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        fn(x, out=fn(x.detach()))  # the generic path applies the same rule
     assert x.grad is None and x.requires_grad  # input untouched
+    # Where no graph is being recorded there is nothing to lose.
+    with torch.no_grad():
+        np.testing.assert_array_equal(fn(x).numpy(), fn(x.detach().numpy()))
+    np.testing.assert_array_equal(fn(x.detach()).numpy(), fn(x.detach().numpy()))
 
 
 # ------------------------------------------------------------------ CUDA streams

@@ -1,14 +1,67 @@
 // SPDX-License-Identifier: MIT
-// qg/formats.h: block formats as data. Structs are byte-identical to ggml's
-// (ggml-common.h), so GGUF tensors are used as they are, without repacking.
+// qg/formats.h: formats as data. One row of the traits table per format says
+// everything validation, shape inference, the bindings and the tests need to
+// know about it; kernels are the only code that knows a format's bit layout.
+// The block structs are byte-identical to ggml's (ggml-common.h), so GGUF
+// tensors are used as they are, without repacking.
 #pragma once
 
 #include <cstdint>
 
 namespace qg {
 
+// A closed enum: adding a format is a new value here, a row in the table
+// (formats.cpp), and kernels registered for it. No plugin registry.
 enum class Format : uint8_t { q4_0, q8_0, q8_1 };
+constexpr int kFormatCount = 3;
 
+// How the codes of one block (or one row, for formats without blocks) sit in
+// memory.
+enum class Packing : uint8_t {
+  bytes,          // one code per byte
+  nibbles_split,  // ggml Q4_0: element j in the low nibble of byte j, element j + block/2 in the high nibble
+  nibbles_pairs,  // two per byte, low nibble first (element 2i low, 2i+1 high)
+  nibbles_i32,    // eight per int32, element i in bits 4i..4i+3
+  bits_u32,       // 32 per uint32, one bit per element
+};
+
+// Where a format keeps its scales.
+enum class ScalePlace : uint8_t {
+  none,      // codes are the values (plain int8)
+  in_block,  // each block starts with its scale (ggml, MX, MSFP)
+  outside,   // a separate array: per tensor, row or group of K (Operand::scales)
+};
+
+enum class ScaleType : uint8_t { none, f16, bf16, f32, e8m0 };
+
+struct FormatTraits {
+  Format format;
+  const char* name;        // ggml spelling: "q4_0"
+  int element_bits;        // bits of one code
+  bool is_signed;          // codes are stored signed (int8) rather than offset
+  int code_offset;         // value = scale * (code - code_offset); Q4_0 stores v + 8
+  int block_size;          // elements per block: K must be a multiple of it
+  int bytes_per_block;     // scale, sums and codes of one block
+  Packing packing;
+  ScalePlace scale_place;
+  ScaleType scale_type;
+  bool has_zero_point;
+  bool has_block_sum;      // the block also carries d * sum(codes) (Q8_1's s)
+  bool quantizable;        // qg can produce it from float input
+  const char* quantize_fn;    // Python-facing names, for messages: "qg.quantize_q4_0"
+  const char* dequantize_fn;  // "qg.dequantize_q4_0"
+};
+
+const FormatTraits& format_traits(Format format);
+// The format whose name is `name` ("q4_0"); false if there is none.
+bool format_from_name(const char* name, Format* out);
+
+// Bytes of one row of k elements (k a multiple of the block size).
+inline int64_t row_bytes(const FormatTraits& t, int64_t k) {
+  return k / t.block_size * t.bytes_per_block;
+}
+
+// ------------------------------------------------------------ block structs
 constexpr int kQK4_0 = 32;
 constexpr int kQK8_0 = 32;
 constexpr int kQK8_1 = 32;
@@ -33,17 +86,6 @@ struct block_q8_1 {
   int8_t qs[kQK8_1];
 };
 static_assert(sizeof(block_q8_1) == 36, "block_q8_1 must be 36 bytes, as in ggml");
-
-struct FormatTraits {
-  Format format;
-  const char* name;          // ggml spelling: "q4_0"
-  int block_size;            // elements per block
-  int bytes_per_block;
-  int bits_per_code;
-  bool has_sum;              // block carries d * sum(q) (Q8_1)
-};
-
-const FormatTraits& format_traits(Format format);
 
 // How quantize_q8_1 rounds and what it stores in s.
 //   reference: ggml's quantize_row_q8_1_ref, q = roundf(x * (1/d)), s = fp16(d * sum(q)).

@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: MIT
-// qg/ops.h: the operations. Two layers:
-//   * view functions (TensorView in, TensorView out) check everything and are
-//     what the Python bindings call;
-//   * raw-pointer functions (the *Args structs) for C++ callers who own their
-//     buffers; they run the same checks on what a pointer call can state.
-// Nothing here allocates device memory or synchronises a stream.
+// qg/ops.h: the operations. Three of them serve every format:
+//   quantize   float rows  -> packed rows of a format
+//   dequantize packed rows -> float rows
+//   gemm       C = A . B^T for any pair of operand formats a backend has a kernel for
+// Each comes in two layers:
+//   * raw pointers (QuantizeArgs, DequantizeArgs, GemmArgs): for C++ callers who
+//     own their buffers; row strides, a Device and a Stream;
+//   * views (TensorView in, TensorView out): what the Python bindings call; they
+//     infer shapes, check layouts, and call the raw layer.
+// Both run the same checks (validate.cpp). Nothing here allocates device
+// memory or synchronises a stream; every call returns a Status.
+// The seed libraries' names (gemm_q4_0_q8_1, ...) are one-line wrappers.
 #pragma once
 
 #include <cstdint>
@@ -17,84 +23,180 @@
 
 namespace qg {
 
-// ---------------------------------------------------------------- raw pointers
-// rows x k values -> rows x (k/32) blocks. Strides in elements (x) and bytes (y).
-struct QuantizeArgs {
-  const void* x = nullptr;
-  DType x_dtype = DType::f32;        // f32, f16 or bf16
-  int64_t rows = 0;
-  int64_t k = 0;                     // multiple of 32
-  int64_t x_row_stride = 0;          // elements between rows (>= k)
-  void* y = nullptr;                 // packed blocks
-  int64_t y_row_stride = 0;          // bytes between rows (>= k/32 * bytes_per_block)
-  Device device;
-  Q8_1Convention q8_1_convention = Q8_1Convention::reference;
+// ------------------------------------------------------------------ operands
+enum class Granularity : uint8_t {
+  none,    // absent
+  tensor,  // one value
+  row,     // one value per row of the operand
+  group,   // one value per row and group of group_size elements of K
 };
 
-struct DequantizeArgs {
-  const void* xq = nullptr;
+// Scales or zero points kept outside the packed data (formats whose traits
+// say ScalePlace::outside). Shapes: tensor [1], row [rows], group
+// [rows, K / group_size] with row_stride elements between rows.
+struct OutsideScales {
+  const void* data = nullptr;
+  DType dtype = DType::f32;
+  Granularity granularity = Granularity::none;
+  int64_t group_size = 0;
+  int64_t row_stride = 0;
+};
+
+// One GEMM operand: `rows` rows of `k` elements in `format`, row_stride bytes
+// apart (any value when rows <= 1).
+struct Operand {
+  const void* data = nullptr;
+  Format format = Format::q4_0;
   int64_t rows = 0;
   int64_t k = 0;
-  int64_t xq_row_stride = 0;         // bytes
-  float* y = nullptr;
-  int64_t y_row_stride = 0;          // elements
-  Device device;
+  int64_t row_stride = 0;
+  OutsideScales scales;
+  OutsideScales zero_points;
 };
 
-// C[M, N] = W[M, K] . A[N, K]^T, W in Q4_0 and A in Q8_1, C row-major fp32.
+// A contiguous operand: row_stride is one row of blocks.
+Operand packed_operand(const void* data, Format format, int64_t rows, int64_t k);
+
+// ------------------------------------------------------------------ epilogue
+enum class Activation : uint8_t { none, relu };
+
+// Applied to each accumulated element, always in this order:
+//   v = acc * alpha * row_scale[m] * col_scale[n]    scales
+//   v = v + beta * C[m, n]                            accumulate into C (C is not read when beta == 0)
+//   v = v + bias[m]                                   bias
+//   v = activation(v)                                 activation (relu keeps NaN)
+//   C[m, n] = cast(v)                                 cast to GemmArgs::c_dtype (round to nearest even)
+struct Epilogue {
+  float alpha = 1.0f;
+  const float* row_scale = nullptr;  // [M] (per row of a: output feature) or null
+  const float* col_scale = nullptr;  // [N] (per row of b) or null
+  float beta = 0.0f;
+  const void* bias = nullptr;        // [M] of bias_dtype, or null
+  DType bias_dtype = DType::f32;     // f32, f16 or bf16
+  Activation activation = Activation::none;
+};
+
+// --------------------------------------------------------------------- gemm
+// C[M, N] = A[M, K] . B[N, K]^T. Both operands are rows along K (a linear
+// layer's weight and its activations). Element (m, n) of C is at
+// c + m * ldc + n * ldc_n elements: ldc_n = 1 is row-major C; ldc = 1 and
+// ldc_n = M write the [N, M] result of x @ W^T directly.
 struct GemmArgs {
-  const void* w = nullptr;
-  const void* a = nullptr;
-  float* c = nullptr;
-  int64_t m = 0, n = 0, k = 0;
-  int64_t ldw = 0;                   // bytes between rows of W (>= k/32 * 18)
-  int64_t lda = 0;                   // bytes between rows of A (>= k/32 * 36)
-  int64_t ldc = 0;                   // elements between rows of C (>= n)
+  Operand a;                      // M rows: weights
+  Operand b;                      // N rows: activations
+  void* c = nullptr;
+  DType c_dtype = DType::f32;     // f32, f16 or bf16
+  int64_t ldc = 0;
+  int64_t ldc_n = 1;
+  Epilogue epilogue;
   Device device;
+  const char* fn = "qg.gemm";     // the caller-facing name messages start with
 };
 
-Status quantize(Format format, const QuantizeArgs& args, Stream stream = nullptr);
-Status dequantize(Format format, const DequantizeArgs& args, Stream stream = nullptr);
-Status gemm_q4_0_q8_1(const GemmArgs& args, Stream stream = nullptr);
+Status gemm(const GemmArgs& args, Stream stream = nullptr);
 
-// Contiguous convenience forms (row strides implied by k).
+// Seed 000: C[M, N] = W . A^T, W Q4_0 [M, K/32] blocks, A Q8_1 [N, K/32] blocks,
+// C fp32 row-major; all contiguous, on `device`.
 Status gemm_q4_0_q8_1(const void* w, const void* a, float* c, int64_t m, int64_t n, int64_t k,
                       Device device, Stream stream = nullptr);
 
-// ----------------------------------------------------------------------- views
-// Shapes: x [..., K] -> y [..., K/32, bytes_per_block] uint8.
-Status quantize_output_shape(Format format, const TensorView& x, std::vector<int64_t>* shape);
-Status quantize(Format format, const TensorView& x, const TensorView& out, Stream stream = nullptr,
-                Q8_1Convention convention = Q8_1Convention::reference);
-
-// xq [..., K/32, bytes_per_block] uint8 -> y [..., K] f32. k < 0: inferred.
-Status dequantize_output_shape(Format format, const TensorView& xq, int64_t k,
-                               std::vector<int64_t>* shape);
-Status dequantize(Format format, const TensorView& xq, int64_t k, const TensorView& out,
-                  Stream stream = nullptr);
-
-// w [..., K/32, 18], a [..., K/32, 36] -> out [M, N] f32; M is the product of
-// w's leading dims, N of a's. m, n, k < 0: inferred; otherwise checked.
-Status gemm_q4_0_q8_1_output_shape(const TensorView& w, const TensorView& a, int64_t m, int64_t n,
-                                   int64_t k, std::vector<int64_t>* shape);
-Status gemm_q4_0_q8_1(const TensorView& w, const TensorView& a, const TensorView& out, int64_t m,
-                      int64_t n, int64_t k, Stream stream = nullptr);
-
-// -------------------------------------------------------- dispatch and backends
-// Which implementation a call with these arguments would run, and why each
-// more specialised one was passed over. One line per candidate; the chosen
-// one is marked. Runs the same checks as the call and returns its error.
-struct Explanation {
-  std::string op;
-  std::string chosen;
-  std::vector<std::string> candidates;  // "name: chosen" / "name: skipped (reason)"
+// ----------------------------------------------------------- quantize, dequantize
+// rows x k values -> rows x (k / block) blocks. Strides in elements (x), bytes (y).
+struct QuantizeArgs {
+  Format format = Format::q4_0;
+  const void* x = nullptr;
+  DType x_dtype = DType::f32;      // f32, f16 or bf16
+  int64_t rows = 0;
+  int64_t k = 0;
+  int64_t x_row_stride = 0;
+  void* y = nullptr;
+  int64_t y_row_stride = 0;
+  Device device;
+  Q8_1Convention q8_1_convention = Q8_1Convention::reference;
+  const char* fn = nullptr;        // default: the format's quantize_fn
 };
-Status explain_gemm_q4_0_q8_1(const GemmArgs& args, Explanation* out);
-Status explain_quantize(Format format, const QuantizeArgs& args, Explanation* out);
-Status explain_dequantize(Format format, const DequantizeArgs& args, Explanation* out);
-// The same from views, before any output exists.
-Status explain_gemm_q4_0_q8_1(const TensorView& w, const TensorView& a, Explanation* out);
-Status explain_quantize(Format format, const TensorView& x, Explanation* out);
-Status explain_dequantize(Format format, const TensorView& xq, Explanation* out);
+
+struct DequantizeArgs {
+  Format format = Format::q4_0;
+  const void* xq = nullptr;
+  int64_t rows = 0;
+  int64_t k = 0;
+  int64_t xq_row_stride = 0;       // bytes
+  float* y = nullptr;
+  int64_t y_row_stride = 0;        // elements
+  Device device;
+  const char* fn = nullptr;        // default: the format's dequantize_fn
+};
+
+Status quantize(const QuantizeArgs& args, Stream stream = nullptr);
+Status dequantize(const DequantizeArgs& args, Stream stream = nullptr);
+
+// -------------------------------------------------------------------- views
+// A result's shape and dtype, before it exists (no heap allocation).
+struct ResultSpec {
+  int ndim = 0;
+  int64_t shape[kMaxDims] = {};
+  DType dtype = DType::f32;
+};
+
+// x [..., K] float -> [..., K / block, bytes_per_block] uint8.
+struct QuantizeViews {
+  Format format = Format::q4_0;
+  TensorView x;
+  Q8_1Convention convention = Q8_1Convention::reference;
+  const char* fn = nullptr;
+};
+
+// xq [..., K / block, bytes_per_block] uint8 -> [..., K] float32. k < 0: inferred.
+struct DequantizeViews {
+  Format format = Format::q4_0;
+  TensorView xq;
+  int64_t k = -1;
+  const char* fn = nullptr;
+};
+
+// a [..., K / block, bytes] (M = product of the leading dims), b likewise (N)
+// -> [M, N] (or [N, M] with transpose_out). m, n, k < 0: inferred, else checked.
+// bias / row_scale / col_scale: 1-D views or null.
+struct GemmViews {
+  Format a_format = Format::q4_0;
+  Format b_format = Format::q8_1;
+  TensorView a, b;
+  int64_t m = -1, n = -1, k = -1;
+  const TensorView* bias = nullptr;
+  const TensorView* row_scale = nullptr;
+  const TensorView* col_scale = nullptr;
+  float alpha = 1.0f, beta = 0.0f;
+  Activation activation = Activation::none;
+  DType out_dtype = DType::f32;
+  bool transpose_out = false;
+  const char* fn = "qg.gemm";
+  const char* a_name = "a";       // argument names, for messages ("weight_q")
+  const char* b_name = "b";
+};
+
+Status result_spec(const QuantizeViews& v, ResultSpec* out);
+Status result_spec(const DequantizeViews& v, ResultSpec* out);
+Status result_spec(const GemmViews& v, ResultSpec* out);
+Status quantize(const QuantizeViews& v, const TensorView& out, Stream stream = nullptr);
+Status dequantize(const DequantizeViews& v, const TensorView& out, Stream stream = nullptr);
+Status gemm(const GemmViews& v, const TensorView& out, Stream stream = nullptr);
+
+// ------------------------------------------------------------------ explain
+// Which kernel a call with these arguments would run, and why each other
+// kernel registered for the same formats was passed over. Runs the same
+// checks as the call (without the output) and returns its error.
+struct Explanation {
+  std::string op;                       // "qg.gemm_q4_0_q8_1"
+  std::string problem;                  // "q4_0 x q8_1 on cuda:0"
+  std::string chosen;                   // kernel name
+  std::vector<std::string> candidates;  // "name: chosen" / "name: skipped (reason)" / "name: not tried ..."
+};
+Status explain(const GemmArgs& args, Explanation* out);
+Status explain(const QuantizeArgs& args, Explanation* out);
+Status explain(const DequantizeArgs& args, Explanation* out);
+Status explain(const GemmViews& v, Explanation* out);
+Status explain(const QuantizeViews& v, Explanation* out);
+Status explain(const DequantizeViews& v, Explanation* out);
 
 }  // namespace qg

@@ -3,6 +3,8 @@
 // one binary runs the AVX2 kernels where they exist and scalar code elsewhere.
 #include "cpu/features.h"
 
+#include "backend.h"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -27,6 +29,12 @@ CpuFeatures detect() {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = detect();
   return f;
+}
+
+uint32_t feature_bits() {
+  const CpuFeatures& f = cpu_features();
+  return (f.avx2 ? kCpuAvx2 : 0u) | (f.fma ? kCpuFma : 0u) | (f.f16c ? kCpuF16c : 0u) |
+         (f.avx512_vnni ? kCpuAvx512Vnni : 0u);
 }
 
 std::vector<std::string> features() {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // gemm_q4_0_q8_1_avx2.cpp: AVX2 GEMM, compiled with -mavx2 -mfma -mf16c and
-// called only after a run-time check (registry.cpp).
+// registered with an arch window that needs those (registry.cpp).
 //
 // Per block, vpmaddubsw multiplies the unsigned nibbles (0..15) by the signed
 // Q8_1 codes; a second vpmaddubsw with all-ones bytes gives the pairwise sums
@@ -8,6 +8,12 @@
 // int16 lanes (|w*a pair| <= 3840, |8*a pair| <= 2048, no overflow) before
 // vpmaddwd widens it. That is exact for every byte value, a = -128 included,
 // unlike the sign-flip trick, which wraps on -128.
+//
+// The eight int32 lanes are scaled and accumulated as floats (one FMA per
+// block). That equals d * (sum of lanes) except when d is not finite: an
+// Inf scale times a lane that is 0 gives NaN where the block's whole sum,
+// and so the documented result, is +-Inf. Such blocks (a branch that is never
+// taken on finite data) add d * (exact integer sum) to a scalar instead.
 #include "cpu/kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -16,6 +22,7 @@
 #include <cstring>
 
 #include "cpu/thread_pool.h"
+#include "epilogue.h"
 
 namespace qg::detail::cpu {
 
@@ -34,6 +41,19 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+inline int hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline bool finite(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return (u & 0x7F800000u) != 0x7F800000u;
+}
+
 // One W row against NR rows of A: the W block is unpacked once and used NR times.
 template <int NR>
 void row_times_cols(const uint8_t* w, const uint8_t* const* a, int64_t nb, float* c) {
@@ -41,7 +61,11 @@ void row_times_cols(const uint8_t* w, const uint8_t* const* a, int64_t nb, float
   const __m256i ones8 = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
   __m256 acc[NR];
-  for (int j = 0; j < NR; ++j) acc[j] = _mm256_setzero_ps();
+  float odd[NR];  // blocks with a non-finite scale (see the file comment)
+  for (int j = 0; j < NR; ++j) {
+    acc[j] = _mm256_setzero_ps();
+    odd[j] = 0.0f;
+  }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = w + b * 18;
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
@@ -54,38 +78,41 @@ void row_times_cols(const uint8_t* w, const uint8_t* const* a, int64_t nb, float
       const __m256i wa = _mm256_maddubs_epi16(wq, aq);
       const __m256i sa = _mm256_slli_epi16(_mm256_maddubs_epi16(ones8, aq), 3);
       const __m256i dot = _mm256_madd_epi16(_mm256_sub_epi16(wa, sa), ones16);
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * load_fp16(ab)), acc[j]);
+      const float d = dw * load_fp16(ab);
+      if (finite(d)) acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d), acc[j]);
+      else odd[j] += d * static_cast<float>(hsum_epi32(dot));
     }
   }
-  for (int j = 0; j < NR; ++j) c[j] = hsum(acc[j]);
+  for (int j = 0; j < NR; ++j) c[j] = hsum(acc[j]) + odd[j];
 }
 
 }  // namespace
 
 Status gemm_q4_0_q8_1_avx2(const GemmArgs& g) {
-  const int64_t nb = g.k / 32;
-  const int64_t tiles_m = (g.m + kTileM - 1) / kTileM;
-  const int64_t tiles_n = (g.n + kTileN - 1) / kTileN;
-  const auto* W = static_cast<const uint8_t*>(g.w);
-  const auto* A = static_cast<const uint8_t*>(g.a);
+  const int64_t m_rows = g.a.rows, n_rows = g.b.rows, nb = g.a.k / 32;
+  const EpilogueParams ep = epilogue_params(g);
+  const int64_t tiles_m = (m_rows + kTileM - 1) / kTileM;
+  const int64_t tiles_n = (n_rows + kTileN - 1) / kTileN;
+  const auto* W = static_cast<const uint8_t*>(g.a.data);
+  const auto* A = static_cast<const uint8_t*>(g.b.data);
   ThreadPool::instance().parallel_for(tiles_m * tiles_n, [&](int64_t t) {
     const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
-    const int64_t m1 = m0 + kTileM < g.m ? m0 + kTileM : g.m;
-    const int64_t n1 = n0 + kTileN < g.n ? n0 + kTileN : g.n;
+    const int64_t m1 = m0 + kTileM < m_rows ? m0 + kTileM : m_rows;
+    const int64_t n1 = n0 + kTileN < n_rows ? n0 + kTileN : n_rows;
     for (int64_t n = n0; n < n1; n += 4) {
       const uint8_t* a[4];
       const int64_t cols = n1 - n < 4 ? n1 - n : 4;
-      for (int j = 0; j < 4; ++j) a[j] = A + (n + (j < cols ? j : 0)) * g.lda;
+      for (int j = 0; j < 4; ++j) a[j] = A + (n + (j < cols ? j : 0)) * g.b.row_stride;
       float out[4];
       for (int64_t m = m0; m < m1; ++m) {
-        const uint8_t* w = W + m * g.ldw;
+        const uint8_t* w = W + m * g.a.row_stride;
         switch (cols) {
           case 4: row_times_cols<4>(w, a, nb, out); break;
           case 3: row_times_cols<3>(w, a, nb, out); break;
           case 2: row_times_cols<2>(w, a, nb, out); break;
           default: row_times_cols<1>(w, a, nb, out); break;
         }
-        for (int64_t j = 0; j < cols; ++j) g.c[m * g.ldc + n + j] = out[j];
+        for (int64_t j = 0; j < cols; ++j) epilogue_store(ep, m, n + j, out[j]);
       }
     }
   });
@@ -94,7 +121,7 @@ Status gemm_q4_0_q8_1_avx2(const GemmArgs& g) {
 
 }  // namespace qg::detail::cpu
 
-#else  // not compiled for AVX2 (non-x86 host): never selected, see registry.cpp
+#else  // not compiled for AVX2 (non-x86 host): its arch window keeps it from being chosen
 
 namespace qg::detail::cpu {
 Status gemm_q4_0_q8_1_avx2(const GemmArgs&) {

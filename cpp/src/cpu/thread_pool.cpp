@@ -1,7 +1,15 @@
 // SPDX-License-Identifier: MIT
 // thread_pool.cpp: see thread_pool.h.
+//
+// A job is posted under mutex_ with a number of seats (at most n_tasks - 1,
+// the caller being the other worker). A sleeping worker joins when the
+// generation is new and a seat is free; the caller takes tasks too, and when
+// it runs out it closes the seats and waits only for the workers that joined.
+// So the caller never waits for a worker that was not woken, and a job never
+// wakes more workers than it has tasks for.
 #include "cpu/thread_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace qg::detail::cpu {
@@ -17,6 +25,10 @@ int default_threads() {
   const unsigned hw = std::thread::hardware_concurrency();
   return hw ? static_cast<int>(hw) : 1;
 }
+
+void run_inline(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
+  for (int64_t t = 0; t < n_tasks; ++t) fn(t);
+}
 }  // namespace
 
 ThreadPool& ThreadPool::instance() {
@@ -28,11 +40,13 @@ ThreadPool::ThreadPool() { start(default_threads()); }
 ThreadPool::~ThreadPool() { stop(); }
 
 void ThreadPool::start(int threads) {
-  threads_ = threads < 1 ? 1 : threads;
+  const int n = threads < 1 ? 1 : threads;
+  threads_.store(n, std::memory_order_relaxed);
   quit_ = false;
-  // A new worker must not mistake the last finished job for a new one: it
-  // starts from the current generation (no job runs while the pool resizes).
-  for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, g = generation_] { worker_loop(g); });
+  // A new worker starts from the current generation, so it cannot mistake the
+  // last finished job for a new one (no job runs while the pool resizes, and
+  // that job's seats are closed anyway).
+  for (int i = 1; i < n; ++i) workers_.emplace_back([this, g = generation_] { worker_loop(g); });
 }
 
 void ThreadPool::stop() {
@@ -46,6 +60,8 @@ void ThreadPool::stop() {
 }
 
 void ThreadPool::set_threads(int threads) {
+  // call_mutex_ is held by a pooled job for its whole duration: the resize
+  // waits for it, and the next job waits for the resize.
   std::lock_guard<std::mutex> call(call_mutex_);
   stop();
   start(threads > 0 ? threads : default_threads());
@@ -61,9 +77,12 @@ void ThreadPool::worker_loop(uint64_t seen) {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return quit_ || generation_ != seen; });
+      wake_.wait(lock, [&] { return quit_ || (generation_ != seen && seats_ > 0); });
       if (quit_) return;
       seen = generation_;
+      --seats_;
+      ++active_;
+      joined_.fetch_add(1, std::memory_order_relaxed);
     }
     run_tasks();
     {
@@ -75,22 +94,43 @@ void ThreadPool::worker_loop(uint64_t seen) {
 
 void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
   if (n_tasks <= 0) return;
-  if (n_tasks == 1 || threads_ == 1 || t_inside_task) {
-    for (int64_t t = 0; t < n_tasks; ++t) fn(t);
+  // No lock taken and no worker woken: a nested call (the pool is busy with
+  // its caller's job), one task, or a one-thread pool. A stale size read here
+  // is harmless: the inline path touches no pool state.
+  if (n_tasks == 1 || t_inside_task || threads() == 1) {
+    run_inline(n_tasks, fn);
+  } else {
+    run_on_pool(n_tasks, fn);
+  }
+}
+
+void ThreadPool::run_on_pool(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
+  std::lock_guard<std::mutex> call(call_mutex_);
+  // The pool may have been resized between the caller's check and the lock.
+  const int seats = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(workers_.size()), n_tasks - 1));
+  if (seats == 0) {
+    run_inline(n_tasks, fn);
     return;
   }
-  std::lock_guard<std::mutex> call(call_mutex_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = &fn;
     n_tasks_ = n_tasks;
     next_.store(0);
-    active_ = static_cast<int>(workers_.size());
+    seats_ = seats;
+    active_ = 0;
     ++generation_;
   }
-  wake_.notify_all();
+  // Waking only as many workers as there are seats; a wake-up that reaches a
+  // worker which then finds no seat costs a little time, never correctness.
+  if (seats == static_cast<int>(workers_.size())) {
+    wake_.notify_all();
+  } else {
+    for (int i = 0; i < seats; ++i) wake_.notify_one();
+  }
   run_tasks();
   std::unique_lock<std::mutex> lock(mutex_);
+  seats_ = 0;  // every task is taken: a worker waking now would find nothing to do
   done_.wait(lock, [&] { return active_ == 0; });
   job_ = nullptr;
 }

@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: MIT
+// epilogue.h: the GEMM epilogue, written once. Every kernel of every backend
+// ends with epilogue_store(params, m, n, acc) for each of its outputs, so the
+// order (scales -> beta*C -> bias -> activation -> cast) and the rounding of
+// the cast are the same everywhere; kernels differ only in how they reach it.
+// __host__ __device__: the CPU and CUDA backends compile this same code.
+// Loads and stores go through unaligned-safe paths: a caller's C, bias or
+// scales may sit at any byte address (a NumPy view at an odd offset).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "qg/ops.h"
+#include "quant_block.h"
+
+namespace qg::detail {
+
+// GemmArgs' epilogue flattened into what the store needs, passed to CUDA
+// kernels by value.
+struct EpilogueParams {
+  uint8_t* c = nullptr;
+  int64_t ldc = 0, ldc_n = 1;     // elements
+  DType c_dtype = DType::f32;
+  float alpha = 1.0f, beta = 0.0f;
+  const float* row_scale = nullptr;
+  const float* col_scale = nullptr;
+  const uint8_t* bias = nullptr;
+  DType bias_dtype = DType::f32;
+  bool relu = false;
+};
+
+inline EpilogueParams epilogue_params(const GemmArgs& g) {
+  EpilogueParams p;
+  p.c = static_cast<uint8_t*>(g.c);
+  p.ldc = g.ldc;
+  p.ldc_n = g.ldc_n;
+  p.c_dtype = g.c_dtype;
+  p.alpha = g.epilogue.alpha;
+  p.beta = g.epilogue.beta;
+  p.row_scale = g.epilogue.row_scale;
+  p.col_scale = g.epilogue.col_scale;
+  p.bias = static_cast<const uint8_t*>(g.epilogue.bias);
+  p.bias_dtype = g.epilogue.bias_dtype;
+  p.relu = g.epilogue.activation == Activation::relu;
+  return p;
+}
+
+// fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN.
+QG_HD uint16_t fp32_to_bf16(float f) {
+  const uint32_t x = float_bits(f);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);
+  return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+}
+
+// Unaligned-safe loads and stores of 2 and 4 bytes. The host uses memcpy
+// (plain loads once compiled, and no alignment or aliasing assumption); the
+// device uses one access when the address allows it, bytes otherwise.
+QG_HD uint32_t load_u32_any(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) return *reinterpret_cast<const uint32_t*>(p);
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+#else
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+#endif
+}
+QG_HD uint16_t load_u16_any(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  if ((reinterpret_cast<uintptr_t>(p) & 1u) == 0) return *reinterpret_cast<const uint16_t*>(p);
+  return static_cast<uint16_t>(p[0] | (p[1] << 8));
+#else
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+#endif
+}
+QG_HD void store_u32_any(uint8_t* p, uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) {
+    *reinterpret_cast<uint32_t*>(p) = v;
+    return;
+  }
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+#else
+  std::memcpy(p, &v, 4);
+#endif
+}
+QG_HD void store_u16_any(uint8_t* p, uint16_t v) {
+#if defined(__CUDA_ARCH__)
+  if ((reinterpret_cast<uintptr_t>(p) & 1u) == 0) {
+    *reinterpret_cast<uint16_t*>(p) = v;
+    return;
+  }
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+#else
+  std::memcpy(p, &v, 2);
+#endif
+}
+
+// A float32/float16/bfloat16 element at p.
+QG_HD float load_float_any(const uint8_t* p, DType dtype) {
+  if (dtype == DType::f32) return bits_float(load_u32_any(p));
+  const uint16_t h = load_u16_any(p);
+  return dtype == DType::f16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+}
+QG_HD void store_float_any(uint8_t* p, DType dtype, float v) {
+  if (dtype == DType::f32) store_u32_any(p, float_bits(v));
+  else if (dtype == DType::f16) store_u16_any(p, fp32_to_fp16(v));
+  else store_u16_any(p, fp32_to_bf16(v));
+}
+
+QG_HD int dtype_bytes(DType d) { return d == DType::f32 ? 4 : 2; }
+
+// The fixed order of ops.h's Epilogue. The scales are applied as two
+// separate multiplies so that alpha = 1 and no scales leave acc bit-exact.
+QG_HD void epilogue_store(const EpilogueParams& p, int64_t m, int64_t n, float acc) {
+  float v = acc;
+  if (p.alpha != 1.0f) v = mul_rn(v, p.alpha);
+  if (p.row_scale) v = mul_rn(v, bits_float(load_u32_any(reinterpret_cast<const uint8_t*>(p.row_scale + m))));
+  if (p.col_scale) v = mul_rn(v, bits_float(load_u32_any(reinterpret_cast<const uint8_t*>(p.col_scale + n))));
+  uint8_t* dst = p.c + (m * p.ldc + n * p.ldc_n) * dtype_bytes(p.c_dtype);
+  if (p.beta != 0.0f) v = add_rn(v, mul_rn(p.beta, load_float_any(dst, p.c_dtype)));
+  if (p.bias) v = add_rn(v, load_float_any(p.bias + m * dtype_bytes(p.bias_dtype), p.bias_dtype));
+  if (p.relu) v = v < 0.0f ? 0.0f : v;  // NaN is not < 0: it passes through
+  store_float_any(dst, p.c_dtype, v);
+}
+
+}  // namespace qg::detail

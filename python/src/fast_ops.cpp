@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: MIT
+// fast_ops.cpp: the single-crossing path for frameworks that publish the
+// DLPack C exchange API (torch >= 2.10). One call reads the inputs' metadata,
+// validates, sizes and allocates the result with the caller's framework,
+// finds the caller's current stream and launches: no DLPack capsules, no
+// Python-side allocation or stream lookup. Each function returns None when
+// the inputs are not such tensors, and the caller takes the generic path.
+// Checks and messages are the core's, identical on both paths.
+#include <string>
+
+#include "bind_util.h"
+
+namespace qg::python {
+
+namespace {
+
+// Reads an input's metadata through its type's exchange table. False: not
+// for this path (no table, or the producer declined, e.g. a sparse tensor);
+// the generic path then reports it with qg's message.
+bool import_input(nb::handle obj, const char* fn, const char* arg, const dlx::Api** api, TensorView* v) {
+  const dlx::Api* a = dlx::api_for(Py_TYPE(obj.ptr()));
+  if (a == nullptr || a->dltensor_from_py_object_no_sync == nullptr) return false;
+  dlx::Tensor t;
+  if (a->dltensor_from_py_object_no_sync(obj.ptr(), &t) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  Status err;
+  if (!to_view(t, fn, arg, v, &err)) throw_if_error(err);
+  v->writable = false;
+  *api = a;
+  return true;
+}
+
+void record_error(void* ctx, const char* kind, const char* message) {
+  *static_cast<std::string*>(ctx) = std::string(kind ? kind : "Error") + ": " + (message ? message : "");
+}
+
+dlx::DataType dl_dtype(DType d) {
+  switch (d) {
+    case DType::u8: return {1, 8, 1};
+    case DType::f16: return {2, 16, 1};
+    case DType::bf16: return {4, 16, 1};
+    default: return {2, 32, 1};
+  }
+}
+
+// Allocates the result with the caller's framework; *out views it.
+nb::object allocate(const dlx::Api* api, const char* fn, const ResultSpec& spec, Device device, TensorView* out) {
+  ResultSpec shape = spec;  // the prototype wants a mutable pointer
+  dlx::Tensor proto{};
+  proto.device = {device.type == DeviceType::cuda ? dlx::kCUDA : dlx::kCPU, device.id};
+  proto.ndim = spec.ndim;
+  proto.dtype = dl_dtype(spec.dtype);
+  proto.shape = shape.shape;
+  dlx::ManagedTensor* mt = nullptr;
+  std::string error;
+  if (api->managed_tensor_allocator(&proto, &mt, &error, record_error) != 0 || mt == nullptr)
+    throw_if_error(Status(StatusCode::out_of_memory,
+                          std::string(fn) + ": could not allocate the result on " + device_name(device) + " (" + error + ")"));
+  Status ignored;
+  to_view(mt->dl_tensor, fn, "out", out, &ignored);  // read before ownership moves to the framework
+  void* obj = nullptr;
+  if (api->managed_tensor_to_py_object_no_sync(mt, &obj) != 0 || obj == nullptr) throw nb::python_error();
+  return nb::steal(static_cast<PyObject*>(obj));
+}
+
+Stream current_stream(const dlx::Api* api, Device device) {
+  if (device.type != DeviceType::cuda || api->current_work_stream == nullptr) return nullptr;
+  void* s = nullptr;
+  if (api->current_work_stream(dlx::kCUDA, device.id, &s) != 0) throw nb::python_error();
+  return s;
+}
+
+template <class Views, class Run>
+nb::object finish(const dlx::Api* api, const char* fn, const Views& v, Device device, Run&& run) {
+  ResultSpec spec;
+  throw_if_error(result_spec(v, &spec));
+  TensorView out;
+  nb::object result = allocate(api, fn, spec, device, &out);
+  const Stream stream = current_stream(api, device);
+  throw_if_error(run_released(device, [&] { return run(out, stream); }));
+  return result;
+}
+
+}  // namespace
+
+void bind_fast_ops(nb::module_& m) {
+  m.def(
+      "fast_quantize",
+      [](nb::handle x, int fmt, int convention, const char* fn) -> nb::object {
+        const dlx::Api* api;
+        QuantizeViews v{format_from(fmt), {}, convention_from(convention), fn};
+        if (!import_input(x, fn, "x", &api, &v.x)) return nb::none();
+        return finish(api, fn, v, v.x.device, [&](const TensorView& out, Stream s) { return quantize(v, out, s); });
+      },
+      "x"_a, "fmt"_a, "convention"_a, "fn"_a);
+  m.def(
+      "fast_dequantize",
+      [](nb::handle xq, int fmt, int64_t k, const char* fn) -> nb::object {
+        const dlx::Api* api;
+        DequantizeViews v{format_from(fmt), {}, k, fn};
+        if (!import_input(xq, fn, "xq", &api, &v.xq)) return nb::none();
+        return finish(api, fn, v, v.xq.device, [&](const TensorView& out, Stream s) { return dequantize(v, out, s); });
+      },
+      "xq"_a, "fmt"_a, "k"_a, "fn"_a);
+  m.def(
+      "fast_gemm",
+      [](nb::handle a, nb::handle b, int a_fmt, int b_fmt, int64_t M, int64_t N, int64_t K, const char* fn,
+         const char* a_name, const char* b_name) -> nb::object {
+        const dlx::Api *api_a, *api_b;
+        TensorView av, bv;
+        if (!import_input(a, fn, a_name, &api_a, &av) || !import_input(b, fn, b_name, &api_b, &bv) || api_a != api_b)
+          return nb::none();
+        const GemmViews v = gemm_views(a_fmt, b_fmt, av, bv, M, N, K, fn, a_name, b_name);
+        return finish(api_a, fn, v, av.device, [&](const TensorView& out, Stream s) { return gemm(v, out, s); });
+      },
+      "a"_a, "b"_a, "a_fmt"_a, "b_fmt"_a, "M"_a, "N"_a, "K"_a, "fn"_a, "a_name"_a, "b_name"_a);
+}
+
+}  // namespace qg::python
