@@ -108,15 +108,20 @@ def _generic_gemm(op: _Op, a, b, m: int, n: int, k: int, out, stream):
 _FAST_TYPES: set = set()
 
 
+def _fast_out(out) -> bool:
+    """out= may ride the fast path when it is a plain tensor of a fast type."""
+    return out is None or (type(out) in _FAST_TYPES and not out.requires_grad)
+
+
 def _run_quantize(op: _Op, x, out, stream, convention="reference"):
     conv = _convention(convention, op.fn)
-    if out is None and stream is None and type(x) in _FAST_TYPES:
+    if stream is None and type(x) in _FAST_TYPES and _fast_out(out):
         from . import torch_ops
 
-        special = torch_ops.special_quantize(op, x, conv)
+        special = torch_ops.special_quantize(op, x, conv, out)
         if special is not None:
             return special
-        r = _qg.fast_quantize(x, op.fmt, conv, op.fn)
+        r = _qg.fast_quantize(x, op.fmt, conv, op.fn, out)
         if r is not None:
             return r
     return _generic_quantize(op, x, out, stream, conv)
@@ -124,13 +129,13 @@ def _run_quantize(op: _Op, x, out, stream, convention="reference"):
 
 def _run_dequantize(op: _Op, xq, K, out, stream):
     k = _size(K, "K", op.fn)
-    if out is None and stream is None and type(xq) in _FAST_TYPES:
+    if stream is None and type(xq) in _FAST_TYPES and _fast_out(out):
         from . import torch_ops
 
-        special = torch_ops.special_dequantize(op, xq, k)
+        special = torch_ops.special_dequantize(op, xq, k, out)
         if special is not None:
             return special
-        r = _qg.fast_dequantize(xq, op.fmt, k, op.fn)
+        r = _qg.fast_dequantize(xq, op.fmt, k, op.fn, out)
         if r is not None:
             return r
     return _generic_dequantize(op, xq, k, out, stream)
@@ -138,13 +143,13 @@ def _run_dequantize(op: _Op, xq, K, out, stream):
 
 def _run_gemm(op: _Op, a, b, M, N, K, out, stream):
     m, n, k = _size(M, "M", op.fn), _size(N, "N", op.fn), _size(K, "K", op.fn)
-    if out is None and stream is None and type(a) in _FAST_TYPES and type(b) in _FAST_TYPES:
+    if stream is None and type(a) in _FAST_TYPES and type(b) in _FAST_TYPES and _fast_out(out):
         from . import torch_ops
 
-        special = torch_ops.special_gemm(op, a, b, m, n, k)
+        special = torch_ops.special_gemm(op, a, b, m, n, k, out)
         if special is not None:
             return special
-        r = _qg.fast_gemm(a, b, op.a_fmt, op.b_fmt, m, n, k, op.fn, op.a_name, op.b_name)
+        r = _qg.fast_gemm(a, b, op.a_fmt, op.b_fmt, m, n, k, op.fn, op.a_name, op.b_name, out)
         if r is not None:
             return r
     return _generic_gemm(op, a, b, m, n, k, out, stream)

@@ -117,29 +117,32 @@ def _grad_check(op, x) -> None:
         )
 
 
-def special_quantize(op, x, conv: int):
-    """None for an ordinary eager call (the fast path takes it); otherwise the result."""
+# Each returns None for an ordinary eager call (the fast path takes it), else
+# the result: the registered operator while torch traces (out= is then
+# written by the generic path, which records no operator), or the generic
+# path for views it must resolve (negated, non-contiguous).
+def special_quantize(op, x, conv: int, out):
     _grad_check(op, x)
-    if _tracing():
+    if _tracing() and out is None:
         return _quantize_op(x, _NAMES[op.fmt], _CONV_NAMES[conv])
-    if x.is_neg() or not x.is_contiguous():
-        return _api._generic_quantize(op, x, None, None, conv)
+    if out is not None and _tracing() or x.is_neg() or not x.is_contiguous():
+        return _api._generic_quantize(op, x, out, None, conv)
     return None
 
 
-def special_dequantize(op, xq, k: int):
-    if _tracing():
+def special_dequantize(op, xq, k: int, out):
+    if _tracing() and out is None:
         return _dequantize_op(xq, _NAMES[op.fmt], k)
-    if xq.is_neg() or not xq.is_contiguous():
-        return _api._generic_dequantize(op, xq, k, None, None)
+    if out is not None and _tracing() or xq.is_neg() or not xq.is_contiguous():
+        return _api._generic_dequantize(op, xq, k, out, None)
     return None
 
 
-def special_gemm(op, a, b, m: int, n: int, k: int):
-    if _tracing():
+def special_gemm(op, a, b, m: int, n: int, k: int, out):
+    if _tracing() and out is None:
         return _gemm_op(a, b, _NAMES[op.a_fmt], _NAMES[op.b_fmt], m, n, k)
-    if a.is_neg() or b.is_neg() or not (a.is_contiguous() and b.is_contiguous()):
-        return _api._generic_gemm(op, a, b, m, n, k, None, None)
+    if out is not None and _tracing() or a.is_neg() or b.is_neg() or not (a.is_contiguous() and b.is_contiguous()):
+        return _api._generic_gemm(op, a, b, m, n, k, out, None)
     return None
 
 

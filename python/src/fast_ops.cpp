@@ -72,12 +72,26 @@ Stream current_stream(const dlx::Api* api, Device device) {
   return s;
 }
 
+// out_obj: None (allocate the result) or the caller's out= tensor of the
+// same framework, which the core checks like any out= (shape, dtype, device,
+// layout, overlap) and writes in place.
 template <class Views, class Run>
-nb::object finish(const dlx::Api* api, const char* fn, const Views& v, Device device, Run&& run) {
+nb::object finish(const dlx::Api* api, const char* fn, const Views& v, Device device, nb::handle out_obj,
+                  Run&& run) {
   ResultSpec spec;
   throw_if_error(result_spec(v, &spec));
   TensorView out;
-  nb::object result = allocate(api, fn, spec, device, &out);
+  nb::object result;
+  if (out_obj.is_none()) {
+    result = allocate(api, fn, spec, device, &out);
+  } else {
+    const dlx::Api* out_api;
+    if (!import_input(out_obj, fn, "out", &out_api, &out) || out_api != api)
+      throw_if_error(Status(StatusCode::type_error,
+                            std::string(fn) + ": out must be an array of the inputs' framework"));
+    out.writable = true;
+    result = nb::borrow(out_obj);
+  }
   const Stream stream = current_stream(api, device);
   throw_if_error(run_released(device, [&] { return run(out, stream); }));
   return result;
@@ -88,34 +102,36 @@ nb::object finish(const dlx::Api* api, const char* fn, const Views& v, Device de
 void bind_fast_ops(nb::module_& m) {
   m.def(
       "fast_quantize",
-      [](nb::handle x, int fmt, int convention, const char* fn) -> nb::object {
+      [](nb::handle x, int fmt, int convention, const char* fn, nb::handle out) -> nb::object {
         const dlx::Api* api;
         QuantizeViews v{format_from(fmt), {}, convention_from(convention), fn};
         if (!import_input(x, fn, "x", &api, &v.x)) return nb::none();
-        return finish(api, fn, v, v.x.device, [&](const TensorView& out, Stream s) { return quantize(v, out, s); });
+        return finish(api, fn, v, v.x.device, out,
+                      [&](const TensorView& o, Stream s) { return quantize(v, o, s); });
       },
-      "x"_a, "fmt"_a, "convention"_a, "fn"_a);
+      "x"_a, "fmt"_a, "convention"_a, "fn"_a, "out"_a.none());
   m.def(
       "fast_dequantize",
-      [](nb::handle xq, int fmt, int64_t k, const char* fn) -> nb::object {
+      [](nb::handle xq, int fmt, int64_t k, const char* fn, nb::handle out) -> nb::object {
         const dlx::Api* api;
         DequantizeViews v{format_from(fmt), {}, k, fn};
         if (!import_input(xq, fn, "xq", &api, &v.xq)) return nb::none();
-        return finish(api, fn, v, v.xq.device, [&](const TensorView& out, Stream s) { return dequantize(v, out, s); });
+        return finish(api, fn, v, v.xq.device, out,
+                      [&](const TensorView& o, Stream s) { return dequantize(v, o, s); });
       },
-      "xq"_a, "fmt"_a, "k"_a, "fn"_a);
+      "xq"_a, "fmt"_a, "k"_a, "fn"_a, "out"_a.none());
   m.def(
       "fast_gemm",
       [](nb::handle a, nb::handle b, int a_fmt, int b_fmt, int64_t M, int64_t N, int64_t K, const char* fn,
-         const char* a_name, const char* b_name) -> nb::object {
+         const char* a_name, const char* b_name, nb::handle out) -> nb::object {
         const dlx::Api *api_a, *api_b;
         TensorView av, bv;
         if (!import_input(a, fn, a_name, &api_a, &av) || !import_input(b, fn, b_name, &api_b, &bv) || api_a != api_b)
           return nb::none();
         const GemmViews v = gemm_views(a_fmt, b_fmt, av, bv, M, N, K, fn, a_name, b_name);
-        return finish(api_a, fn, v, av.device, [&](const TensorView& out, Stream s) { return gemm(v, out, s); });
+        return finish(api_a, fn, v, av.device, out, [&](const TensorView& o, Stream s) { return gemm(v, o, s); });
       },
-      "a"_a, "b"_a, "a_fmt"_a, "b_fmt"_a, "M"_a, "N"_a, "K"_a, "fn"_a, "a_name"_a, "b_name"_a);
+      "a"_a, "b"_a, "a_fmt"_a, "b_fmt"_a, "M"_a, "N"_a, "K"_a, "fn"_a, "a_name"_a, "b_name"_a, "out"_a.none());
 }
 
 }  // namespace qg::python

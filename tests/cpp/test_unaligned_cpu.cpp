@@ -84,7 +84,11 @@ qg::Status quantize_strided(const QuantKind& kind, uint8_t* x, qg::DType dtype, 
   xv.strides[0] = xs;
   xv.writable = false;
   const qg::TensorView yv = qg::make_view(y, qg::DType::u8, qg::Device::cpu(), {rows, k / 32, bpb});
-  return qg::quantize(kind.format, xv, yv, nullptr, kind.convention);
+  qg::QuantizeViews v;
+  v.format = kind.format;
+  v.x = xv;
+  v.convention = kind.convention;
+  return qg::quantize(v, yv);
 }
 
 // xq [rows, k/32, bpb] with rows `xs` bytes apart -> y [rows, k] f32, contiguous.
@@ -95,7 +99,11 @@ qg::Status dequantize_strided(qg::Format format, uint8_t* xq, int64_t rows, int6
   xv.strides[0] = xs;
   xv.writable = false;
   const qg::TensorView yv = qg::make_view(y, qg::DType::f32, qg::Device::cpu(), {rows, k});
-  return qg::dequantize(format, xv, k, yv);
+  qg::DequantizeViews v;
+  v.format = format;
+  v.xq = xv;
+  v.k = k;
+  return qg::dequantize(v, yv);
 }
 
 // got == want, reporting the first few differing bytes.

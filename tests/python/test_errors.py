@@ -249,10 +249,18 @@ def test_weight_and_activation_on_different_devices(wa):
         pytest.skip(f"needs a CUDA framework qg can use ({qg.cuda_unavailable_reason()})")
     f = Framework(CUDA_FRAMEWORKS[0])
     wq, aq = wa
-    with raises(ValueError, GEMM, "cpu", "cuda"):
+    # A NumPy operand with another framework's: rejected as mixed kinds.
+    with raises(TypeError, GEMM, "numpy", f.kind, "one framework"):
         qg.gemm_q4_0_q8_1(wq, f.to(aq))
-    with raises(ValueError, GEMM, "cpu", "cuda"):
+    with raises(TypeError, GEMM, "numpy", f.kind, "one framework"):
         qg.gemm_q4_0_q8_1(f.to(wq), aq)
+    # One framework, two devices.
+    if f.kind in ("torch", "jax"):
+        cpu = Framework(f"{f.kind}-cpu")
+        with raises(ValueError, GEMM, "cpu", "cuda"):
+            qg.gemm_q4_0_q8_1(cpu.to(wq), f.to(aq))
+        with raises(ValueError, GEMM, "cuda", "cpu"):
+            qg.gemm_q4_0_q8_1(f.to(wq), cpu.to(aq))
     if f.kind != "jax":
         with raises(ValueError, GEMM, "cuda", "cpu"):
             qg.gemm_q4_0_q8_1(f.to(wq), f.to(aq), out=np.empty((4, 3), np.float32))

@@ -6,8 +6,8 @@
 
 namespace qg::detail::cpu {
 
-Status quantize_rows(Format format, const QuantizeArgs& args);
-Status dequantize_rows(Format format, const DequantizeArgs& args);
+Status quantize_rows(const QuantizeArgs& args);
+Status dequantize_rows(const DequantizeArgs& args);
 
 // Readable reference: one block dot product at a time (quant_block.h).
 Status gemm_q4_0_q8_1_scalar(const GemmArgs& args);

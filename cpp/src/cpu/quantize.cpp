@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "cpu/thread_pool.h"
-#include "quant_block.h"
+#include "format_dispatch.h"
 
 namespace qg::detail::cpu {
 
@@ -34,101 +34,68 @@ void load_block(const uint8_t* p, DType dtype, float* out) {
   }
 }
 
-// One block of 32 values quantized into its packed bytes at y. Built in a
-// local and copied out, like every store here.
-void quantize_block(Format format, const float* v, Q8_1Convention convention, uint8_t* y) {
-  switch (format) {
-    case Format::q4_0: {
-      block_q4_0 blk;
-      quantize_block_q4_0(v, &blk);
-      std::memcpy(y, &blk, sizeof blk);
-      return;
-    }
-    case Format::q8_0: {
-      block_q8_0 blk;
-      quantize_block_q8_0(v, &blk);
-      std::memcpy(y, &blk, sizeof blk);
-      return;
-    }
-    case Format::q8_1: {
-      block_q8_1 blk;
-      quantize_block_q8_1(v, &blk, convention);
-      std::memcpy(y, &blk, sizeof blk);
-      return;
-    }
-  }
-}
-
-// The packed block at x, dequantized into 32 floats at out (a local).
-void dequantize_block(Format format, const uint8_t* x, float* out) {
-  switch (format) {
-    case Format::q4_0: {
-      block_q4_0 blk;
-      std::memcpy(&blk, x, sizeof blk);
-      dequantize_block_q4_0(&blk, out);
-      return;
-    }
-    case Format::q8_0: {
-      block_q8_0 blk;
-      std::memcpy(&blk, x, sizeof blk);
-      dequantize_block_q8(blk.d, blk.qs, out);
-      return;
-    }
-    case Format::q8_1: {
-      block_q8_1 blk;
-      std::memcpy(&blk, x, sizeof blk);
-      dequantize_block_q8(blk.d, blk.qs, out);
-      return;
-    }
-  }
-}
-
 // Rows per task: enough work to amortise the pool's hand-off.
 int64_t rows_per_task(int64_t k) { return k >= 4096 ? 1 : (4096 + k - 1) / (k ? k : 1); }
 
-}  // namespace
-
-Status quantize_rows(Format format, const QuantizeArgs& a) {
+// F's blocks are built in a local and copied out (and read the same way
+// back): like every access here, no alignment is assumed.
+template <Format F>
+void quantize_rows_as(const QuantizeArgs& a) {
+  using Block = typename BlockOf<F>::type;
   const int64_t nb = a.k / 32;
   const int64_t per = rows_per_task(a.k);
   const int64_t tasks = (a.rows + per - 1) / per;
   const int64_t esize = dtype_size(a.x_dtype);
-  const int64_t bpb = format_traits(format).bytes_per_block;
   const auto* x = static_cast<const uint8_t*>(a.x);
   auto* y = static_cast<uint8_t*>(a.y);
   ThreadPool::instance().parallel_for(tasks, [&](int64_t t) {
     float v[32];
+    Block blk;
     for (int64_t r = t * per; r < a.rows && r < (t + 1) * per; ++r) {
       const uint8_t* xr = x + r * a.x_row_stride * esize;
       uint8_t* yr = y + r * a.y_row_stride;
       for (int64_t b = 0; b < nb; ++b) {
         load_block(xr + b * 32 * esize, a.x_dtype, v);
-        quantize_block(format, v, a.q8_1_convention, yr + b * bpb);
+        quantize_block<F>(v, &blk, a.q8_1_convention);
+        std::memcpy(yr + b * sizeof blk, &blk, sizeof blk);
       }
     }
   });
-  return {};
 }
 
-Status dequantize_rows(Format format, const DequantizeArgs& a) {
+template <Format F>
+void dequantize_rows_as(const DequantizeArgs& a) {
+  using Block = typename BlockOf<F>::type;
   const int64_t nb = a.k / 32;
   const int64_t per = rows_per_task(a.k);
   const int64_t tasks = (a.rows + per - 1) / per;
-  const int64_t bpb = format_traits(format).bytes_per_block;
   const auto* x = static_cast<const uint8_t*>(a.xq);
   // Through void*: the float* of the interface may point anywhere.
   auto* y = static_cast<uint8_t*>(static_cast<void*>(a.y));
   ThreadPool::instance().parallel_for(tasks, [&](int64_t t) {
     float v[32];
+    Block blk;
     for (int64_t r = t * per; r < a.rows && r < (t + 1) * per; ++r) {
       const uint8_t* xr = x + r * a.xq_row_stride;
       uint8_t* yr = y + r * a.y_row_stride * static_cast<int64_t>(sizeof(float));
       for (int64_t b = 0; b < nb; ++b) {
-        dequantize_block(format, xr + b * bpb, v);
+        std::memcpy(&blk, xr + b * sizeof blk, sizeof blk);
+        dequantize_block<F>(&blk, v);
         std::memcpy(yr + b * sizeof v, v, sizeof v);
       }
     }
   });
+}
+
+}  // namespace
+
+Status quantize_rows(const QuantizeArgs& a) {
+  with_format(a.format, [&](auto tag) { quantize_rows_as<decltype(tag)::value>(a); });
+  return {};
+}
+
+Status dequantize_rows(const DequantizeArgs& a) {
+  with_format(a.format, [&](auto tag) { dequantize_rows_as<decltype(tag)::value>(a); });
   return {};
 }
 

@@ -27,11 +27,11 @@ Registry make_registry() {
   };
   r.quantize = {
       {"cpu_reference", kAllFormats, kAnyCpu, any_shape<QuantizeArgs>,
-       [](const QuantizeArgs& a, Stream) { return quantize_rows(a.format, a); }},
+       [](const QuantizeArgs& a, Stream) { return quantize_rows(a); }},
   };
   r.dequantize = {
       {"cpu_reference", kAllFormats, kAnyCpu, any_shape<DequantizeArgs>,
-       [](const DequantizeArgs& a, Stream) { return dequantize_rows(a.format, a); }},
+       [](const DequantizeArgs& a, Stream) { return dequantize_rows(a); }},
   };
   return r;
 }
