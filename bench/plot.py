@@ -11,7 +11,11 @@ Writes, for each device present in the file (cuda, cpu):
                          case, with the measured bandwidth and compute ceilings
                          from the JSON context when they are there;
   speedup_cuda_<mode>.png  qg q4_0_q8_1 over cublas_fp16 (time ratio) per
-                         (M, K, N), for "cold" and, if present, "hot".
+                         (M, K, N), for "cold" and, if present, "hot";
+  speedup_cuda_kernels_<mode>.png  the same ratio for each forced kernel
+                         (cases named .../kernel:<name>), side by side.
+Case names: <op>/<cpu|cuda>/<cold|hot>[/M:<M>]/K:<K>/N:<N>[/kernel:<name>]
+(bench/harness.h); without /kernel: the public call (the dispatcher's choice).
 Needs only matplotlib (Agg backend: no display, no GPU). Cases that are
 missing, skipped with an error or lack counters are left out, not fatal.
 """
@@ -31,6 +35,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 NAME_RE = re.compile(
     r"^(?P<op>[A-Za-z0-9_]+)/(?P<dev>cpu|cuda)/(?P<mode>cold|hot)"
     r"(?:/M:(?P<M>\d+))?/K:(?P<K>\d+)/N:(?P<N>\d+)"
+    r"(?:/kernel:(?P<kernel>[A-Za-z0-9_.\-]+))?(?=/|$)"
 )
 
 
@@ -67,6 +72,7 @@ def load(path):
                 "M": int(m["M"]) if m["M"] else None,
                 "K": int(m["K"]),
                 "N": int(m["N"]),
+                "kernel": m["kernel"],
                 "us": us,
                 "tflops": _float(b.get("TFLOP/s")),
                 "gbps": _float(b.get("GB/s")),
@@ -78,7 +84,7 @@ def load(path):
     # Prefer medians when both plain repetitions and aggregates exist.
     keyed = {}
     for c in cases:
-        key = (c["op"], c["dev"], c["mode"], c["M"], c["K"], c["N"])
+        key = (c["op"], c["dev"], c["mode"], c["M"], c["K"], c["N"], c["kernel"])
         if key not in keyed or c["aggregate"]:
             keyed[key] = c
     return context, list(keyed.values())
@@ -107,11 +113,21 @@ def roofline(context, cases, dev, outdir):
     markers = ["o", "^", "s", "D", "v", "P", "*"]
     shapes = sorted({(c["M"], c["K"]) for c in pts if c["M"] is not None})
     shape_marker = {s: markers[i % len(markers)] for i, s in enumerate(shapes)}
-    for (op, mode), (color, label) in styles.items():
-        sel = [c for c in pts if c["op"] == op and c["mode"] == mode]
+    # Forced kernels (.../kernel:<name>): one colour per kernel, cold and hot.
+    palette = ["tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray"]
+    kernels = sorted({(c["op"], c["kernel"]) for c in pts if c["kernel"]})
+    for i, (op, kernel) in enumerate(kernels):
+        color = palette[i % len(palette)]
+        for mode in ("cold", "hot"):
+            styles[(op, mode, kernel)] = (color, f"{op} kernel {kernel} {mode}")
+    for key, (color, label) in styles.items():
+        op, mode = key[0], key[1]
+        kernel = key[2] if len(key) > 2 else None
+        sel = [c for c in pts if c["op"] == op and c["mode"] == mode and c["kernel"] == kernel]
         if not sel:
             continue
-        ax.scatter([], [], marker="o", color=color, label=label)
+        ax.scatter([], [], marker="o", color=color, label=label,
+                   edgecolors="black" if mode == "cold" else "none", linewidths=0.5)
         for shape in shapes:
             sub = [c for c in sel if (c["M"], c["K"]) == shape]
             if not sub:
@@ -120,13 +136,13 @@ def roofline(context, cases, dev, outdir):
             tf = [c["tflops"] for c in sub]
             ax.scatter(ai, tf, marker=shape_marker[shape], color=color, alpha=0.8,
                        edgecolors="black" if mode == "cold" else "none", linewidths=0.5)
-            if mode == "cold":
+            if mode == "cold" and kernel is None:
                 for x, y, c in zip(ai, tf, sub):
                     ax.annotate(f"N={c['N']}", (x, y), textcoords="offset points", xytext=(4, -8),
                                 fontsize=6, color=color)
     for shape in shapes:
         ax.scatter([], [], marker=shape_marker[shape], color="gray", label=f"M={shape[0]}, K={shape[1]}")
-    others = [c for c in pts if (c["op"], c["mode"]) not in styles]
+    others = [c for c in pts if c["kernel"] is None and (c["op"], c["mode"]) not in styles]
     if others:
         ai = [c["tflops"] * 1e12 / (c["gbps"] * 1e9) for c in others]
         ax.scatter(ai, [c["tflops"] for c in others], marker="x", color="gray", label="other")
@@ -153,7 +169,7 @@ def roofline(context, cases, dev, outdir):
     ax.set_ylabel("achieved TFLOP/s")
     ax.set_title(f"bench_gemm roofline, {dev}{title_suffix(context)}", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left")
     path = os.path.join(outdir, f"roofline_{dev}.png")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
@@ -161,11 +177,15 @@ def roofline(context, cases, dev, outdir):
     return path
 
 
+def _by_shape(cases, mode, op, kernel=None):
+    return {(c["M"], c["K"], c["N"]): c for c in cases
+            if c["dev"] == "cuda" and c["mode"] == mode and c["op"] == op and c["kernel"] == kernel
+            and c["M"] is not None}
+
+
 def speedup(context, cases, mode, outdir):
-    qg = {(c["M"], c["K"], c["N"]): c for c in cases
-          if c["dev"] == "cuda" and c["mode"] == mode and c["op"] == "q4_0_q8_1"}
-    cb = {(c["M"], c["K"], c["N"]): c for c in cases
-          if c["dev"] == "cuda" and c["mode"] == mode and c["op"] == "cublas_fp16"}
+    qg = _by_shape(cases, mode, "q4_0_q8_1")
+    cb = _by_shape(cases, mode, "cublas_fp16")
     keys = sorted(set(qg) & set(cb))
     if not keys:
         return None
@@ -191,6 +211,38 @@ def speedup(context, cases, mode, outdir):
     return path
 
 
+def speedup_kernels(context, cases, mode, outdir):
+    """Grouped bars: cuBLAS fp16 time / each forced q4_0_q8_1 kernel's time."""
+    cb = _by_shape(cases, mode, "cublas_fp16")
+    kernels = sorted({c["kernel"] for c in cases
+                      if c["dev"] == "cuda" and c["op"] == "q4_0_q8_1" and c["kernel"]})
+    series = {k: _by_shape(cases, mode, "q4_0_q8_1", k) for k in kernels}
+    keys = sorted(set(cb) & set().union(*[set(v) for v in series.values()])) if series else []
+    if not keys:
+        return None
+    palette = ["tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray"]
+    width = 0.8 / len(kernels)
+    fig, ax = plt.subplots(figsize=(max(8, 0.3 * len(keys) * len(kernels) + 2), 5))
+    for i, k in enumerate(kernels):
+        xs = [j + (i - (len(kernels) - 1) / 2) * width for j, key in enumerate(keys) if key in series[k]]
+        ys = [cb[key]["us"] / series[k][key]["us"] for key in keys if key in series[k]]
+        ax.bar(xs, ys, width=width, color=palette[i % len(palette)], label=k)
+    ax.axhline(1.0, color="k", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(keys)))
+    ax.set_xticklabels([f"{m}x{k}\nN={n}" for (m, k, n) in keys], fontsize=6)
+    ax.set_xlabel("M x K, N (a missing bar: the kernel does not take that N)")
+    ax.set_ylabel("speedup = cuBLAS fp16 time / kernel time")
+    ax.set_title(f"q4_0_q8_1 kernels vs cuBLAS fp16, {mode}{title_suffix(context)}", fontsize=10)
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    path = os.path.join(outdir, f"speedup_cuda_kernels_{mode}.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", help="Google Benchmark JSON (--benchmark_out_format=json)")
@@ -204,9 +256,10 @@ def main(argv=None):
         if p:
             written.append(p)
     for mode in ("cold", "hot"):
-        p = speedup(context, cases, mode, args.outdir)
-        if p:
-            written.append(p)
+        for chart in (speedup, speedup_kernels):
+            p = chart(context, cases, mode, args.outdir)
+            if p:
+                written.append(p)
     if not written:
         print(f"plot.py: no plottable cases in {args.results}", file=sys.stderr)
         return 1

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # The full suite on a machine with a GPU: build (CUDA on), ctest, the CUDA
 # tests again under compute-sanitizer, pytest on every installed framework,
-# the "CUDA build, no visible GPU" path, the demo, and the benchmark.
+# the "CUDA build, no visible GPU" path, the demo, the host-overhead script
+# and the benchmark.
 # Logs and the benchmark JSON go to $1 (default ./gpu-suite-out).
 #
 #   bash tests/run_gpu_suite.sh [outdir]
@@ -47,6 +48,7 @@ step no_visible_gpu env CUDA_VISIBLE_DEVICES= "$PY" -c \
   "import numpy as np, qg; print(qg.cuda_available(), qg.cuda_unavailable_reason()); \
    x = np.ones((4, 64), np.float32); print(qg.dequantize_q4_0(qg.quantize_q4_0(x))[0, :4])"
 step info "$PY" -m qg info
+step host_overhead "$PY" bench/host_overhead.py --json "$OUT/host_overhead.json"
 step demo "$PY" -m qg demo
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   step bench "$BUILD_DIR/bench_gemm" --benchmark_filter="${BENCH_FILTER:-.}" \

@@ -97,6 +97,17 @@ int64_t product(const TensorView& v, int drop) {
   return p;
 }
 
+// The leading dims of a view multiply to its row count: that product (and the
+// whole element count) must fit in int64, or rows would wrap around.
+Status check_extent(const char* fn, const char* arg, const TensorView& v) {
+  int64_t p = 1;
+  for (int d = 0; d < v.ndim; ++d)
+    if (__builtin_mul_overflow(p, v.shape[d], &p))
+      return Status(StatusCode::overflow, std::string(fn) + ": " + arg + " of shape " + detail::shape_string(v) +
+                                              " has more elements than a 64-bit index can address");
+  return {};
+}
+
 void set_spec(ResultSpec* out, DType dtype, const int64_t* lead, int nlead, std::initializer_list<int64_t> tail) {
   out->dtype = dtype;
   out->ndim = 0;
@@ -107,6 +118,7 @@ void set_spec(ResultSpec* out, DType dtype, const int64_t* lead, int nlead, std:
 Status check_1d(const char* fn, const char* arg, const TensorView* v, int64_t len, Device device, bool float_only) {
   if (v == nullptr) return {};
   if (Status s = detail::check_view(fn, arg, *v); !s.ok()) return s;
+  if (v->data == nullptr && len > 0) return invalid(fn, std::string(arg) + " has no data (a null pointer)");
   if (float_only ? v->dtype != DType::f32 : !detail::is_float_dtype(v->dtype))
     return type_error(fn, std::string(arg) + " must be " + (float_only ? "float32" : "float32, float16 or bfloat16") +
                               ", got " + dtype_name(v->dtype));
@@ -128,6 +140,7 @@ Status result_spec(const QuantizeViews& v, ResultSpec* out) {
   if (!detail::is_float_dtype(v.x.dtype))
     return type_error(fn, std::string("x must be float32, float16 or bfloat16, got ") + dtype_name(v.x.dtype));
   if (Status s = detail::check_view(fn, "x", v.x); !s.ok()) return s;
+  if (Status s = check_extent(fn, "x", v.x); !s.ok()) return s;
   if (v.x.ndim < 1)
     return invalid(fn, "x must have shape [..., K], got a 0-d array; reshape it to [1, K]");
   if (v.x.ndim + 1 > kMaxDims)
@@ -146,6 +159,7 @@ Status result_spec(const DequantizeViews& v, ResultSpec* out) {
   const FormatTraits& t = format_traits(v.format);
   const char* fn = name_or(v.fn, t.dequantize_fn);
   if (Status s = detail::check_packed_view(fn, "xq", v.xq, v.format); !s.ok()) return s;
+  if (Status s = check_extent(fn, "xq", v.xq); !s.ok()) return s;
   const int64_t blocks = v.xq.shape[v.xq.ndim - 2];
   const int64_t inferred = blocks * t.block_size;
   if (v.k >= 0 && v.k != inferred)
@@ -160,6 +174,8 @@ Status result_spec(const GemmViews& v, ResultSpec* out) {
   const FormatTraits &ta = format_traits(v.a_format), &tb = format_traits(v.b_format);
   if (Status s = detail::check_packed_view(fn, v.a_name, v.a, v.a_format); !s.ok()) return s;
   if (Status s = detail::check_packed_view(fn, v.b_name, v.b, v.b_format); !s.ok()) return s;
+  if (Status s = check_extent(fn, v.a_name, v.a); !s.ok()) return s;
+  if (Status s = check_extent(fn, v.b_name, v.b); !s.ok()) return s;
   if (v.a.device != v.b.device)
     return invalid(fn, std::string(v.a_name) + " is on " + device_name(v.a.device) + " but " + v.b_name + " is on " +
                            device_name(v.b.device) + "; move both to one device");

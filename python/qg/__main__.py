@@ -39,30 +39,68 @@ def _nmse(out, ref) -> float:
     return float(np.sum((out - ref) ** 2) / np.sum(ref**2))
 
 
+def _cuda_framework():
+    """('torch' | 'cupy', None) for a framework that can hold CUDA arrays, or (None, why not)."""
+    why = []
+    try:
+        import torch
+    except ImportError:
+        why.append("torch is not installed")
+    else:
+        if torch.cuda.is_available():
+            return "torch", None
+        why.append(f"torch {torch.__version__} sees no CUDA device")
+    try:
+        import cupy
+    except ImportError:
+        why.append("cupy is not installed")
+    else:
+        try:
+            if cupy.cuda.runtime.getDeviceCount() > 0:
+                return "cupy", None
+            why.append("cupy sees no CUDA device")
+        except Exception as e:  # noqa: BLE001 - cupy without a usable driver
+            why.append(f"cupy cannot use CUDA ({e})")
+    return None, "; ".join(why)
+
+
+class CudaUnusable(RuntimeError):
+    pass
+
+
 def demo(device: str, M: int, N: int, K: int, seed: int) -> int:
     """The seed-000 quick start: quantize W and A, GEMM, compare with W @ A^T."""
-    use_cuda = device == "cuda" or (device == "auto" and qg.cuda_available())
+    framework, why_not = None, None
+    if device in ("cuda", "auto"):
+        if not qg.cuda_available():
+            why_not = f"qg sees no usable CUDA device: {qg.cuda_unavailable_reason()}"
+        else:
+            framework, why_not = _cuda_framework()
+            if framework is None:
+                why_not = f"qg sees a GPU, but no framework here can hold CUDA arrays for the demo ({why_not})"
+        if device == "cuda" and framework is None:
+            raise CudaUnusable(f"python -m qg demo --device cuda: {why_not}. Run with --device cpu, or see `python -m qg info`.")
+    use_cuda = framework is not None
     rng = np.random.default_rng(seed)
     weight = rng.standard_normal((M, K), dtype=np.float32)
     activation = rng.standard_normal((N, K), dtype=np.float32)
     print(f"qg demo: M={M} N={N} K={K} seed={seed} on {'cuda' if use_cuda else 'cpu'}")
+    if device == "auto" and not use_cuda:
+        print(f"  (not on CUDA: {why_not})")
 
-    if use_cuda:
-        try:
-            import torch
-        except ImportError:
-            torch = None
-        if torch is not None and torch.cuda.is_available():
-            w = torch.from_numpy(weight).cuda()
-            a = torch.from_numpy(activation).cuda()
-            sync = torch.cuda.synchronize
-            to_np = lambda t: t.cpu().numpy()  # noqa: E731
-        else:
-            import cupy
+    if framework == "torch":
+        import torch
 
-            w, a = cupy.asarray(weight), cupy.asarray(activation)
-            sync = cupy.cuda.Device().synchronize
-            to_np = cupy.asnumpy
+        w = torch.from_numpy(weight).cuda()
+        a = torch.from_numpy(activation).cuda()
+        sync = torch.cuda.synchronize
+        to_np = lambda t: t.cpu().numpy()  # noqa: E731
+    elif framework == "cupy":
+        import cupy
+
+        w, a = cupy.asarray(weight), cupy.asarray(activation)
+        sync = cupy.cuda.Device().synchronize
+        to_np = cupy.asnumpy
     else:
         w, a = weight, activation
         sync = lambda: None  # noqa: E731
@@ -101,7 +139,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "info":
         return info()
-    return demo(args.device, args.M, args.N, args.K, args.seed)
+    try:
+        return demo(args.device, args.M, args.N, args.K, args.seed)
+    except CudaUnusable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

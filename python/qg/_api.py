@@ -54,58 +54,110 @@ def _size(value, name: str, fn: str) -> int:
 
 
 def _convention(convention, fn: str) -> int:
-    c = _CONVENTIONS.get(convention) if isinstance(convention, str) else None
+    if not isinstance(convention, str):
+        raise TypeError(
+            f"{fn}: convention must be a str, 'reference' or 'ggml_cuda', got {type(convention).__name__} {convention!r}"
+        )
+    c = _CONVENTIONS.get(convention)
     if c is None:
         raise ValueError(f"{fn}: convention must be 'reference' or 'ggml_cuda', got {convention!r}")
     return c
 
 
+_FLOAT_IN = "float32, float16 or bfloat16"
+_FORMAT_NAMES = {v: k for k, v in FORMATS.items()}
+
+
+def _packed(fmt: int) -> str:
+    return f"uint8 (packed {_FORMAT_NAMES[fmt]} blocks)"
+
+
+def _core(fn: str, call, *args, names=()):
+    """Calls a binding; a nanobind argument-conversion error (an array DLPack
+    could not carry past the checks above) comes back with qg's name on it."""
+    try:
+        return call(*args)
+    except TypeError as e:
+        msg = str(e)
+        if msg.startswith("qg") or "incompatible function arguments" not in msg:
+            raise
+        arrays = ", ".join(names) or "an argument"
+        raise TypeError(
+            f"{fn}: {arrays} could not be passed to qg through DLPack (an unsupported dtype, layout or array type); "
+            "pass a dense, native-byte-order array of a dtype qg takes"
+        ) from None
+
+
 # ----------------------------------------------------------------- generic path
-def _generic_quantize(op: _Op, x, out, stream, conv: int):
+# `route`: torch tensors go through qg.torch_ops first, which sends the call
+# to a registered torch operator while torch traces (and checks autograd);
+# the operators' implementations call back with route=False.
+def _generic_quantize(op: _Op, x, out, stream, conv: int, route: bool = True):
     w = fw.where(x, op.fn, "x")
-    if w.kind == "torch":
+    if w.kind == "torch" and route:
         from . import torch_ops
 
-        torch_ops.check_generic(op, x)
-    xin, bf16 = fw.prepare_input(x, w, op.fn, "x")
+        r = torch_ops.route_quantize(op, x, conv, out, stream)
+        if r is not None:
+            return r
+    xin, bf16 = fw.prepare_input(x, w, op.fn, "x", _FLOAT_IN)
     with fw.device_context(w):
-        shape, dtype = _qg.quantize_spec(op.fmt, xin, bf16, op.fn)
-        result = fw.check_out(out, w, op.fn) if out is not None else fw.empty(w, shape, dtype)
+        shape, dtype = _core(op.fn, _qg.quantize_spec, op.fmt, xin, bf16, op.fn, names=("x",))
+        result = fw.check_out(out, w, op.fn, dtype) if out is not None else fw.empty(w, shape, dtype)
         s = fw.stream_of(w, stream, op.fn)
-        _qg.quantize(op.fmt, xin, result, s, conv, bf16, op.fn)
+        _core(op.fn, _qg.quantize, op.fmt, xin, result, s, conv, bf16, op.fn, names=("x", "out"))
     return fw.finish(result, w, s)
 
 
-def _generic_dequantize(op: _Op, xq, k: int, out, stream):
+def _generic_dequantize(op: _Op, xq, k: int, out, stream, route: bool = True):
     w = fw.where(xq, op.fn, "xq")
-    xin, _ = fw.prepare_input(xq, w, op.fn, "xq")
+    if w.kind == "torch" and route:
+        from . import torch_ops
+
+        r = torch_ops.route_dequantize(op, xq, k, out, stream)
+        if r is not None:
+            return r
+    xin, _ = fw.prepare_input(xq, w, op.fn, "xq", _packed(op.fmt))
     with fw.device_context(w):
-        shape, dtype = _qg.dequantize_spec(op.fmt, xin, k, op.fn)
-        result = fw.check_out(out, w, op.fn) if out is not None else fw.empty(w, shape, dtype)
+        shape, dtype = _core(op.fn, _qg.dequantize_spec, op.fmt, xin, k, op.fn, names=("xq",))
+        result = fw.check_out(out, w, op.fn, dtype) if out is not None else fw.empty(w, shape, dtype)
         s = fw.stream_of(w, stream, op.fn)
-        _qg.dequantize(op.fmt, xin, k, result, s, op.fn)
+        _core(op.fn, _qg.dequantize, op.fmt, xin, k, result, s, op.fn, names=("xq", "out"))
     return fw.finish(result, w, s)
 
 
-def _generic_gemm(op: _Op, a, b, m: int, n: int, k: int, out, stream):
+def _generic_gemm(op: _Op, a, b, m: int, n: int, k: int, out, stream, route: bool = True):
     w = fw.where(a, op.fn, op.a_name)
     wb = fw.where(b, op.fn, op.b_name)
     fw.check_same_kind(w, wb, op.fn, op.a_name, op.b_name)
-    ain, _ = fw.prepare_input(a, w, op.fn, op.a_name)
-    bin_, _ = fw.prepare_input(b, wb, op.fn, op.b_name)
+    if w.kind == "torch" and route:
+        from . import torch_ops
+
+        r = torch_ops.route_gemm(op, a, b, m, n, k, out, stream)
+        if r is not None:
+            return r
+    ain, _ = fw.prepare_input(a, w, op.fn, op.a_name, _packed(op.a_fmt))
+    bin_, _ = fw.prepare_input(b, wb, op.fn, op.b_name, _packed(op.b_fmt))
+    names = (op.a_name, op.b_name)
     with fw.device_context(w):
-        shape, dtype = _qg.gemm_spec(op.a_fmt, op.b_fmt, ain, bin_, m, n, k, op.fn, op.a_name, op.b_name)
-        result = fw.check_out(out, w, op.fn) if out is not None else fw.empty(w, shape, dtype)
+        shape, dtype = _core(
+            op.fn, _qg.gemm_spec, op.a_fmt, op.b_fmt, ain, bin_, m, n, k, op.fn, op.a_name, op.b_name, names=names
+        )
+        result = fw.check_out(out, w, op.fn, dtype) if out is not None else fw.empty(w, shape, dtype)
         s = fw.stream_of(w, stream, op.fn)
-        _qg.gemm(op.a_fmt, op.b_fmt, ain, bin_, result, m, n, k, s, op.fn, op.a_name, op.b_name)
+        _core(op.fn, _qg.gemm, op.a_fmt, op.b_fmt, ain, bin_, result, m, n, k, s, op.fn, op.a_name, op.b_name,
+              names=(*names, "out"))
     return fw.finish(result, w, s)
 
 
 # ------------------------------------------------------------------- dispatch
 # Types whose eager calls may take the fast path (filled by qg.torch_ops when
-# torch is present); everything else, and every call with out= or stream=,
-# takes the generic path.
+# torch is present); everything else, and every call with stream=, takes the
+# generic path. qg.torch_ops.fast_ok says no (-> generic path) while torch
+# traces, and for tensors the fast path cannot read as they are (negated,
+# non-contiguous, fake, ...).
 _FAST_TYPES: set = set()
+_torch_ops = None  # the qg.torch_ops module, set when it registers the first fast type
 
 
 def _fast_out(out) -> bool:
@@ -116,42 +168,30 @@ def _fast_out(out) -> bool:
 def _run_quantize(op: _Op, x, out, stream, convention="reference"):
     conv = _convention(convention, op.fn)
     if stream is None and type(x) in _FAST_TYPES and _fast_out(out):
-        from . import torch_ops
-
-        special = torch_ops.special_quantize(op, x, conv, out)
-        if special is not None:
-            return special
-        r = _qg.fast_quantize(x, op.fmt, conv, op.fn, out)
-        if r is not None:
-            return r
+        if _torch_ops.fast_ok(op, x, out):
+            r = _qg.fast_quantize(x, op.fmt, conv, op.fn, out)
+            if r is not None:
+                return r
     return _generic_quantize(op, x, out, stream, conv)
 
 
 def _run_dequantize(op: _Op, xq, K, out, stream):
     k = _size(K, "K", op.fn)
     if stream is None and type(xq) in _FAST_TYPES and _fast_out(out):
-        from . import torch_ops
-
-        special = torch_ops.special_dequantize(op, xq, k, out)
-        if special is not None:
-            return special
-        r = _qg.fast_dequantize(xq, op.fmt, k, op.fn, out)
-        if r is not None:
-            return r
+        if _torch_ops.fast_ok(op, xq, out):
+            r = _qg.fast_dequantize(xq, op.fmt, k, op.fn, out)
+            if r is not None:
+                return r
     return _generic_dequantize(op, xq, k, out, stream)
 
 
 def _run_gemm(op: _Op, a, b, M, N, K, out, stream):
     m, n, k = _size(M, "M", op.fn), _size(N, "N", op.fn), _size(K, "K", op.fn)
     if stream is None and type(a) in _FAST_TYPES and type(b) in _FAST_TYPES and _fast_out(out):
-        from . import torch_ops
-
-        special = torch_ops.special_gemm(op, a, b, m, n, k, out)
-        if special is not None:
-            return special
-        r = _qg.fast_gemm(a, b, op.a_fmt, op.b_fmt, m, n, k, op.fn, op.a_name, op.b_name, out)
-        if r is not None:
-            return r
+        if _torch_ops.fast_ok(op, a, out, b):
+            r = _qg.fast_gemm(a, b, op.a_fmt, op.b_fmt, m, n, k, op.fn, op.a_name, op.b_name, out)
+            if r is not None:
+                return r
     return _generic_gemm(op, a, b, m, n, k, out, stream)
 
 
@@ -250,28 +290,37 @@ def explain(op, *arrays) -> Explanation:
 
         name = op[3:] if op.startswith("qg.") else op
         if not hasattr(qg, name):
-            raise ValueError(f"qg.explain: qg has no function {op!r}")
+            raise ValueError(f"qg.explain: qg has no function {op!r}; pass e.g. qg.gemm_q4_0_q8_1 or its name")
         op = getattr(qg, name)
-    fn_name = getattr(op, "__name__", str(op))
-    spec = _OPS.get(op)
-    want = 2 if spec is not None and spec.kind == "gemm" else 1
-    if spec is None or len(arrays) != want:
-        raise ValueError(
-            f"qg.explain: expected a qg quantize/dequantize function and one array, or a qg gemm "
-            f"function and two arrays; got {fn_name} with {len(arrays)} array(s)"
+    try:
+        spec = _OPS.get(op)
+    except TypeError:  # unhashable
+        spec = None
+    if spec is None:
+        raise TypeError(
+            f"qg.explain: op must be one of qg's quantize/dequantize/gemm functions (e.g. qg.gemm_q4_0_q8_1) or its "
+            f"name, got {type(op).__module__}.{type(op).__name__} {op!r:.60}"
         )
     names = (spec.a_name, spec.b_name) if spec.kind == "gemm" else (("x",) if spec.kind == "quantize" else ("xq",))
+    if len(arrays) != len(names):
+        raise ValueError(
+            f"qg.explain: {spec.fn} takes {len(names)} array(s) ({', '.join(names)}), got {len(arrays)}; "
+            f"pass qg.explain({spec.fn}, {', '.join(names)})"
+        )
     wheres = [fw.where(a, spec.fn, nm) for a, nm in zip(arrays, names)]
     if len(wheres) == 2:
         fw.check_same_kind(wheres[0], wheres[1], spec.fn, *names)
-    prepared = [fw.prepare_input(a, w, spec.fn, nm) for a, w, nm in zip(arrays, wheres, names)]
+    expects = (
+        (_packed(spec.a_fmt), _packed(spec.b_fmt)) if spec.kind == "gemm"
+        else (_FLOAT_IN,) if spec.kind == "quantize" else (_packed(spec.fmt),)
+    )
+    prepared = [fw.prepare_input(a, w, spec.fn, nm, ex) for a, w, nm, ex in zip(arrays, wheres, names, expects)]
     with fw.device_context(wheres[0]):
         if spec.kind == "quantize":
-            d = _qg.explain_quantize(spec.fmt, prepared[0][0], prepared[0][1], spec.fn)
+            d = _core(spec.fn, _qg.explain_quantize, spec.fmt, prepared[0][0], prepared[0][1], spec.fn, names=names)
         elif spec.kind == "dequantize":
-            d = _qg.explain_dequantize(spec.fmt, prepared[0][0], spec.fn)
+            d = _core(spec.fn, _qg.explain_dequantize, spec.fmt, prepared[0][0], spec.fn, names=names)
         else:
-            d = _qg.explain_gemm(
-                spec.a_fmt, spec.b_fmt, prepared[0][0], prepared[1][0], spec.fn, spec.a_name, spec.b_name
-            )
+            d = _core(spec.fn, _qg.explain_gemm, spec.a_fmt, spec.b_fmt, prepared[0][0], prepared[1][0], spec.fn,
+                      spec.a_name, spec.b_name, names=names)
     return Explanation(d["op"], d["chosen"], list(d["candidates"]), d["problem"])

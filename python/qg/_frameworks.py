@@ -35,31 +35,76 @@ def is_jax(x) -> bool:
     return isinstance(x, jax.Array)
 
 
-def _jax_tracer(x) -> bool:
-    import jax
+_JAX_TRACER_TYPES: tuple | None = None
 
-    return isinstance(x, jax.core.Tracer)
+
+def _jax_tracer_types() -> tuple:
+    """JAX's Tracer class, wherever this JAX version keeps it (jax.core.Tracer
+    has been deprecated and moved over releases; jax._src.core.Tracer is the
+    definition)."""
+    global _JAX_TRACER_TYPES
+    if _JAX_TRACER_TYPES is None:
+        import importlib
+        import warnings
+
+        found = []
+        for mod_name in ("jax._src.core", "jax.core", "jax.extend.core"):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # deprecation warnings of moved names
+                    t = getattr(importlib.import_module(mod_name), "Tracer", None)
+            except Exception:  # noqa: BLE001 - a module this JAX does not have
+                continue
+            if isinstance(t, type) and t not in found:
+                found.append(t)
+        _JAX_TRACER_TYPES = tuple(found)
+    return _JAX_TRACER_TYPES
+
+
+def _jax_tracer(x) -> bool:
+    """True for an abstract value under jax.jit / vmap / grad / ... (no data to read)."""
+    types = _jax_tracer_types()
+    if types and isinstance(x, types):
+        return True
+    # Fallback, should JAX move Tracer again: a concrete jax.Array knows its
+    # devices; a tracer raises (ConcretizationTypeError and friends).
+    try:
+        x.devices()
+    except Exception:  # noqa: BLE001
+        return True
+    return False
+
+
+def _torch_tensor_type():
+    """torch.Tensor when torch is imported (every torch tensor comes from an imported torch)."""
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None) if torch is not None else None
 
 
 def where(x, fn: str, arg: str = "x") -> Where:
     if isinstance(x, np.ndarray):
         return Where("numpy", CPU, 0)
-    mod = _module_of(x)
-    if mod == "torch":
+    tensor_type = _torch_tensor_type()
+    if tensor_type is not None and isinstance(x, tensor_type):  # torch.Tensor and its subclasses
         import torch
 
-        if isinstance(x, torch.Tensor):
-            from . import torch_ops  # registers qg's torch operators and the fast path
+        from . import torch_ops  # registers qg's torch operators and the fast path
 
-            torch_ops.enable_fast_path(type(x))
-            if x.layout != torch.strided:
-                raise TypeError(f"{fn}: {arg} is a {x.layout} torch tensor; pass a dense tensor ({arg}.to_dense())")
-            if x.device.type == "cuda":
-                return Where("torch", CUDA, x.device.index or 0)
-            if x.device.type == "cpu":
-                return Where("torch", CPU, 0)
-            raise ValueError(f"{fn}: torch tensors on '{x.device.type}' are not supported; use cpu or cuda")
-    if mod == "cupy":
+        torch_ops.enable_fast_path(type(x))
+        if x.layout != torch.strided:
+            raise TypeError(f"{fn}: {arg} is a {x.layout} torch tensor; pass a dense tensor ({arg}.to_dense())")
+        if x.is_nested:
+            raise TypeError(f"{fn}: {arg} is a nested torch tensor; pass a dense tensor ({arg}.to_padded_tensor(0))")
+        if x.is_quantized:
+            raise TypeError(
+                f"{fn}: {arg} is a quantized torch tensor ({x.dtype}); pass a float tensor ({arg}.dequantize())"
+            )
+        if x.device.type == "cuda":
+            return Where("torch", CUDA, x.device.index or 0)
+        if x.device.type == "cpu":
+            return Where("torch", CPU, 0)
+        raise ValueError(f"{fn}: torch tensors on '{x.device.type}' are not supported; use cpu or cuda")
+    if _module_of(x) == "cupy":
         return Where("cupy", CUDA, int(x.device.id))
     if is_jax(x):
         if _jax_tracer(x):
@@ -105,24 +150,32 @@ def _is_c_contiguous(x, kind: str) -> bool:
 _NP_OK_KINDS = "fiu"  # float, signed, unsigned: what DLPack carries and the core names in its errors
 
 
-def prepare_input(x, w: Where, fn: str = "qg", arg: str = "x"):
+def prepare_input(x, w: Where, fn: str = "qg", arg: str = "x", expect: str = ""):
     """Returns (array for DLPack, is_bf16_bits). Never modifies x.
 
     Non-contiguous inputs are copied with their own framework (the core needs
     rows of one stride); NumPy bfloat16 (ml_dtypes) is passed as its uint16
     bits because DLPack cannot carry it from NumPy; torch views with the
     negative bit set are resolved (copied), so their values are read as seen.
-    Dtypes DLPack cannot carry are refused here with qg's message.
+    Dtypes DLPack cannot carry are refused here with qg's message (`expect`
+    names the dtypes the argument takes, e.g. "float32, float16 or bfloat16").
     """
     bf16 = False
     if w.kind == "numpy":
+        if isinstance(x, np.ma.MaskedArray):
+            raise TypeError(
+                f"{fn}: {arg} is a NumPy masked array, whose mask qg would ignore; pass {arg}.filled(value) "
+                f"(or np.asarray({arg}) to use the data under the mask)"
+            )
         if x.dtype.name == "bfloat16":
             x, bf16 = x.view(np.uint16), True
         elif x.dtype.kind not in _NP_OK_KINDS or x.dtype.itemsize not in (1, 2, 4, 8) or x.dtype.fields:
-            raise TypeError(f"{fn}: {arg} has dtype {x.dtype}, which qg does not take; see help({fn}) for the dtypes")
+            want = f"must be {expect}" if expect else f"has a dtype qg does not take (see help({fn}))"
+            raise TypeError(f"{fn}: {arg} {want}, got {x.dtype}")
         elif not x.dtype.isnative:
             raise TypeError(
-                f"{fn}: {arg} has non-native byte order ({x.dtype.str}); pass {arg}.astype({arg}.dtype.newbyteorder('='))"
+                f"{fn}: {arg} has non-native byte order ({x.dtype.str}); "
+                f"pass {arg}.astype({arg}.dtype.newbyteorder('=')), the same values in native order"
             )
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
@@ -170,31 +223,75 @@ def empty(w: Where, shape, dtype: str):
     raise AssertionError(w.kind)
 
 
-def check_out(out, w: Where, fn: str):
-    """out= must be a writable array; shape/dtype/device are checked by the core."""
+def _dtype_text(dt: np.dtype) -> str:
+    return dt.name if dt.isnative or dt.itemsize == 1 else f"{dt.name} with non-native byte order ({dt.str})"
+
+
+def check_out(out, w: Where, fn: str, dtype: str | None = None):
+    """out= must be a writable array of the inputs' framework and device.
+
+    dtype (the result's): checked here for NumPy arrays, whose dtypes DLPack
+    may not carry (non-native byte order, ml_dtypes, object); the core checks
+    shape, dtype, device, layout and overlap of everything that reaches it."""
     ow = where(out, fn, "out")
     if ow.kind == "jax":
         raise TypeError(f"{fn}: out= cannot be a JAX array (JAX arrays are immutable); omit out=")
-    if ow.kind == "numpy" and not out.flags.writeable:
-        raise ValueError(f"{fn}: out must be writable (it is a read-only NumPy array)")
-    if ow.kind == "torch" and out.requires_grad:
-        raise ValueError(f"{fn}: out must not require grad")
+    if (ow.device, ow.index) != (w.device, w.index):
+        dev = lambda x: "cpu" if x.device == CPU else f"cuda:{x.index}"  # noqa: E731
+        raise ValueError(f"{fn}: out is on {dev(ow)} but the inputs are on {dev(w)}; pass out on {dev(w)}")
+    if ow.kind != w.kind:
+        raise TypeError(
+            f"{fn}: out is a {ow.kind} array but the inputs are {w.kind} arrays; pass out from the inputs' "
+            f"framework (or omit out=)"
+        )
+    if ow.kind == "numpy":
+        if dtype is not None and out.dtype != np.dtype(dtype):
+            raise TypeError(f"{fn}: out must be {dtype}, got {_dtype_text(out.dtype)}")
+        if not out.flags.writeable:
+            raise ValueError(f"{fn}: out must be writable (it is a read-only NumPy array)")
+    if ow.kind == "torch":
+        if out.requires_grad:
+            raise ValueError(f"{fn}: out must not require grad")
+        if out.is_neg() or out.is_conj():
+            raise ValueError(
+                f"{fn}: out is a lazily {'negated' if out.is_neg() else 'conjugated'} torch view, which qg would "
+                f"write as stored, not as seen; pass a plain tensor"
+            )
     return out
+
+
+def stream_handle(stream, fn: str) -> int | None:
+    """Validates stream= (on every device: a wrong type is an error even where
+    it would be ignored). None: the framework's current stream."""
+    if stream is None:
+        return None
+    if isinstance(stream, bool):
+        raise TypeError(f"{fn}: stream must be an int handle, a torch.cuda.Stream or a cupy.cuda.Stream, got bool")
+    if isinstance(stream, int):
+        handle = stream
+    else:
+        for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+            value = getattr(stream, attr, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                handle = value
+                break
+        else:
+            raise TypeError(
+                f"{fn}: stream must be an int handle (cudaStream_t), a torch.cuda.Stream or a cupy.cuda.Stream, "
+                f"got {type(stream).__module__}.{type(stream).__name__}"
+            )
+    if not 0 <= handle < 2**64:
+        raise ValueError(f"{fn}: stream={handle} is not a valid cudaStream_t handle (0 <= handle < 2**64)")
+    return handle
 
 
 def stream_of(w: Where, stream, fn: str = "qg") -> int:
     """The stream handle to queue CUDA work on (0 on the CPU)."""
+    handle = stream_handle(stream, fn)
     if w.device == CPU:
         return 0
-    if stream is not None:
-        if isinstance(stream, int) and not isinstance(stream, bool):
-            if not 0 <= stream < 2**64:
-                raise ValueError(f"{fn}: stream={stream} is not a valid cudaStream_t handle")
-            return stream
-        for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
-            if hasattr(stream, attr):
-                return int(getattr(stream, attr))
-        raise TypeError(f"{fn}: stream must be an int handle, a torch.cuda.Stream or a cupy.cuda.Stream, got {stream!r}")
+    if handle is not None:
+        return handle
     if w.kind == "torch":
         import torch
 

@@ -3,18 +3,26 @@
 fast path.
 
 Eager calls with torch tensors take qg's single-crossing fast path (_api.py).
-While torch traces (torch.compile, torch.export, torch.jit.trace) the public
-functions call these registered operators instead, so the graph records
-qg::quantize / qg::dequantize / qg::gemm with shapes from their fake (meta)
-implementations, and runs them through the same eager code later.
+While torch traces (torch.compile, torch.export, torch.jit.trace, make_fx, a
+TorchDispatchMode) or the tensors hold no data qg can read (FakeTensor and
+other __torch_dispatch__ subclasses), the public functions call these
+registered operators instead, so the graph records qg::quantize /
+qg::dequantize / qg::gemm with shapes from their fake (meta) implementations,
+and runs them through the same eager code later. out= is then recorded as the
+operator followed by out.copy_(result); stream= cannot be recorded and raises.
 
 Autograd: packed codes (uint8) cannot carry a gradient, so quantize_* on a
-tensor that requires grad raises (detach it, or use fake_quantize, whose
-backward is the straight-through estimator: dL/dx = dL/dy).
+tensor that requires grad raises (detach it, or use qg.torch.fake_quantize,
+whose backward is the straight-through estimator: dL/dx = dL/dy).
 
-Importing this module imports torch; `import qg` alone does not.
+Importing this module imports torch; `import qg` alone does not. The public
+home of the torch extras is qg.torch.
 """
 from __future__ import annotations
+
+import dataclasses
+import sys
+import warnings
 
 import torch
 
@@ -24,67 +32,153 @@ from . import _qg
 _TRAITS = [dict(_qg.format_traits(i)) for i in range(_qg.format_count)]
 _NAMES = [t["name"] for t in _TRAITS]
 _CONV_NAMES = ["reference", "ggml_cuda"]
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_OPAQUE: dict = {}  # tensor type -> overrides __torch_dispatch__ (holds no data qg can read)
+_is_functorch_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)
 
 
 def enable_fast_path(tensor_type) -> None:
-    """Lets eager calls with this tensor type take the single-crossing path."""
-    if tensor_type not in _api._FAST_TYPES and hasattr(tensor_type, "__dlpack_c_exchange_api__"):
+    """Lets eager calls with this tensor type take the single-crossing path
+    (never for types that hold no data qg can read, such as FakeTensor)."""
+    if (
+        tensor_type not in _api._FAST_TYPES
+        and hasattr(tensor_type, "__dlpack_c_exchange_api__")
+        and not _opaque_type(tensor_type)
+    ):
         _api._FAST_TYPES.add(tensor_type)
+
+
+# ------------------------------------------------- shape checks of the fakes
+# While torch traces, the fake implementations are where bad shapes and dtypes
+# are caught: they raise the same exception types as the core, named the same.
+def _dtype_name(dt) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def _check_float(fn: str, x, fmt: str) -> None:
+    t = _TRAITS[_NAMES.index(fmt)]
+    if x.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{fn}: x must be float32, float16 or bfloat16, got {_dtype_name(x.dtype)}")
+    if x.dim() < 1:
+        raise ValueError(f"{fn}: x must have shape [..., K], got a 0-d array; reshape it to [1, K]")
+    torch._check_value(
+        x.shape[-1] % t["block_size"] == 0,
+        lambda: f"{fn}: K={x.shape[-1]} (x.shape[-1]) is not a multiple of {t['block_size']}, the {fmt} block size",
+    )
+
+
+def _check_packed(fn: str, arg: str, x, fmt: str) -> None:
+    t = _TRAITS[_NAMES.index(fmt)]
+    if x.dtype != torch.uint8:
+        raise TypeError(f"{fn}: {arg} must be uint8 (packed {fmt} blocks), got {_dtype_name(x.dtype)}")
+    if x.dim() < 2:
+        raise ValueError(
+            f"{fn}: {arg} must have shape [..., K//{t['block_size']}, {t['bytes_per_block']}], "
+            f"got a {x.dim()}-d array of shape {list(x.shape)}"
+        )
+    torch._check_value(
+        x.shape[-1] == t["bytes_per_block"],
+        lambda: f"{fn}: {arg}.shape[-1] must be {t['bytes_per_block']} (bytes per {fmt} block), got {x.shape[-1]}",
+    )
+
+
+def _rows(x, drop: int):
+    r = 1
+    for s in x.shape[: x.dim() - drop]:
+        r = r * s
+    return r
 
 
 # ------------------------------------------------------------ registered ops
 @torch.library.custom_op("qg::quantize", mutates_args=())
 def _quantize_op(x: torch.Tensor, fmt: str, convention: str) -> torch.Tensor:
     op = _api._QUANTIZE[fmt]
-    return _api._generic_quantize(op, x.detach(), None, None, _CONV_NAMES.index(convention))
+    return _api._generic_quantize(op, x.detach(), None, None, _CONV_NAMES.index(convention), route=False)
 
 
 @_quantize_op.register_fake
 def _(x, fmt, convention):
     t = _TRAITS[_NAMES.index(fmt)]
-    torch._check(x.shape[-1] % t["block_size"] == 0, lambda: f"qg.quantize_{fmt}: K must be a multiple of {t['block_size']}")
+    fn = _api._QUANTIZE[fmt].fn
+    _check_float(fn, x, fmt)
+    if x.dim() + 1 > 8:
+        raise ValueError(
+            f"{fn}: x has {x.dim()} dimensions, so the result would have {x.dim() + 1}, more than qg's limit of 8; "
+            "merge leading dimensions of x (reshape) first"
+        )
     return x.new_empty((*x.shape[:-1], x.shape[-1] // t["block_size"], t["bytes_per_block"]), dtype=torch.uint8)
 
 
 @torch.library.custom_op("qg::dequantize", mutates_args=())
 def _dequantize_op(xq: torch.Tensor, fmt: str, k: int) -> torch.Tensor:
-    return _api._generic_dequantize(_api._DEQUANTIZE[fmt], xq, k, None, None)
+    return _api._generic_dequantize(_api._DEQUANTIZE[fmt], xq, k, None, None, route=False)
 
 
 @_dequantize_op.register_fake
 def _(xq, fmt, k):
     t = _TRAITS[_NAMES.index(fmt)]
-    return xq.new_empty((*xq.shape[:-2], xq.shape[-2] * t["block_size"]), dtype=torch.float32)
+    fn = _api._DEQUANTIZE[fmt].fn
+    _check_packed(fn, "xq", xq, fmt)
+    inferred = xq.shape[-2] * t["block_size"]
+    if k >= 0:
+        torch._check_value(
+            k == inferred,
+            lambda: f"{fn}: K={k} does not match xq, which holds {xq.shape[-2]} blocks per row (K={inferred})",
+        )
+    return xq.new_empty((*xq.shape[:-2], inferred), dtype=torch.float32)
 
 
 @torch.library.custom_op("qg::gemm", mutates_args=())
 def _gemm_op(a: torch.Tensor, b: torch.Tensor, a_fmt: str, b_fmt: str, m: int, n: int, k: int) -> torch.Tensor:
     op = _GEMM_OPS[(a_fmt, b_fmt)]
-    return _api._generic_gemm(op, a, b, m, n, k, None, None)
+    return _api._generic_gemm(op, a, b, m, n, k, None, None, route=False)
 
 
 @_gemm_op.register_fake
 def _(a, b, a_fmt, b_fmt, m, n, k):
-    rows_a, rows_b = 1, 1
-    for s in a.shape[:-2]:
-        rows_a = rows_a * s
-    for s in b.shape[:-2]:
-        rows_b = rows_b * s
+    op = _GEMM_OPS[(a_fmt, b_fmt)]
+    fn, ta, tb = op.fn, _TRAITS[_NAMES.index(a_fmt)], _TRAITS[_NAMES.index(b_fmt)]
+    _check_packed(fn, op.a_name, a, a_fmt)
+    _check_packed(fn, op.b_name, b, b_fmt)
+    ka, kb = a.shape[-2] * ta["block_size"], b.shape[-2] * tb["block_size"]
+    torch._check_value(
+        ka == kb,
+        lambda: f"{fn}: {op.a_name} has {a.shape[-2]} blocks per row (K={ka}) but {op.b_name} has "
+        f"{b.shape[-2]} (K={kb})",
+    )
+    rows_a, rows_b = _rows(a, 2), _rows(b, 2)
+    for name, given, actual in (("K", k, ka), ("M", m, rows_a), ("N", n, rows_b)):
+        if given >= 0:
+            torch._check_value(given == actual, lambda: f"{fn}: {name}={given} does not match the inputs ({name}={actual})")
     return a.new_empty((rows_a, rows_b), dtype=torch.float32)
 
 
 _GEMM_OPS = {(_NAMES[_api._GEMM_Q4_0_Q8_1.a_fmt], _NAMES[_api._GEMM_Q4_0_Q8_1.b_fmt]): _api._GEMM_Q4_0_Q8_1}
 
 
+# ------------------------------------------------------------- fake quantize
+_FAKE_QUANTIZE_FN = "qg.torch.fake_quantize"
+_QUANTIZABLE = [n for n, t in zip(_NAMES, _TRAITS) if t["quantizable"]]
+
+
 @torch.library.custom_op("qg::fake_quantize", mutates_args=())
 def _fake_quantize_op(x: torch.Tensor, fmt: str) -> torch.Tensor:
-    q = _api._generic_quantize(_api._QUANTIZE[fmt], x.detach(), None, None, 0)
-    return _api._generic_dequantize(_api._DEQUANTIZE[fmt], q, -1, None, None).to(x.dtype)
+    q = _api._generic_quantize(
+        dataclasses.replace(_api._QUANTIZE[fmt], fn=_FAKE_QUANTIZE_FN), x.detach(), None, None, 0, route=False
+    )
+    y = _api._generic_dequantize(
+        dataclasses.replace(_api._DEQUANTIZE[fmt], fn=_FAKE_QUANTIZE_FN), q, -1, None, None, route=False
+    )
+    return y.to(x.dtype)
 
 
 @_fake_quantize_op.register_fake
 def _(x, fmt):
-    return torch.empty_like(x)
+    _check_float(_FAKE_QUANTIZE_FN, x, fmt)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 def _fake_quantize_backward(ctx, grad):
@@ -95,62 +189,147 @@ _fake_quantize_op.register_autograd(_fake_quantize_backward)
 
 
 def fake_quantize(x: torch.Tensor, fmt: str = "q8_0") -> torch.Tensor:
-    """dequantize(quantize(x)) in x's dtype, differentiable with the
-    straight-through estimator (the gradient passes through unchanged), for
-    quantization-aware training with qg's exact formats."""
-    if fmt not in _NAMES:
-        raise ValueError(f"qg.torch_ops.fake_quantize: fmt must be one of {_NAMES}, got {fmt!r}")
+    """Quantize-dequantize (fake quantization) for quantization-aware training.
+
+    Returns dequantize(quantize(x)) in x's dtype and shape: the exact values
+    qg's fmt ("q4_0", "q8_0" or "q8_1") represents, bit for bit what
+    qg.dequantize_<fmt>(qg.quantize_<fmt>(x)) gives. x: a float32, float16 or
+    bfloat16 tensor [..., K], K a multiple of 32, on the CPU or a CUDA device.
+    Differentiable with the straight-through estimator: the gradient passes
+    through unchanged (dL/dx = dL/dy). Registered as the torch operator
+    qg::fake_quantize, so it works under torch.compile and torch.export.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{_FAKE_QUANTIZE_FN}: x must be a torch.Tensor, got {type(x).__module__}.{type(x).__name__}")
+    if not isinstance(fmt, str) or fmt not in _QUANTIZABLE:
+        raise ValueError(f"{_FAKE_QUANTIZE_FN}: fmt must be one of {_QUANTIZABLE}, got {fmt!r}")
     return _fake_quantize_op(x, fmt)
 
 
 # ------------------------------------------------- routes from the public API
+
+
 def _tracing() -> bool:
     return torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None
+
+
+def _opaque_type(tt) -> bool:
+    """A tensor type that overrides __torch_dispatch__ (FakeTensor,
+    FunctionalTensor, DTensor, ...): its instances hold no data qg can read."""
+    if tt in _PLAIN_TYPES:
+        return False
+    r = _OPAQUE.get(tt)
+    if r is None:
+        r = _OPAQUE[tt] = any(
+            "__torch_dispatch__" in vars(c)
+            for c in tt.__mro__
+            if c not in _PLAIN_TYPES and c is not object and c is not torch._C.TensorBase
+        )
+    return r
+
+
+def _use_op(*tensors) -> bool:
+    """True when the call must go through the registered operator: torch
+    traces, a TorchDispatchMode is active (make_fx, FakeTensorMode, a user's
+    mode), or a tensor holds no data qg can read (a __torch_dispatch__
+    subclass, or a torch.func.vmap / grad wrapper)."""
+    if _tracing() or torch.compiler.is_exporting() or torch._C._len_torch_dispatch_stack() > 0:
+        return True
+    return any(
+        isinstance(t, torch.Tensor) and (_opaque_type(type(t)) or _is_functorch_wrapped(t)) for t in tensors
+    )
 
 
 def _grad_check(op, x) -> None:
     if x.requires_grad and torch.is_grad_enabled():
         raise RuntimeError(
             f"{op.fn}: x requires grad, but packed codes cannot carry a gradient, so the autograd graph would be "
-            f"lost; pass x.detach() (inference), or use qg.torch_ops.fake_quantize(x, '{_NAMES[op.fmt]}') for "
+            f"lost; pass x.detach() (inference), or use qg.torch.fake_quantize(x, '{_NAMES[op.fmt]}') for "
             "quantization-aware training (straight-through gradient)"
         )
 
 
-# Each returns None for an ordinary eager call (the fast path takes it), else
-# the result: the registered operator while torch traces (out= is then
-# written by the generic path, which records no operator), or the generic
-# path for views it must resolve (negated, non-contiguous).
-def special_quantize(op, x, conv: int, out):
-    _grad_check(op, x)
-    if _tracing() and out is None:
-        return _quantize_op(x, _NAMES[op.fmt], _CONV_NAMES[conv])
-    if out is not None and _tracing() or x.is_neg() or not x.is_contiguous():
-        return _api._generic_quantize(op, x, out, None, conv)
-    return None
+def fast_ok(op, x, out, y=None) -> bool:
+    """May this eager call take the single-crossing path? False: the generic
+    path, which resolves views and routes to the registered operators.
 
-
-def special_dequantize(op, xq, k: int, out):
-    if _tracing() and out is None:
-        return _dequantize_op(xq, _NAMES[op.fmt], k)
-    if out is not None and _tracing() or xq.is_neg() or not xq.is_contiguous():
-        return _api._generic_dequantize(op, xq, k, out, None)
-    return None
-
-
-def special_gemm(op, a, b, m: int, n: int, k: int, out):
-    if _tracing() and out is None:
-        return _gemm_op(a, b, _NAMES[op.a_fmt], _NAMES[op.b_fmt], m, n, k)
-    if out is not None and _tracing() or a.is_neg() or b.is_neg() or not (a.is_contiguous() and b.is_contiguous()):
-        return _api._generic_gemm(op, a, b, m, n, k, out, None)
-    return None
-
-
-def check_generic(op, x) -> None:
-    """The generic path's autograd rule for quantize_* (the same as the fast path's)."""
+    x, y and out are of types in _api._FAST_TYPES (plain tensor types). The
+    fast path itself declines what torch will not export (sparse tensors,
+    functorch wrappers). Complex tensors (the only ones with a lazy conj bit)
+    are refused by the core's dtype check."""
+    if torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None:
+        return False
     if op.kind == "quantize":
         _grad_check(op, x)
+    if torch._C._len_torch_dispatch_stack() > 0:
+        return False
+    strided = torch.strided
+    if x.layout != strided or x.is_neg() or not x.is_contiguous():
+        return False
+    if y is not None and (y.layout != strided or y.is_neg() or not y.is_contiguous()):
+        return False
+    if out is not None and (out.layout != strided or out.is_neg() or out.is_conj() or out.is_meta):
+        return False  # the generic path explains what is wrong with it
+    return True
 
 
+def _recorded(fn: str, result, out, stream):
+    """The operator's result as the call's result; out= is written with
+    copy_, which every tracer records."""
+    if stream is not None:
+        raise ValueError(
+            f"{fn}: stream= cannot be recorded while torch traces (torch.compile, torch.export, torch.jit.trace); "
+            "omit it: the recorded operator runs on torch's current stream"
+        )
+    if out is None:
+        return result
+    from . import _frameworks as fw
+
+    kind = fw.where(out, fn, "out").kind  # qg's message for what is no array at all
+    if kind != "torch":
+        raise TypeError(
+            f"{fn}: out is a {kind} array but the inputs are torch arrays; pass out from the inputs' framework "
+            "(or omit out=)"
+        )
+    if out.dtype != result.dtype:
+        raise TypeError(f"{fn}: out must be {_dtype_name(result.dtype)}, got {_dtype_name(out.dtype)}")
+    if torch._C._get_tracing_state() is not None:
+        with warnings.catch_warnings():  # (not under dynamo, which cannot trace warnings filters)
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shapes are fixed in a jit trace anyway
+            same_shape = tuple(out.shape) == tuple(result.shape)
+    else:
+        same_shape = tuple(out.shape) == tuple(result.shape)
+    if not same_shape:
+        raise ValueError(f"{fn}: out has shape {list(out.shape)} but the result has shape {list(result.shape)}")
+    if out.device != result.device:
+        raise ValueError(f"{fn}: out is on {out.device} but the inputs are on {result.device}")
+    if out.requires_grad:
+        raise ValueError(f"{fn}: out must not require grad")
+    out.copy_(result)
+    return out
+
+
+def route_quantize(op, x, conv: int, out, stream):
+    """The generic path's torch step: the autograd rule, and the registered
+    operator while torch traces (None: run eagerly)."""
+    _grad_check(op, x)
+    if not _use_op(x, out):
+        return None
+    return _recorded(op.fn, _quantize_op(x, _NAMES[op.fmt], _CONV_NAMES[conv]), out, stream)
+
+
+def route_dequantize(op, xq, k: int, out, stream):
+    if not _use_op(xq, out):
+        return None
+    return _recorded(op.fn, _dequantize_op(xq, _NAMES[op.fmt], k), out, stream)
+
+
+def route_gemm(op, a, b, m: int, n: int, k: int, out, stream):
+    if not _use_op(a, b, out):
+        return None
+    return _recorded(op.fn, _gemm_op(a, b, _NAMES[op.a_fmt], _NAMES[op.b_fmt], m, n, k), out, stream)
+
+
+_api._torch_ops = sys.modules[__name__]  # before any type can reach the fast path
 enable_fast_path(torch.Tensor)
 enable_fast_path(torch.nn.Parameter)

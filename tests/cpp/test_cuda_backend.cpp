@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
 // test_cuda_backend.cpp: the CUDA backend against the CPU backend (quantize,
 // dequantize: identical bytes/bits) and against a float64 reference computed
-// from the same codes (GEMM: NMSE <= 1e-6). Public API only; skips cleanly
-// when no CUDA device is visible.
+// from the same codes (GEMM: NMSE <= 1e-6). The shared GEMM suite
+// (test_util.h) runs on every kernel of the CUDA registry for q4_0 x q8_1
+// (each forced by name, where its arch window and can_run admit the case) and
+// on the public qg::gemm: epilogue, output dtypes, transposed C, Inf scales.
+// Skips cleanly when no CUDA device is visible.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,9 +18,13 @@
 
 #include <qg/qg.h>
 
+#include "backend.h"
+#include "test_util.h"
+
 namespace {
 
-constexpr uint32_t kSeed = 20250611u;
+// Fixed seeds, printed by the fixture (QG_TEST_SEED moves them).
+const uint32_t kSeed = static_cast<uint32_t>(20250611u ^ (qgtest::base_seed() - 20240611u));
 
 #define CUDA_OK(expr)                                                                        \
   do {                                                                                       \
@@ -154,6 +161,7 @@ class CudaBackend : public ::testing::Test {
     std::string why;
     if (!qg::cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
     CUDA_OK(cudaSetDevice(0));
+    std::cout << "[   seed   ] kSeed=" << kSeed << " (base QG_TEST_SEED=" << qgtest::base_seed() << ")" << std::endl;
   }
 };
 
@@ -174,6 +182,7 @@ void check_quantize(const FormatCase& fc, qg::DType dtype, int64_t rows, int64_t
 
   std::vector<uint8_t> y_cpu(y_bytes, 0xCD);
   qg::QuantizeArgs args;
+  args.format = fc.format;
   args.x = x.data();
   args.x_dtype = dtype;
   args.rows = rows;
@@ -183,7 +192,7 @@ void check_quantize(const FormatCase& fc, qg::DType dtype, int64_t rows, int64_t
   args.y_row_stride = y_stride;
   args.device = qg::Device::cpu();
   args.q8_1_convention = fc.convention;
-  QG_OK(qg::quantize(fc.format, args));
+  QG_OK(qg::quantize(args));
 
   DeviceBuffer dx(x.size()), dy(y_bytes);
   ASSERT_TRUE(dx.ok() && dy.ok());
@@ -192,7 +201,7 @@ void check_quantize(const FormatCase& fc, qg::DType dtype, int64_t rows, int64_t
   args.x = dx.at();
   args.y = dy.at();
   args.device = qg::Device::cuda(0);
-  QG_OK(qg::quantize(fc.format, args));
+  QG_OK(qg::quantize(args));
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<uint8_t> y_gpu(y_bytes);
   CUDA_OK(cudaMemcpy(y_gpu.data(), dy.at(), y_bytes, cudaMemcpyDeviceToHost));
@@ -233,6 +242,7 @@ void check_dequantize(const FormatCase& fc, int64_t rows, int64_t k, int64_t xq_
   const int64_t xq_stride = k / 32 * bpb + xq_pad;
   std::vector<uint8_t> xq(static_cast<size_t>(rows * xq_stride), 0xAB);
   qg::QuantizeArgs qa;
+  qa.format = fc.format;
   qa.x = values.data();
   qa.rows = rows;
   qa.k = k;
@@ -241,13 +251,14 @@ void check_dequantize(const FormatCase& fc, int64_t rows, int64_t k, int64_t xq_
   qa.y_row_stride = xq_stride;
   qa.device = qg::Device::cpu();
   qa.q8_1_convention = fc.convention;
-  QG_OK(qg::quantize(fc.format, qa));
+  QG_OK(qg::quantize(qa));
 
   const int64_t y_stride = k + y_pad;
   const float sentinel = -12345.678f;
   const size_t y_count = static_cast<size_t>(rows * y_stride);
   std::vector<float> y_cpu(y_count, sentinel);
   qg::DequantizeArgs da;
+  da.format = fc.format;
   da.xq = xq.data();
   da.rows = rows;
   da.k = k;
@@ -255,7 +266,7 @@ void check_dequantize(const FormatCase& fc, int64_t rows, int64_t k, int64_t xq_
   da.y = y_cpu.data();
   da.y_row_stride = y_stride;
   da.device = qg::Device::cpu();
-  QG_OK(qg::dequantize(fc.format, da));
+  QG_OK(qg::dequantize(da));
 
   DeviceBuffer dxq(xq.size()), dy(y_count * 4);
   ASSERT_TRUE(dxq.ok() && dy.ok());
@@ -265,7 +276,7 @@ void check_dequantize(const FormatCase& fc, int64_t rows, int64_t k, int64_t xq_
   da.xq = dxq.at();
   da.y = dy.at<float>();
   da.device = qg::Device::cuda(0);
-  QG_OK(qg::dequantize(fc.format, da));
+  QG_OK(qg::dequantize(da));
   CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaMemcpy(y_gpu.data(), dy.at(), y_count * 4, cudaMemcpyDeviceToHost));
 
@@ -308,6 +319,7 @@ void quantize_on_cpu(qg::Format format, int64_t rows, int64_t k, int64_t stride,
   const std::vector<float> values = make_values(rows, k, rng, false);
   out->assign(static_cast<size_t>(rows * stride), 0xEE);
   qg::QuantizeArgs qa;
+  qa.format = format;
   qa.x = values.data();
   qa.rows = rows;
   qa.k = k;
@@ -315,7 +327,7 @@ void quantize_on_cpu(qg::Format format, int64_t rows, int64_t k, int64_t stride,
   qa.y = out->data();
   qa.y_row_stride = stride;
   qa.device = qg::Device::cpu();
-  QG_OK(qg::quantize(format, qa));
+  QG_OK(qg::quantize(qa));
 }
 
 // float64 reference from the codes: sum_b d_w * d_a * sum_i (w_i - 8) * a_i.
@@ -372,19 +384,17 @@ void run_gemm_case(const GemmCase& g, cudaStream_t stream, uint32_t seed, std::v
   CUDA_OK(cudaMemset(dc.at(), 0xFF, c_count * 4));  // NaN poison: unwritten outputs fail
 
   qg::GemmArgs args;
-  args.w = dw.at(g.w_offset);
-  args.a = da.at(g.a_offset);
+  args.a = {dw.at(g.w_offset), qg::Format::q4_0, g.m, g.k, ldw, {}, {}};
+  args.b = {da.at(g.a_offset), qg::Format::q8_1, g.n, g.k, lda, {}, {}};
   args.c = dc.at<float>();
-  args.m = g.m;
-  args.n = g.n;
-  args.k = g.k;
-  args.ldw = ldw;
-  args.lda = lda;
   args.ldc = ldc;
   args.device = qg::Device::cuda(0);
+  args.fn = "qg.gemm_q4_0_q8_1";
 
   qg::Explanation ex;
-  QG_OK(qg::explain_gemm_q4_0_q8_1(args, &ex));
+  QG_OK(qg::explain(args, &ex));
+  EXPECT_EQ(ex.op, "qg.gemm_q4_0_q8_1");
+  EXPECT_EQ(ex.problem, "q4_0 x q8_1 on cuda:0");
   if (chosen_out) *chosen_out = ex.chosen;
   if (g.expect_impl) {
     std::string lines;
@@ -393,7 +403,7 @@ void run_gemm_case(const GemmCase& g, cudaStream_t stream, uint32_t seed, std::v
         << "expected " << g.expect_impl << ", chosen " << ex.chosen << lines;
   }
 
-  QG_OK(qg::gemm_q4_0_q8_1(args, stream));
+  QG_OK(qg::gemm(args, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
   std::vector<float> c(c_count);
   CUDA_OK(cudaMemcpy(c.data(), dc.at(), c_count * 4, cudaMemcpyDeviceToHost));
@@ -497,6 +507,7 @@ TEST_F(CudaBackend, QuantizeOnNonDefaultStream) {
   const size_t y_bytes = static_cast<size_t>(rows * (k / 32) * 36);
   std::vector<uint8_t> y_cpu(y_bytes), y_gpu(y_bytes);
   qg::QuantizeArgs qa;
+  qa.format = qg::Format::q8_1;
   qa.x = values.data();
   qa.rows = rows;
   qa.k = k;
@@ -504,7 +515,7 @@ TEST_F(CudaBackend, QuantizeOnNonDefaultStream) {
   qa.y = y_cpu.data();
   qa.y_row_stride = (k / 32) * 36;
   qa.device = qg::Device::cpu();
-  QG_OK(qg::quantize(qg::Format::q8_1, qa));
+  QG_OK(qg::quantize(qa));
 
   DeviceBuffer dx(values.size() * 4), dy(y_bytes);
   ASSERT_TRUE(dx.ok() && dy.ok());
@@ -512,7 +523,7 @@ TEST_F(CudaBackend, QuantizeOnNonDefaultStream) {
   qa.x = dx.at();
   qa.y = dy.at();
   qa.device = qg::Device::cuda(0);
-  QG_OK(qg::quantize(qg::Format::q8_1, qa, stream));
+  QG_OK(qg::quantize(qa, stream));
   CUDA_OK(cudaMemcpyAsync(y_gpu.data(), dy.at(), y_bytes, cudaMemcpyDeviceToHost, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
   EXPECT_EQ(0, std::memcmp(y_cpu.data(), y_gpu.data(), y_bytes));
@@ -529,5 +540,98 @@ TEST_F(CudaBackend, DevicesReported) {
   EXPECT_TRUE(devs[0].has_compiled_code);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
+
+// ------------------------------------------------------------ every CUDA kernel
+// The CUDA registry as data: which kernels serve q4_0 x q8_1, in dispatch
+// order, and the hardware each needs. Needs no GPU.
+TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
+  const qg::detail::Registry& r = qg::detail::cuda::registry();
+  EXPECT_EQ(&qg::detail::registry_for(qg::Device::cuda(0)), &r);
+  EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
+            (std::vector<std::string>{"cuda_mmvq", "cuda_dp4a_tiled", "cuda_generic", "dispatch"}));
+  for (const qg::detail::GemmKernel& k : r.gemm) {
+    SCOPED_TRACE(k.name);
+    EXPECT_EQ(k.epilogue_caps, static_cast<uint32_t>(qg::detail::kEpiAll));
+    EXPECT_EQ(k.arch.cpu_features, 0u);
+    EXPECT_FALSE(k.arch.arch_specific);
+  }
+  ASSERT_EQ(r.gemm.size(), 3u);
+  EXPECT_EQ(r.gemm[0].arch.min_cc, 61);  // DP4A
+  EXPECT_EQ(r.gemm[1].arch.min_cc, 61);
+  EXPECT_EQ(r.gemm[2].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
+  ASSERT_EQ(r.quantize.size(), 1u);
+  ASSERT_EQ(r.dequantize.size(), 1u);
+  EXPECT_EQ(r.quantize[0].formats, qg::detail::kAllFormats);
+  EXPECT_EQ(r.dequantize[0].formats, qg::detail::kAllFormats);
+}
+
+class CudaMemory : public qgtest::Memory {
+ public:
+  qg::Device device() const override { return qg::Device::cuda(0); }
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return p;
+  }
+  void release(void* p) override { cudaFree(p); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    EXPECT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    EXPECT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  void synchronize(qg::Stream stream) override {
+    const cudaError_t err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+    EXPECT_EQ(err, cudaSuccess) << cudaGetErrorName(err) << ": " << cudaGetErrorString(err);
+  }
+};
+
+// The shared suite on one CUDA kernel (forced by name), or on qg::gemm.
+class GemmCudaKernel : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!qg::cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+    CUDA_OK(cudaSetDevice(0));
+    if (GetParam() == "dispatch") return;
+    const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), GetParam());
+    ASSERT_NE(k, nullptr) << "the CUDA registry has no kernel named " << GetParam();
+    if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why))
+      GTEST_SKIP() << GetParam() << " cannot run on cuda:0: " << why;
+  }
+  void TearDown() override {
+    if (qg::cuda_available()) {
+      EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    }
+  }
+  qgtest::GemmKernelTester& tester() { return tester_; }
+
+  CudaMemory mem_;
+  qgtest::GemmKernelTester tester_{qg::detail::cuda::registry(), GetParam(), mem_};
+};
+
+QG_GEMM_KERNEL_TESTS(GemmCudaKernel)
+
+// Which kernel takes which case: the GEMV kernel N <= 8 only, the fast paths
+// aligned operands only, the generic kernel anything.
+TEST_P(GemmCudaKernel, AdmitsWhatItsCanRunSays) {
+  if (tester().is_dispatch()) GTEST_SKIP() << "dispatch takes every case";
+  QG_SEEDED_RNG(rng, 1800);
+  const std::string name = GetParam();
+  qgtest::GemmCase small = qgtest::random_case(rng, 9, 8, 64);
+  qgtest::GemmCase wide = qgtest::random_case(rng, 9, 9, 64);
+  qgtest::GemmCase odd = qgtest::random_case(rng, 9, 4, 64, /*a_pad=*/1, /*b_pad=*/2);
+  EXPECT_TRUE(tester().run_and_check(small));
+  EXPECT_EQ(tester().run_and_check(wide), name != "cuda_mmvq");
+  EXPECT_EQ(tester().run_and_check(odd), name == "cuda_generic") << tester().refusals();
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, GemmCudaKernel,
+                         ::testing::ValuesIn(qgtest::gemm_kernel_names(qg::detail::cuda::registry(),
+                                                                       qg::Format::q4_0, qg::Format::q8_1)),
+                         qgtest::param_name);
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 
 #include "qg/qg.h"
 #include "quant_block.h"
@@ -53,13 +54,17 @@ TEST(Formats, TraitsTable) {
     qg::Format f;
     const char* name;
     int block, bytes, bits;
+    bool is_signed;
+    int code_offset;
+    qg::Packing packing;
     bool sum;
   };
   const Expected table[] = {
-      {qg::Format::q4_0, "q4_0", 32, 18, 4, false},
-      {qg::Format::q8_0, "q8_0", 32, 34, 8, false},
-      {qg::Format::q8_1, "q8_1", 32, 36, 8, true},
+      {qg::Format::q4_0, "q4_0", 32, 18, 4, false, 8, qg::Packing::nibbles_split, false},
+      {qg::Format::q8_0, "q8_0", 32, 34, 8, true, 0, qg::Packing::bytes, false},
+      {qg::Format::q8_1, "q8_1", 32, 36, 8, true, 0, qg::Packing::bytes, true},
   };
+  ASSERT_EQ(qg::kFormatCount, 3);
   for (const auto& e : table) {
     const qg::FormatTraits& t = qg::format_traits(e.f);
     SCOPED_TRACE(e.name);
@@ -67,11 +72,28 @@ TEST(Formats, TraitsTable) {
     EXPECT_STREQ(t.name, e.name);
     EXPECT_EQ(t.block_size, e.block);
     EXPECT_EQ(t.bytes_per_block, e.bytes);
-    EXPECT_EQ(t.bits_per_code, e.bits);
-    EXPECT_EQ(t.has_sum, e.sum);
+    EXPECT_EQ(t.element_bits, e.bits);
+    EXPECT_EQ(t.is_signed, e.is_signed);
+    EXPECT_EQ(t.code_offset, e.code_offset);
+    EXPECT_EQ(t.packing, e.packing);
+    EXPECT_EQ(t.has_block_sum, e.sum);
+    // ggml's blocks: one fp16 scale (and Q8_1's fp16 sum) at the start of the block
+    EXPECT_EQ(t.scale_place, qg::ScalePlace::in_block);
+    EXPECT_EQ(t.scale_type, qg::ScaleType::f16);
+    EXPECT_FALSE(t.has_zero_point);
+    EXPECT_TRUE(t.quantizable);
+    EXPECT_EQ(std::string(t.quantize_fn), std::string("qg.quantize_") + e.name);
+    EXPECT_EQ(std::string(t.dequantize_fn), std::string("qg.dequantize_") + e.name);
     // bytes = scale(s) + codes
-    EXPECT_EQ(t.bytes_per_block, 2 * (e.sum ? 2 : 1) + t.block_size * t.bits_per_code / 8);
+    EXPECT_EQ(t.bytes_per_block, 2 * (e.sum ? 2 : 1) + t.block_size * t.element_bits / 8);
+    EXPECT_EQ(qg::row_bytes(t, 32 * 5), 5 * e.bytes);
+    qg::Format back;
+    ASSERT_TRUE(qg::format_from_name(e.name, &back));
+    EXPECT_EQ(back, e.f);
   }
+  qg::Format f;
+  EXPECT_FALSE(qg::format_from_name("q4_1", &f));
+  EXPECT_FALSE(qg::format_from_name(nullptr, &f));
 }
 
 TEST(Formats, DtypeDeviceAndStatusHelpers) {

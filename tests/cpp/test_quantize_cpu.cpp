@@ -173,6 +173,7 @@ std::vector<uint8_t> qg_quantize(Kind kind, const void* x, qg::DType dtype, int6
   const int64_t row_bytes = k / 32 * bpb(kind);
   std::vector<uint8_t> out(static_cast<size_t>(rows * row_bytes), qgtest::kSentinelByte);
   qg::QuantizeArgs a;
+  a.format = format_of(kind);
   a.x = x;
   a.x_dtype = dtype;
   a.rows = rows;
@@ -182,7 +183,7 @@ std::vector<uint8_t> qg_quantize(Kind kind, const void* x, qg::DType dtype, int6
   a.y_row_stride = row_bytes;
   a.device = qg::Device::cpu();
   a.q8_1_convention = conv_of(kind);
-  const qg::Status s = qg::quantize(format_of(kind), a);
+  const qg::Status s = qg::quantize(a);
   EXPECT_TRUE(s.ok()) << s.message();
   return out;
 }
@@ -194,6 +195,7 @@ std::vector<float> qg_dequantize(qg::Format f, const std::vector<uint8_t>& xq, i
   std::vector<float> y(static_cast<size_t>(rows * k));
   qgtest::fill_poison(y.data(), y.size());
   qg::DequantizeArgs a;
+  a.format = f;
   a.xq = xq.data();
   a.rows = rows;
   a.k = k;
@@ -201,7 +203,7 @@ std::vector<float> qg_dequantize(qg::Format f, const std::vector<uint8_t>& xq, i
   a.y = y.data();
   a.y_row_stride = k;
   a.device = qg::Device::cpu();
-  const qg::Status s = qg::dequantize(f, a);
+  const qg::Status s = qg::dequantize(a);
   EXPECT_TRUE(s.ok()) << s.message();
   return y;
 }
@@ -594,6 +596,7 @@ TEST(QuantizeCpu, StridedRowsLeaveGapsUntouched) {
       const int64_t row_bytes = k / 32 * bpb(kind), ys = row_bytes + 7;
       std::vector<uint8_t> y(rows * ys + 64, qgtest::kSentinelByte);
       qg::QuantizeArgs a;
+      a.format = format_of(kind);
       a.x = dtype == qg::DType::f16 ? static_cast<const void*>(xh.data()) : x.data();
       a.x_dtype = dtype;
       a.rows = rows;
@@ -603,7 +606,7 @@ TEST(QuantizeCpu, StridedRowsLeaveGapsUntouched) {
       a.y_row_stride = ys;
       a.device = qg::Device::cpu();
       a.q8_1_convention = conv_of(kind);
-      const qg::Status s = qg::quantize(format_of(kind), a);
+      const qg::Status s = qg::quantize(a);
       ASSERT_TRUE(s.ok()) << s.message();
       const std::vector<uint8_t> want = reference_bytes(kind, dense.data(), rows, k);
       for (int64_t r = 0; r < rows; ++r) {
@@ -636,13 +639,16 @@ TEST(QuantizeCpu, ViewsWithPaddedRowsAndBatchDims) {
   xv.writable = false;  // read-only inputs are fine
   for (Kind kind : kAllKinds) {
     SCOPED_TRACE(kind_name(kind));
-    std::vector<int64_t> shape;
-    ASSERT_TRUE(qg::quantize_output_shape(format_of(kind), xv, &shape).ok());
-    ASSERT_EQ(shape, (std::vector<int64_t>{b0, b1, k / 32, bpb(kind)}));
+    const qg::QuantizeViews v{format_of(kind), xv, conv_of(kind), nullptr};
+    qg::ResultSpec spec;
+    ASSERT_TRUE(qg::result_spec(v, &spec).ok());
+    EXPECT_EQ(spec.dtype, qg::DType::u8);
+    ASSERT_EQ(std::vector<int64_t>(spec.shape, spec.shape + spec.ndim),
+              (std::vector<int64_t>{b0, b1, k / 32, bpb(kind)}));
     std::vector<uint8_t> y(b0 * b1 * k / 32 * bpb(kind), qgtest::kSentinelByte);
     const qg::TensorView yv =
         qg::make_view(y.data(), qg::DType::u8, qg::Device::cpu(), {b0, b1, k / 32, bpb(kind)});
-    const qg::Status s = qg::quantize(format_of(kind), xv, yv, nullptr, conv_of(kind));
+    const qg::Status s = qg::quantize(v, yv);
     ASSERT_TRUE(s.ok()) << s.message();
     expect_same_bytes(kind, y, reference_bytes(kind, dense.data(), b0 * b1, k), "view");
   }
@@ -698,6 +704,7 @@ TEST(DequantizeCpu, StridedOutputFullyWrittenGapsUntouched) {
     std::vector<float> y(rows * ys + 16);
     qgtest::fill_poison(y.data(), y.size());
     qg::DequantizeArgs a;
+    a.format = f;
     a.xq = xq.data();
     a.rows = rows;
     a.k = k;
@@ -705,7 +712,7 @@ TEST(DequantizeCpu, StridedOutputFullyWrittenGapsUntouched) {
     a.y = y.data();
     a.y_row_stride = ys;
     a.device = qg::Device::cpu();
-    const qg::Status s = qg::dequantize(f, a);
+    const qg::Status s = qg::dequantize(a);
     ASSERT_TRUE(s.ok()) << s.message();
     // compact copy -> contiguous dequant must equal the strided result row by row
     std::vector<uint8_t> compact(rows * row_bytes);

@@ -4,7 +4,9 @@
 #include <qg/qg.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -31,10 +33,9 @@ int main() {
   for (float& v : a) v = dist(rng);
 
   std::vector<uint8_t> wq(M * nb * sizeof(qg::block_q4_0)), aq(N * nb * sizeof(qg::block_q8_1));
-  qg::QuantizeArgs qw{w.data(), qg::DType::f32, M, K, K, wq.data(), nb * 18, qg::Device::cpu()};
-  qg::QuantizeArgs qa{a.data(), qg::DType::f32, N, K, K, aq.data(), nb * 36, qg::Device::cpu()};
-  if (!check(qg::quantize(qg::Format::q4_0, qw), "quantize W") ||
-      !check(qg::quantize(qg::Format::q8_1, qa), "quantize A") ||
+  qg::QuantizeArgs qw{qg::Format::q4_0, w.data(), qg::DType::f32, M, K, K, wq.data(), nb * 18, qg::Device::cpu()};
+  qg::QuantizeArgs qa{qg::Format::q8_1, a.data(), qg::DType::f32, N, K, K, aq.data(), nb * 36, qg::Device::cpu()};
+  if (!check(qg::quantize(qw), "quantize W") || !check(qg::quantize(qa), "quantize A") ||
       !check(qg::gemm_q4_0_q8_1(wq.data(), aq.data(), c.data(), M, N, K, qg::Device::cpu()), "gemm (cpu)"))
     return 1;
 
@@ -47,6 +48,36 @@ int main() {
       ref += r * r;
     }
   std::printf("cpu:  C[0,0]=%.4f  NMSE vs fp32 W.A^T = %.3e\n", c[0], err / ref);
+
+  // The generic call: a linear layer's y = relu(x @ W^T + bias) in bfloat16,
+  // written [N, M] (transposed C: ldc = 1, ldc_n = M).
+  std::vector<float> bias(M, 0.25f);
+  std::vector<uint16_t> y(N * M);
+  qg::GemmArgs g;
+  g.a = qg::packed_operand(wq.data(), qg::Format::q4_0, M, K);
+  g.b = qg::packed_operand(aq.data(), qg::Format::q8_1, N, K);
+  g.c = y.data();
+  g.c_dtype = qg::DType::bf16;
+  g.ldc = 1;
+  g.ldc_n = M;
+  g.epilogue.bias = bias.data();
+  g.epilogue.activation = qg::Activation::relu;
+  g.device = qg::Device::cpu();
+  if (!check(qg::gemm(g), "gemm with epilogue (cpu)")) return 1;
+  qg::Explanation why;
+  if (!check(qg::explain(g, &why), "explain")) return 1;
+  int bad = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      uint32_t bits = static_cast<uint32_t>(y[n * M + m]) << 16;
+      float v;
+      std::memcpy(&v, &bits, 4);
+      const float want = std::fmax(c[m * N + n] + 0.25f, 0.0f);
+      bad += std::fabs(v - want) > 1e-2f * std::fabs(want) + 1e-6f;
+    }
+  std::printf("cpu:  %s (%s) ran %s; relu(x.W^T + bias) as bf16 [N, M]: %d of %lld off\n", why.op.c_str(),
+              why.problem.c_str(), why.chosen.c_str(), bad, static_cast<long long>(M * N));
+  if (bad) return 1;
 
 #if GEMM_RAW_CUDA
   if (qg::cuda_available()) {

@@ -1,50 +1,26 @@
 // SPDX-License-Identifier: MIT
-// bench_gemm: Google Benchmark cases for qg's Q4_0 x Q8_1 GEMM on the CPU and
-// on CUDA, the same (M, N, K) through cuBLAS fp16 as the baseline, and the
-// activation quantizer (N x K fp32 -> Q8_1) that a decode step pays as well.
-// DESIGN.md section 8 is the spec; measured numbers go to bench/RESULTS.md.
-//
-// Case names: <op>/<device>/<cold|hot>/M:<M>/K:<K>/N:<N>  (quantize: no M)
-//   q4_0_q8_1/cuda/cold/M:4096/K:14336/N:1/manual_time
-//   cublas_fp16/cuda/hot/M:14336/K:4096/N:512/manual_time
-//   quantize_q8_1/cuda/cold/K:14336/N:16/manual_time
-//   q4_0_q8_1/cpu/hot/M:4096/K:14336/N:1
-// Counters (per call, averaged over the timed iterations): us, TFLOP/s (2MNK),
-// GB/s of compulsory traffic (W + A read once, C written once) and %floor =
-// 100 * floor_time / time, floor_time = max(bytes / peak_bw, flops / peak_flops)
-// with both peaks measured at start-up on the machine itself.
-//
-// "cold": each call reads the next of several weight (and activation) buffers
-// whose total exceeds 2x the last-level cache (L2 on the GPU), so the weights
-// stream from DRAM as they do in decode; "hot": one buffer, repeated.
-//
-// Options: --qg_<name>=value or the environment variable QG_BENCH_<NAME>
-// (the flag wins); --qg_help lists them.
-
-#include <benchmark/benchmark.h>
-#include <qg/qg.h>
+// bench/harness.cpp: options, start-up ceilings, buffer rotations, timers,
+// counters and main() of ./build/bench_gemm. See harness.h for the case names
+// and counters; the cases are in cases_gemm.cpp and cases_quantize.cpp.
+#include "harness.h"
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <map>
-#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
-#include <string>
 #include <thread>
 #include <utility>
-#include <vector>
+
+#include "backend.h"  // the kernel registries, for the JSON context
 
 #ifndef QG_BENCH_CUDA
 #define QG_BENCH_CUDA 0
@@ -67,11 +43,11 @@
 #endif
 #endif
 
+namespace qgbench {
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int64_t kMiB = int64_t(1) << 20;
-constexpr int64_t kGiB = int64_t(1) << 30;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -88,6 +64,8 @@ const OptionSpec kOptionSpecs[] = {
     {"n", "comma list of N for the CUDA cases (default 1,2,4,8,16,32,128,512,4096)"},
     {"cpu_n", "comma list of N for the CPU cases (default: the CUDA list cut at cpu_max_n)"},
     {"cpu_max_n", "largest N of the default CPU list (default 128)"},
+    {"cpu_kernel_max_n", "largest N of the CPU per-kernel cases (.../kernel:<name>; default 32: "
+                         "the scalar kernel is ~10x slower than the vector one)"},
     {"gpu_group", "most calls queued behind one hold of the stream; each call still has its own "
                   "event pair (default 64; the group is sized to about 1 ms of work)"},
     {"blocker", "1: hold the stream with a host function until a group of launches is queued, "
@@ -140,21 +118,6 @@ std::vector<int64_t> option_list(const std::string& name, std::vector<int64_t> f
   return out.empty() ? fallback : out;
 }
 
-struct Shape {
-  int64_t m, k;
-};
-
-struct Options {
-  std::vector<Shape> shapes;
-  std::vector<int64_t> gpu_n;
-  std::vector<int64_t> cpu_n;
-  int gpu_group = 64;
-  bool blocker = true;
-  int device = 0;
-  int64_t cpu_cold_bytes = kGiB;
-};
-Options g_opt;
-
 void load_options() {
   g_opt.shapes.clear();
   std::string shapes = option("shapes");
@@ -167,12 +130,16 @@ void load_options() {
       std::fprintf(stderr, "bench_gemm: ignoring shape '%s' (want MxK, K a multiple of 32)\n",
                    item.c_str());
   }
-  g_opt.gpu_n = option_list("n", {1, 2, 4, 8, 16, 32, 128, 512, 4096});
+  const std::vector<int64_t> llm_n{1, 2, 4, 8, 16, 32, 128, 512, 4096};
+  g_opt.gpu_n = option_list("n", llm_n);
+  // The CPU shape policy: the same LLM shapes, N cut at cpu_max_n, so that a
+  // 2-core machine gets through the CPU cases in seconds.
   const int64_t cpu_max_n = option_int("cpu_max_n", 128);
   std::vector<int64_t> cpu_default;
-  for (int64_t n : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 128, 512, 4096})
+  for (int64_t n : llm_n)
     if (n <= cpu_max_n) cpu_default.push_back(n);
   g_opt.cpu_n = option_list("cpu_n", cpu_default);
+  g_opt.cpu_kernel_max_n = option_int("cpu_kernel_max_n", 32);
   g_opt.gpu_group = static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(1, option_int("gpu_group", 64))));
   g_opt.blocker = option_int("blocker", 1) != 0;
   g_opt.device = static_cast<int>(option_int("device", 0));
@@ -242,26 +209,9 @@ uint16_t float_to_half_bits(float f) {
   return sign | static_cast<uint16_t>(h);
 }
 
-int64_t q4_0_row_bytes(int64_t k) { return k / 32 * 18; }
-int64_t q8_1_row_bytes(int64_t k) { return k / 32 * 36; }
-
-qg::GemmArgs contiguous_gemm_args(int64_t m, int64_t n, int64_t k, const void* w, const void* a,
-                                  void* c, qg::Device device) {
-  qg::GemmArgs args;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.ldw = q4_0_row_bytes(k);
-  args.lda = q8_1_row_bytes(k);
-  args.ldc = n;
-  args.w = w;
-  args.a = a;
-  args.c = static_cast<float*>(c);
-  args.device = device;
-  return args;
-}
-
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+int64_t packed_row_bytes(qg::Format f, int64_t k) { return qg::row_bytes(qg::format_traits(f), k); }
 
 // How many slots of slot_bytes a cold rotation needs: together more than
 // 2x the cache, and at least two so that consecutive calls never share one.
@@ -271,26 +221,8 @@ int cold_slots(int64_t slot_bytes, int64_t cache_bytes, int64_t cap_bytes) {
   return static_cast<int>(n);
 }
 
-// ==================================================================== work model
-
-struct Work {
-  double flops = 0;  // 0: no compute floor (quantize)
-  double bytes = 0;  // compulsory traffic: inputs read once, outputs written once
-};
-
-Work gemm_q4_0_work(int64_t m, int64_t n, int64_t k) {
-  return {2.0 * m * n * k,
-          double(m * q4_0_row_bytes(k)) + double(n * q8_1_row_bytes(k)) + 4.0 * m * n};
-}
-Work gemm_fp16_work(int64_t m, int64_t n, int64_t k) {
-  return {2.0 * m * n * k, 2.0 * m * k + 2.0 * n * k + 2.0 * m * n};
-}
-Work quantize_q8_1_work(int64_t n, int64_t k) {
-  return {0.0, 4.0 * n * k + double(n * q8_1_row_bytes(k))};
-}
-
-void set_counters(benchmark::State& st, double total_s, int64_t calls, const Work& w,
-                  double peak_bw, double peak_flops) {
+void set_counters(benchmark::State& st, double total_s, int64_t calls, const Work& w, double peak_bw,
+                  double peak_flops) {
   if (calls <= 0 || total_s <= 0) return;
   const double t = total_s / double(calls);
   st.counters["us"] = t * 1e6;
@@ -302,61 +234,9 @@ void set_counters(benchmark::State& st, double total_s, int64_t calls, const Wor
   if (floor_s > 0) st.counters["%floor"] = 100.0 * floor_s / t;
 }
 
-std::string qg_error(const char* what, const qg::Status& s) {
-  if (s.ok()) return {};
-  return std::string(what) + ": " + qg::status_code_name(s.code()) + ": " + s.message();
-}
-
-// ================================================================ buffer rotation
-
-// `count` slots of `slot_bytes` in one allocation; slots are filled with real
-// data on first use (prepare), never inside a timed region.
-struct Rotation {
-  std::string what;
-  void* base = nullptr;
-  size_t slot_bytes = 0;
-  size_t stride = 0;
-  int count = 0;
-  int next = 0;
-  std::vector<char> filled;
-  std::function<std::string(void*, int)> fill;
-  // Optional: fills n contiguous slots in one pass (many small slots would
-  // otherwise cost one fill, and one synchronisation, each).
-  std::function<std::string(void*, int)> fill_all;
-  std::function<void(void*)> release;
-
-  ~Rotation() {
-    if (base && release) release(base);
-  }
-  void* slot(int i) const { return static_cast<char*>(base) + stride * size_t(i); }
-  std::string prepare(bool cold) {
-    const int n = cold ? count : 1;
-    // (Refilling an already filled slot is harmless: it gets other real data.)
-    if (n > 1 && fill_all && stride == slot_bytes &&
-        std::any_of(filled.begin(), filled.begin() + n, [](char f) { return f == 0; })) {
-      std::string err = fill_all(base, n);
-      if (!err.empty()) return what + ": " + err;
-      std::fill(filled.begin(), filled.begin() + n, 1);
-      return {};
-    }
-    for (int i = 0; i < n; ++i) {
-      if (filled[i]) continue;
-      std::string err = fill(slot(i), i);
-      if (!err.empty()) return what + ": " + err;
-      filled[i] = 1;
-    }
-    return {};
-  }
-  void* take(bool cold) {
-    if (!cold) return slot(0);
-    void* p = slot(next);
-    next = (next + 1) % count;
-    return p;
-  }
-};
-
-using RotationPtr = std::shared_ptr<Rotation>;
 std::map<std::string, RotationPtr> g_buffers;  // kept for the whole run; cases share them
+
+using FillFn = std::function<std::string(void*, int)>;
 
 // ========================================================================== CPU
 
@@ -368,8 +248,8 @@ int64_t cpu_llc_bytes(std::string* source) {
   const long ncpu = sysconf(_SC_NPROCESSORS_CONF);
   for (long cpu = 0; cpu < std::max(1L, ncpu); ++cpu) {
     for (int idx = 0; idx < 10; ++idx) {
-      const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
-                              "/cache/index" + std::to_string(idx) + "/";
+      const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cache/index" +
+                              std::to_string(idx) + "/";
       std::ifstream level_f(dir + "level");
       if (!level_f) break;
       int level = 0;
@@ -458,8 +338,7 @@ void cpu_init() {
   std::fprintf(stderr,
                "bench_gemm: CPU: %d threads, last-level cache %.1f MiB (%s), peak bandwidth "
                "%.1f GB/s (threaded memcpy, read + write bytes, best of 3)\n",
-               g_cpu.threads, double(g_cpu.llc_bytes) / kMiB, g_cpu.llc_source.c_str(),
-               g_cpu.peak_bw * 1e-9);
+               g_cpu.threads, double(g_cpu.llc_bytes) / kMiB, g_cpu.llc_source.c_str(), g_cpu.peak_bw * 1e-9);
 }
 
 const std::vector<float>& cpu_pool() {
@@ -471,17 +350,18 @@ const std::vector<float>& cpu_pool() {
 }
 
 // rows x k fp32 from random places in the pool, quantized by qg on the CPU.
-std::string cpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t k, int64_t row_bytes,
-                               uint64_t seed) {
+std::string cpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t k, uint64_t seed) {
   const std::vector<float>& pool = cpu_pool();
   const int64_t pool_n = int64_t(pool.size());
   if (k > pool_n / 2) return "K too large for the data pool";
+  const int64_t row_bytes = packed_row_bytes(fmt, k);
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, pool_n / 2 / k));
   Rng rng(seed);
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t nr = std::min(chunk, rows - r);
     const int64_t off = int64_t(rng.next() % uint64_t(pool_n - nr * k + 1)) / 64 * 64;
     qg::QuantizeArgs q;
+    q.format = fmt;
     q.x = pool.data() + off;
     q.x_dtype = qg::DType::f32;
     q.rows = nr;
@@ -490,7 +370,7 @@ std::string cpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t 
     q.y = static_cast<char*>(dst) + r * row_bytes;
     q.y_row_stride = row_bytes;
     q.device = qg::Device::cpu();
-    std::string err = qg_error("qg::quantize", qg::quantize(fmt, q));
+    std::string err = qg_error("qg::quantize", qg::quantize(q));
     if (!err.empty()) return err;
   }
   return {};
@@ -509,133 +389,15 @@ std::string cpu_fill_f32(void* dst, int64_t n, uint64_t seed) {
   return {};
 }
 
-RotationPtr cpu_rotation(const std::string& key, int64_t slot_bytes, int count,
-                         std::function<std::string(void*, int)> fill,
-                         std::function<std::string(void*, int)> fill_all = nullptr) {
-  auto it = g_buffers.find(key);
-  if (it != g_buffers.end()) return it->second;
-  auto r = std::make_shared<Rotation>();
-  r->what = key;
-  r->slot_bytes = size_t(slot_bytes);
-  r->stride = round_up(size_t(slot_bytes), 256);
-  r->count = count;
-  r->filled.assign(size_t(count), 0);
-  r->fill = std::move(fill);
-  r->fill_all = std::move(fill_all);
-  r->release = [](void* p) { std::free(p); };
-  r->base = host_alloc(r->stride * size_t(count));
-  if (!r->base) return nullptr;
-  g_buffers[key] = r;
-  return r;
-}
-
-int cpu_cold_count(int64_t slot_bytes) {
-  return cold_slots(slot_bytes, g_cpu.llc_bytes, g_opt.cpu_cold_bytes);
-}
-
-RotationPtr cpu_weights_q4_0(int64_t m, int64_t k) {
-  const int64_t row = q4_0_row_bytes(k);
-  return cpu_rotation("cpu/w_q4_0/" + std::to_string(m) + "x" + std::to_string(k), m * row,
-                      cpu_cold_count(m * row), [=](void* p, int i) {
-                        return cpu_fill_quantized(qg::Format::q4_0, p, m, k, row, 1000 + i);
-                      });
-}
-RotationPtr cpu_acts_q8_1(int64_t n, int64_t k) {
-  const int64_t row = q8_1_row_bytes(k);
-  return cpu_rotation("cpu/a_q8_1/" + std::to_string(n) + "x" + std::to_string(k), n * row,
-                      cpu_cold_count(n * row), [=](void* p, int i) {
-                        return cpu_fill_quantized(qg::Format::q8_1, p, n, k, row, 2000 + i);
-                      }, [=](void* p, int slots) {
-                        return cpu_fill_quantized(qg::Format::q8_1, p, slots * n, k, row, 2999);
-                      });
-}
-RotationPtr cpu_acts_f32(int64_t n, int64_t k) {
-  return cpu_rotation("cpu/a_f32/" + std::to_string(n) + "x" + std::to_string(k), n * k * 4,
-                      cpu_cold_count(n * k * 4),
-                      [=](void* p, int i) { return cpu_fill_f32(p, n * k, 3000 + i); },
-                      [=](void* p, int slots) { return cpu_fill_f32(p, slots * n * k, 3999); });
-}
-// Outputs: one buffer each (written, never read back by the timed call).
-RotationPtr cpu_output(int64_t bytes) {
-  return cpu_rotation("cpu/out/" + std::to_string(bytes), bytes, 1, [=](void* p, int) {
-    std::memset(p, 0x7f, size_t(bytes));  // fault the pages in outside the timing
-    return std::string();
-  });
-}
-
-template <class Call>
-void run_cpu_case(benchmark::State& st, const Work& work, Call&& call) {
-  std::string err = call();  // warm-up: wakes the thread pool, faults pages in
-  if (!err.empty()) {
-    st.SkipWithError(err.c_str());
-    return;
+std::string cpu_fill_f16(void* dst, int64_t n, uint64_t seed) {
+  std::vector<float> tmp(size_t(std::min<int64_t>(n, int64_t(1) << 20)));
+  Rng rng(seed);
+  for (int64_t i = 0; i < n; i += int64_t(tmp.size())) {
+    const int64_t c = std::min<int64_t>(int64_t(tmp.size()), n - i);
+    cpu_fill_f32(tmp.data(), c, rng.next());
+    for (int64_t j = 0; j < c; ++j) static_cast<uint16_t*>(dst)[i + j] = float_to_half_bits(tmp[size_t(j)]);
   }
-  double total = 0;
-  int64_t calls = 0;
-  for (auto _ : st) {
-    const auto t0 = Clock::now();
-    err = call();
-    const double s = seconds_since(t0);
-    if (!err.empty()) {
-      st.SkipWithError(err.c_str());
-      break;
-    }
-    total += s;
-    ++calls;
-  }
-  set_counters(st, total, calls, work, g_cpu.peak_bw, 0.0);
-}
-
-void bm_cpu_gemm_q4_0(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
-  RotationPtr w = cpu_weights_q4_0(m, k), a = cpu_acts_q8_1(n, k), c = cpu_output(m * n * 4);
-  if (!w || !a || !c) {
-    st.SkipWithError("host allocation failed");
-    return;
-  }
-  std::string err = w->prepare(cold);
-  if (err.empty()) err = a->prepare(cold);
-  if (err.empty()) err = c->prepare(false);
-  if (!err.empty()) {
-    st.SkipWithError(err.c_str());
-    return;
-  }
-  qg::GemmArgs args = contiguous_gemm_args(m, n, k, w->slot(0), a->slot(0), c->slot(0), qg::Device::cpu());
-  qg::Explanation ex;
-  if (qg::explain_gemm_q4_0_q8_1(args, &ex).ok()) st.SetLabel(ex.chosen);
-  run_cpu_case(st, gemm_q4_0_work(m, n, k), [&]() {
-    args.w = w->take(cold);
-    args.a = a->take(cold);
-    return qg_error("qg::gemm_q4_0_q8_1", qg::gemm_q4_0_q8_1(args));
-  });
-}
-
-void bm_cpu_quantize_q8_1(benchmark::State& st, int64_t k, int64_t n, bool cold) {
-  RotationPtr x = cpu_acts_f32(n, k), y = cpu_output(n * q8_1_row_bytes(k));
-  if (!x || !y) {
-    st.SkipWithError("host allocation failed");
-    return;
-  }
-  std::string err = x->prepare(cold);
-  if (err.empty()) err = y->prepare(false);
-  if (!err.empty()) {
-    st.SkipWithError(err.c_str());
-    return;
-  }
-  qg::QuantizeArgs q;
-  q.x_dtype = qg::DType::f32;
-  q.rows = n;
-  q.k = k;
-  q.x_row_stride = k;
-  q.y = y->slot(0);
-  q.y_row_stride = q8_1_row_bytes(k);
-  q.device = qg::Device::cpu();
-  q.x = x->slot(0);
-  qg::Explanation ex;
-  if (qg::explain_quantize(qg::Format::q8_1, q, &ex).ok()) st.SetLabel(ex.chosen);
-  run_cpu_case(st, quantize_q8_1_work(n, k), [&]() {
-    q.x = x->take(cold);
-    return qg_error("qg::quantize(q8_1)", qg::quantize(qg::Format::q8_1, q));
-  });
+  return {};
 }
 
 // ========================================================================= CUDA
@@ -716,44 +478,39 @@ std::string device_alloc(size_t bytes, void** p) {
   return cuda_error("cudaMalloc", e);
 }
 
-std::string gpu_fill_f32(void* dst, int64_t n, uint64_t seed) {
+// n elements of `elem` bytes from random places of a device pool.
+std::string gpu_fill_from_pool(void* dst, const void* pool, int elem, int64_t n, uint64_t seed) {
   const int64_t chunk = g_gpu.pool_n / 2;
   Rng rng(seed);
   for (int64_t i = 0; i < n; i += chunk) {
     const int64_t c = std::min(chunk, n - i);
     const int64_t off = int64_t(rng.next() % uint64_t(g_gpu.pool_n - c + 1)) / 64 * 64;
-    std::string err = cuda_error("cudaMemcpyAsync", cudaMemcpyAsync(static_cast<float*>(dst) + i,
-                                                                    g_gpu.pool32 + off, size_t(c) * 4,
-                                                                    cudaMemcpyDeviceToDevice, g_gpu.stream));
+    std::string err = cuda_error(
+        "cudaMemcpyAsync", cudaMemcpyAsync(static_cast<char*>(dst) + i * elem,
+                                           static_cast<const char*>(pool) + off * elem, size_t(c) * elem,
+                                           cudaMemcpyDeviceToDevice, g_gpu.stream));
     if (!err.empty()) return err;
   }
   return cuda_error("cudaStreamSynchronize", cudaStreamSynchronize(g_gpu.stream));
 }
-
+std::string gpu_fill_f32(void* dst, int64_t n, uint64_t seed) {
+  return gpu_fill_from_pool(dst, g_gpu.pool32, 4, n, seed);
+}
 std::string gpu_fill_f16(void* dst, int64_t n, uint64_t seed) {
-  const int64_t chunk = g_gpu.pool_n / 2;
-  Rng rng(seed);
-  for (int64_t i = 0; i < n; i += chunk) {
-    const int64_t c = std::min(chunk, n - i);
-    const int64_t off = int64_t(rng.next() % uint64_t(g_gpu.pool_n - c + 1)) / 64 * 64;
-    std::string err = cuda_error("cudaMemcpyAsync", cudaMemcpyAsync(static_cast<uint16_t*>(dst) + i,
-                                                                    g_gpu.pool16 + off, size_t(c) * 2,
-                                                                    cudaMemcpyDeviceToDevice, g_gpu.stream));
-    if (!err.empty()) return err;
-  }
-  return cuda_error("cudaStreamSynchronize", cudaStreamSynchronize(g_gpu.stream));
+  return gpu_fill_from_pool(dst, g_gpu.pool16, 2, n, seed);
 }
 
 // rows x k fp32 from random places in the pool, quantized by qg on the device.
-std::string gpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t k, int64_t row_bytes,
-                               uint64_t seed) {
+std::string gpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t k, uint64_t seed) {
   if (k > g_gpu.pool_n / 2) return "K too large for the data pool";
+  const int64_t row_bytes = packed_row_bytes(fmt, k);
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, g_gpu.pool_n / 2 / k));
   Rng rng(seed);
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t nr = std::min(chunk, rows - r);
     const int64_t off = int64_t(rng.next() % uint64_t(g_gpu.pool_n - nr * k + 1)) / 64 * 64;
     qg::QuantizeArgs q;
+    q.format = fmt;
     q.x = g_gpu.pool32 + off;
     q.x_dtype = qg::DType::f32;
     q.rows = nr;
@@ -762,81 +519,42 @@ std::string gpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t 
     q.y = static_cast<char*>(dst) + r * row_bytes;
     q.y_row_stride = row_bytes;
     q.device = qg::Device::cuda(g_gpu.dev);
-    std::string err = qg_error("qg::quantize", qg::quantize(fmt, q, g_gpu.stream));
+    std::string err = qg_error("qg::quantize", qg::quantize(q, g_gpu.stream));
     if (!err.empty()) return err;
   }
   return cuda_error("cudaStreamSynchronize", cudaStreamSynchronize(g_gpu.stream));
 }
 
-std::string gpu_rotation(const std::string& key, int64_t slot_bytes, int count,
-                         std::function<std::string(void*, int)> fill, RotationPtr* out,
-                         std::function<std::string(void*, int)> fill_all = nullptr) {
-  auto it = g_buffers.find(key);
-  if (it != g_buffers.end()) {
-    *out = it->second;
-    return {};
-  }
-  auto r = std::make_shared<Rotation>();
-  r->what = key;
-  r->slot_bytes = size_t(slot_bytes);
-  r->stride = round_up(size_t(slot_bytes), 256);
-  r->count = count;
-  r->filled.assign(size_t(count), 0);
-  r->fill = std::move(fill);
-  r->fill_all = std::move(fill_all);
-  r->release = [](void* p) { cudaFree(p); };
-  std::string err = device_alloc(r->stride * size_t(count), &r->base);
-  if (!err.empty()) {
-    r->base = nullptr;
-    return key + ": " + err;
-  }
-  g_buffers[key] = r;
-  *out = r;
-  return {};
+#if QG_BENCH_CUBLAS
+// C[M, N] = W[M, K] . A[N, K]^T, all row-major fp16, fp32 accumulate. In
+// cuBLAS's column-major terms that is C^T (N x M) = A (op T on K x N) . W^T
+// (K x M): the "TN" layout its fastest kernels are built for.
+std::string cublas_f16(int64_t m, int64_t n, int64_t k, const void* w, const void* a, void* c) {
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return "cuBLAS takes 32-bit dimensions";
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublas_error("cublasGemmEx",
+                      cublasGemmEx(g_gpu.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, a,
+                                   CUDA_R_16F, int(k), w, CUDA_R_16F, int(k), &beta, c, CUDA_R_16F, int(n),
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+#endif
+
+// One timed operation between ev0 and ev1; seconds, or < 0 with *err.
+double gpu_time_once(const std::function<std::string()>& op, std::string* err) {
+  *err = cuda_error("cudaEventRecord", cudaEventRecord(g_gpu.ev0, g_gpu.stream));
+  if (err->empty()) *err = op();
+  if (err->empty()) *err = cuda_error("cudaEventRecord", cudaEventRecord(g_gpu.ev1, g_gpu.stream));
+  if (err->empty()) *err = cuda_error("cudaEventSynchronize", cudaEventSynchronize(g_gpu.ev1));
+  float ms = 0;
+  if (err->empty()) *err = cuda_error("cudaEventElapsedTime", cudaEventElapsedTime(&ms, g_gpu.ev0, g_gpu.ev1));
+  return err->empty() ? double(ms) * 1e-3 : -1.0;
 }
 
-int gpu_cold_count(int64_t slot_bytes) { return cold_slots(slot_bytes, g_gpu.l2_bytes, 0); }
-
-std::string gpu_weights_q4_0(int64_t m, int64_t k, RotationPtr* out) {
-  const int64_t row = q4_0_row_bytes(k);
-  return gpu_rotation("cuda/w_q4_0/" + std::to_string(m) + "x" + std::to_string(k), m * row,
-                      gpu_cold_count(m * row), [=](void* p, int i) {
-                        return gpu_fill_quantized(qg::Format::q4_0, p, m, k, row, 1000 + i);
-                      }, out);
-}
-std::string gpu_acts_q8_1(int64_t n, int64_t k, RotationPtr* out) {
-  const int64_t row = q8_1_row_bytes(k);
-  return gpu_rotation("cuda/a_q8_1/" + std::to_string(n) + "x" + std::to_string(k), n * row,
-                      gpu_cold_count(n * row), [=](void* p, int i) {
-                        return gpu_fill_quantized(qg::Format::q8_1, p, n, k, row, 2000 + i);
-                      }, out, [=](void* p, int slots) {
-                        return gpu_fill_quantized(qg::Format::q8_1, p, slots * n, k, row, 2999);
-                      });
-}
-std::string gpu_acts_f32(int64_t n, int64_t k, RotationPtr* out) {
-  return gpu_rotation("cuda/a_f32/" + std::to_string(n) + "x" + std::to_string(k), n * k * 4,
-                      gpu_cold_count(n * k * 4),
-                      [=](void* p, int i) { return gpu_fill_f32(p, n * k, 3000 + i); }, out,
-                      [=](void* p, int slots) { return gpu_fill_f32(p, slots * n * k, 3999); });
-}
-std::string gpu_f16(const std::string& what, int64_t rows, int64_t k, RotationPtr* out) {
-  return gpu_rotation("cuda/" + what + "_f16/" + std::to_string(rows) + "x" + std::to_string(k),
-                      rows * k * 2, gpu_cold_count(rows * k * 2),
-                      [=](void* p, int i) { return gpu_fill_f16(p, rows * k, 4000 + i); }, out,
-                      [=](void* p, int slots) { return gpu_fill_f16(p, slots * rows * k, 4999); });
-}
-std::string gpu_output(int64_t bytes, RotationPtr* out) {
-  return gpu_rotation("cuda/out/" + std::to_string(bytes), bytes, 1, [=](void* p, int) {
-    // NaN-ish bytes: an unwritten output never looks plausible.
-    cudaError_t e = cudaMemsetAsync(p, 0xff, size_t(bytes), g_gpu.stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(g_gpu.stream);
-    return cuda_error("cudaMemset", e);
-  }, out);
-}
-
+// The ceilings: device-to-device copy bandwidth and cuBLAS fp16 8192^3.
 std::string measure_gpu_peaks() {
   std::string err;
-  // Bandwidth: device-to-device copy of 1 GiB (2 GiB of traffic), best of 5.
+  // Bandwidth: device-to-device copy of 1 GiB (2 GiB of traffic), best of 5
+  // after 2 warm-ups.
   {
     const size_t bytes = size_t(kGiB);
     void *src = nullptr, *dst = nullptr;
@@ -844,25 +562,20 @@ std::string measure_gpu_peaks() {
     if (err.empty()) err = device_alloc(bytes, &dst);
     if (err.empty()) err = gpu_fill_f32(src, int64_t(bytes / 4), 7);
     for (int rep = 0; rep < 7 && err.empty(); ++rep) {
-      err = cuda_error("cudaEventRecord", cudaEventRecord(g_gpu.ev0, g_gpu.stream));
-      if (err.empty())
-        err = cuda_error("cudaMemcpyAsync",
-                         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_gpu.stream));
-      if (err.empty()) err = cuda_error("cudaEventRecord", cudaEventRecord(g_gpu.ev1, g_gpu.stream));
-      if (err.empty()) err = cuda_error("cudaEventSynchronize", cudaEventSynchronize(g_gpu.ev1));
-      float ms = 0;
-      if (err.empty()) err = cuda_error("cudaEventElapsedTime", cudaEventElapsedTime(&ms, g_gpu.ev0, g_gpu.ev1));
-      if (err.empty() && rep >= 2 && ms > 0)
-        g_gpu.peak_bw = std::max(g_gpu.peak_bw, 2.0 * double(bytes) / (ms * 1e-3));
+      const double s = gpu_time_once([&] {
+        return cuda_error("cudaMemcpyAsync", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_gpu.stream));
+      }, &err);
+      if (err.empty() && rep >= 2 && s > 0) g_gpu.peak_bw = std::max(g_gpu.peak_bw, 2.0 * double(bytes) / s);
     }
     if (src) cudaFree(src);
     if (dst) cudaFree(dst);
     if (!err.empty()) return "bandwidth peak: " + err;
   }
 #if QG_BENCH_CUBLAS
-  // Compute: cuBLAS fp16 GEMM 8192^3, fp32 accumulate, tensor cores, best of 10.
+  // Compute: cuBLAS fp16 GEMM 8192^3, fp32 accumulate, tensor cores, best of
+  // 10 after 3 warm-ups.
   {
-    const int n = 8192;
+    const int64_t n = 8192;
     const size_t elems = size_t(n) * n;
     void *a = nullptr, *b = nullptr, *c = nullptr;
     err = device_alloc(elems * 2, &a);
@@ -870,20 +583,10 @@ std::string measure_gpu_peaks() {
     if (err.empty()) err = device_alloc(elems * 2, &c);
     if (err.empty()) err = gpu_fill_f16(a, int64_t(elems), 11);
     if (err.empty()) err = gpu_fill_f16(b, int64_t(elems), 12);
-    const float alpha = 1.0f, beta = 0.0f;
     for (int rep = 0; rep < 13 && err.empty(); ++rep) {
-      err = cuda_error("cudaEventRecord", cudaEventRecord(g_gpu.ev0, g_gpu.stream));
-      if (err.empty())
-        err = cublas_error("cublasGemmEx",
-                           cublasGemmEx(g_gpu.blas, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a,
-                                        CUDA_R_16F, n, b, CUDA_R_16F, n, &beta, c, CUDA_R_16F, n,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      if (err.empty()) err = cuda_error("cudaEventRecord", cudaEventRecord(g_gpu.ev1, g_gpu.stream));
-      if (err.empty()) err = cuda_error("cudaEventSynchronize", cudaEventSynchronize(g_gpu.ev1));
-      float ms = 0;
-      if (err.empty()) err = cuda_error("cudaEventElapsedTime", cudaEventElapsedTime(&ms, g_gpu.ev0, g_gpu.ev1));
-      if (err.empty() && rep >= 3 && ms > 0)
-        g_gpu.peak_flops = std::max(g_gpu.peak_flops, 2.0 * double(n) * n * n / (ms * 1e-3));
+      const double s = gpu_time_once([&] { return cublas_f16(n, n, n, a, b, c); }, &err);
+      if (err.empty() && rep >= 3 && s > 0)
+        g_gpu.peak_flops = std::max(g_gpu.peak_flops, 2.0 * double(n) * n * n / s);
     }
     if (a) cudaFree(a);
     if (b) cudaFree(b);
@@ -960,19 +663,17 @@ void gpu_init() {
                g.dev, g.name.c_str(), g.cc, g.sms, double(g.l2_bytes) / kMiB, g.peak_bw * 1e-9,
                g.peak_flops * 1e-12, QG_BENCH_CUBLAS ? "" : "; cuBLAS not built: no compute floor");
   std::fprintf(stderr,
-               "bench_gemm: note: the int8 (dp4a / int8 mma) Q4_0 x Q8_1 kernels are judged against "
-               "that fp16 tensor-core rate in %%floor\n");
+               "bench_gemm: note: the int8 (dp4a / int8 mma) kernels are judged against that fp16 "
+               "tensor-core rate in %%floor\n");
 }
 
-// Times launch() (which enqueues one call on g_gpu.stream). Calls are queued
-// in groups behind a held stream, each call between its own cudaEvent pair,
-// so the device runs them back to back and the events see device time only,
-// not the host's launch latency nor a per-call synchronisation. Each
-// benchmark iteration then reports one measured call (SetIterationTime); a
-// group is measured whenever the measured calls run out. Wall time stays
-// near the device time even for 2 us kernels.
-template <class Launch>
-void run_gpu_case(benchmark::State& st, const Work& work, int warmups, Launch&& launch) {
+// Calls are queued in groups behind a held stream, each call between its own
+// cudaEvent pair, so the device runs them back to back and the events see
+// device time only, not the host's launch latency nor a per-call
+// synchronisation. Each benchmark iteration then reports one measured call
+// (SetIterationTime); a group is measured whenever the measured calls run
+// out. Wall time stays near the device time even for 2 us kernels.
+void run_gpu_case(benchmark::State& st, const Work& work, int warmups, const std::function<std::string()>& launch) {
   Gpu& g = g_gpu;
   // Warm-up (module load, first-touch, handles), timed as a whole to size groups.
   std::string err = cuda_error("cudaEventRecord", cudaEventRecord(g.ev0, g.stream));
@@ -1034,144 +735,276 @@ void run_gpu_case(benchmark::State& st, const Work& work, int warmups, Launch&& 
   }
   set_counters(st, total, calls, work, g.peak_bw, g.peak_flops);
 }
-
-int gpu_warmups(const Rotation& w, bool cold) { return cold ? w.count + 2 : 3; }
-
-void bm_gpu_gemm_q4_0(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
-  RotationPtr w, a, c;
-  std::string err = gpu_weights_q4_0(m, k, &w);
-  if (err.empty()) err = gpu_acts_q8_1(n, k, &a);
-  if (err.empty()) err = gpu_output(m * n * 4, &c);
-  if (err.empty()) err = w->prepare(cold);
-  if (err.empty()) err = a->prepare(cold);
-  if (err.empty()) err = c->prepare(false);
-  if (!err.empty()) {
-    st.SkipWithError(err.c_str());
-    return;
-  }
-  qg::GemmArgs args = contiguous_gemm_args(m, n, k, w->slot(0), a->slot(0), c->slot(0), qg::Device::cuda(g_gpu.dev));
-  qg::Explanation ex;
-  if (qg::explain_gemm_q4_0_q8_1(args, &ex).ok()) st.SetLabel(ex.chosen);
-  run_gpu_case(st, gemm_q4_0_work(m, n, k), gpu_warmups(*w, cold), [&]() {
-    args.w = w->take(cold);
-    args.a = a->take(cold);
-    return qg_error("qg::gemm_q4_0_q8_1", qg::gemm_q4_0_q8_1(args, g_gpu.stream));
-  });
-}
-
-void bm_gpu_quantize_q8_1(benchmark::State& st, int64_t k, int64_t n, bool cold) {
-  RotationPtr x, y;
-  std::string err = gpu_acts_f32(n, k, &x);
-  if (err.empty()) err = gpu_output(n * q8_1_row_bytes(k), &y);
-  if (err.empty()) err = x->prepare(cold);
-  if (err.empty()) err = y->prepare(false);
-  if (!err.empty()) {
-    st.SkipWithError(err.c_str());
-    return;
-  }
-  qg::QuantizeArgs q;
-  q.x_dtype = qg::DType::f32;
-  q.rows = n;
-  q.k = k;
-  q.x_row_stride = k;
-  q.y = y->slot(0);
-  q.y_row_stride = q8_1_row_bytes(k);
-  q.device = qg::Device::cuda(g_gpu.dev);
-  q.x = x->slot(0);
-  qg::Explanation ex;
-  if (qg::explain_quantize(qg::Format::q8_1, q, &ex).ok()) st.SetLabel(ex.chosen);
-  run_gpu_case(st, quantize_q8_1_work(n, k), cold ? 8 : 3, [&]() {
-    q.x = x->take(cold);
-    return qg_error("qg::quantize(q8_1)", qg::quantize(qg::Format::q8_1, q, g_gpu.stream));
-  });
-}
-
-#if QG_BENCH_CUBLAS
-// C[M, N] = W[M, K] . A[N, K]^T, all row-major fp16, fp32 accumulate. In
-// cuBLAS's column-major terms that is C^T (N x M) = A (op T on K x N) . W^T
-// (K x M): the "TN" layout its fastest kernels are built for.
-void bm_gpu_cublas_fp16(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
-  RotationPtr w, a, c;
-  std::string err = gpu_f16("w", m, k, &w);
-  if (err.empty()) err = gpu_f16("a", n, k, &a);
-  if (err.empty()) err = gpu_output(m * n * 2, &c);
-  if (err.empty()) err = w->prepare(cold);
-  if (err.empty()) err = a->prepare(cold);
-  if (err.empty()) err = c->prepare(false);
-  if (!err.empty()) {
-    st.SkipWithError(err.c_str());
-    return;
-  }
-  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) {
-    st.SkipWithError("cuBLAS takes 32-bit dimensions");
-    return;
-  }
-  st.SetLabel("cublasGemmEx f16 in/out, f32 compute");
-  const float alpha = 1.0f, beta = 0.0f;
-  void* cp = c->slot(0);
-  run_gpu_case(st, gemm_fp16_work(m, n, k), gpu_warmups(*w, cold), [&]() {
-    const void* wp = w->take(cold);
-    const void* ap = a->take(cold);
-    return cublas_error("cublasGemmEx",
-                        cublasGemmEx(g_gpu.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha,
-                                     ap, CUDA_R_16F, int(k), wp, CUDA_R_16F, int(k), &beta, cp,
-                                     CUDA_R_16F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  });
-}
-#endif  // QG_BENCH_CUBLAS
 #endif  // QG_BENCH_CUDA
 
-// ================================================================= registration
-
-struct Case {
-  std::string name;
-  bool cuda;
-  std::function<void(benchmark::State&)> fn;
-};
-
-std::string case_name(const char* op, const char* dev, bool cold, int64_t m, int64_t k, int64_t n) {
-  std::string s = std::string(op) + "/" + dev + "/" + (cold ? "cold" : "hot");
-  if (m > 0) s += "/M:" + std::to_string(m);
-  return s + "/K:" + std::to_string(k) + "/N:" + std::to_string(n);
+void run_cpu_case(benchmark::State& st, const Work& work, int warmups, const std::function<std::string()>& call) {
+  std::string err;
+  for (int i = 0; i < std::max(1, warmups) && err.empty(); ++i) err = call();  // wakes the pool, faults pages in
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  double total = 0;
+  int64_t calls = 0;
+  for (auto _ : st) {
+    const auto t0 = Clock::now();
+    err = call();
+    const double s = seconds_since(t0);
+    if (!err.empty()) {
+      st.SkipWithError(err.c_str());
+      break;
+    }
+    total += s;
+    ++calls;
+  }
+  set_counters(st, total, calls, work, g_cpu.peak_bw, 0.0);
 }
 
-std::vector<Case> all_cases() {
-  std::vector<Case> cases;
+// ================================================================ rotations
+
+std::string make_rotation(Backend b, const std::string& key, int64_t slot_bytes, int count, FillFn fill,
+                          FillFn fill_all, RotationPtr* out) {
+  auto it = g_buffers.find(key);
+  if (it != g_buffers.end()) {
+    *out = it->second;
+    return {};
+  }
+  auto r = std::make_shared<Rotation>();
+  r->what = key;
+  r->slot_bytes = size_t(slot_bytes);
+  r->stride = round_up(size_t(std::max<int64_t>(slot_bytes, 1)), 256);
+  r->count = count;
+  r->filled.assign(size_t(count), 0);
+  r->fill = std::move(fill);
+  r->fill_all = std::move(fill_all);
+  if (b == Backend::cpu) {
+    r->release = [](void* p) { std::free(p); };
+    r->base = host_alloc(r->stride * size_t(count));
+    if (!r->base) return key + ": host allocation failed";
+  } else {
+#if QG_BENCH_CUDA
+    r->release = [](void* p) { cudaFree(p); };
+    std::string err = device_alloc(r->stride * size_t(count), &r->base);
+    if (!err.empty()) {
+      r->base = nullptr;
+      return key + ": " + err;
+    }
+#else
+    return key + ": this bench was built without CUDA";
+#endif
+  }
+  if (b == Backend::cpu) {
+    // Fresh data for about 16 MiB of slots, copies after: quantizing on the
+    // CPU is slow, and a cold rotation of small slots would otherwise cost
+    // seconds per case to fill.
+    r->distinct = int(std::max<int64_t>(1, (16 * kMiB + slot_bytes - 1) / std::max<int64_t>(1, slot_bytes)));
+    r->copy = [](void* dst, const void* src, size_t bytes) {
+      std::memcpy(dst, src, bytes);
+      return std::string();
+    };
+  }
+  g_buffers[key] = r;
+  *out = r;
+  return {};
+}
+
+int cold_count(Backend b, int64_t slot_bytes) {
+#if QG_BENCH_CUDA
+  if (b == Backend::cuda) return cold_slots(slot_bytes, g_gpu.l2_bytes, 0);
+#endif
+  (void)b;
+  return cold_slots(slot_bytes, g_cpu.llc_bytes, g_opt.cpu_cold_bytes);
+}
+
+std::string key_of(Backend b, const std::string& what, int64_t rows, int64_t k) {
+  return std::string(backend_name(b)) + "/" + what + "/" + std::to_string(rows) + "x" + std::to_string(k);
+}
+
+}  // namespace
+
+// ===================================================================== public
+
+Options g_opt;
+
+Rotation::~Rotation() {
+  if (base && release) release(base);
+}
+
+std::string Rotation::prepare(bool cold) {
+  const int n = cold ? count : 1;
+  const int fresh = (distinct > 0 && copy) ? std::min(n, distinct) : n;
+  // (Refilling an already filled slot is harmless: it gets other real data.)
+  if (fresh > 1 && fill_all && stride == slot_bytes &&
+      std::any_of(filled.begin(), filled.begin() + fresh, [](char f) { return f == 0; })) {
+    std::string err = fill_all(base, fresh);
+    if (!err.empty()) return what + ": " + err;
+    std::fill(filled.begin(), filled.begin() + fresh, 1);
+  }
+  for (int i = 0; i < n; ++i) {
+    if (filled[size_t(i)]) continue;
+    std::string err = i < fresh ? fill(slot(i), i) : copy(slot(i), slot(i % fresh), slot_bytes);
+    if (!err.empty()) return what + ": " + err;
+    filled[size_t(i)] = 1;
+  }
+  return {};
+}
+
+const char* backend_name(Backend b) { return b == Backend::cuda ? "cuda" : "cpu"; }
+
+qg::Device device_of(Backend b) {
+#if QG_BENCH_CUDA
+  if (b == Backend::cuda) return qg::Device::cuda(g_gpu.dev);
+#endif
+  return b == Backend::cuda ? qg::Device::cuda(g_opt.device) : qg::Device::cpu();
+}
+
+qg::Stream stream_of(Backend b) {
+#if QG_BENCH_CUDA
+  if (b == Backend::cuda) return g_gpu.stream;
+#endif
+  (void)b;
+  return nullptr;
+}
+
+bool backend_live(Backend b) {
+#if QG_BENCH_CUDA
+  if (b == Backend::cuda) return g_gpu.ok;
+#endif
+  return b == Backend::cpu;
+}
+
+bool have_cublas() { return QG_BENCH_CUBLAS != 0; }
+
+std::string qg_error(const char* what, const qg::Status& s) {
+  if (s.ok()) return {};
+  return std::string(what) + ": " + qg::status_code_name(s.code()) + ": " + s.message();
+}
+
+std::string packed_rows(Backend b, const char* role, qg::Format format, int64_t rows, int64_t k, RotationPtr* out) {
+  const qg::FormatTraits& t = qg::format_traits(format);
+  if (!t.quantizable) return std::string("qg cannot produce ") + t.name + " from float data";
+  const int64_t bytes = rows * packed_row_bytes(format, k);
+  const uint64_t seed = std::string(role) == "w" ? 1000 : 2000;
+  FillFn fill, fill_all;
+#if QG_BENCH_CUDA
+  if (b == Backend::cuda) {
+    fill = [=](void* p, int i) { return gpu_fill_quantized(format, p, rows, k, seed + uint64_t(i)); };
+    fill_all = [=](void* p, int slots) { return gpu_fill_quantized(format, p, slots * rows, k, seed + 999); };
+  }
+#endif
+  if (b == Backend::cpu) {
+    fill = [=](void* p, int i) { return cpu_fill_quantized(format, p, rows, k, seed + uint64_t(i)); };
+    fill_all = [=](void* p, int slots) { return cpu_fill_quantized(format, p, slots * rows, k, seed + 999); };
+  }
+  return make_rotation(b, key_of(b, std::string(role) + "_" + t.name, rows, k), bytes, cold_count(b, bytes),
+                       fill, fill_all, out);
+}
+
+std::string f32_rows(Backend b, int64_t rows, int64_t k, RotationPtr* out) {
+  const int64_t bytes = rows * k * 4;
+  FillFn fill, fill_all;
+#if QG_BENCH_CUDA
+  if (b == Backend::cuda) {
+    fill = [=](void* p, int i) { return gpu_fill_f32(p, rows * k, 3000 + uint64_t(i)); };
+    fill_all = [=](void* p, int slots) { return gpu_fill_f32(p, slots * rows * k, 3999); };
+  }
+#endif
+  if (b == Backend::cpu) {
+    fill = [=](void* p, int i) { return cpu_fill_f32(p, rows * k, 3000 + uint64_t(i)); };
+    fill_all = [=](void* p, int slots) { return cpu_fill_f32(p, slots * rows * k, 3999); };
+  }
+  return make_rotation(b, key_of(b, "f32", rows, k), bytes, cold_count(b, bytes), fill, fill_all, out);
+}
+
+std::string f16_rows(Backend b, const char* role, int64_t rows, int64_t k, RotationPtr* out) {
+  const int64_t bytes = rows * k * 2;
+  FillFn fill, fill_all;
+#if QG_BENCH_CUDA
+  if (b == Backend::cuda) {
+    fill = [=](void* p, int i) { return gpu_fill_f16(p, rows * k, 4000 + uint64_t(i)); };
+    fill_all = [=](void* p, int slots) { return gpu_fill_f16(p, slots * rows * k, 4999); };
+  }
+#endif
+  if (b == Backend::cpu) {
+    fill = [=](void* p, int i) { return cpu_fill_f16(p, rows * k, 4000 + uint64_t(i)); };
+    fill_all = [=](void* p, int slots) { return cpu_fill_f16(p, slots * rows * k, 4999); };
+  }
+  return make_rotation(b, key_of(b, std::string(role) + "_f16", rows, k), bytes, cold_count(b, bytes), fill,
+                       fill_all, out);
+}
+
+std::string output_buffer(Backend b, int64_t bytes, RotationPtr* out) {
+  FillFn fill;
+#if QG_BENCH_CUDA
+  if (b == Backend::cuda)
+    fill = [=](void* p, int) {
+      // NaN-ish bytes: an unwritten output never looks plausible.
+      cudaError_t e = cudaMemsetAsync(p, 0xff, size_t(bytes), g_gpu.stream);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(g_gpu.stream);
+      return cuda_error("cudaMemset", e);
+    };
+#endif
+  if (b == Backend::cpu)
+    fill = [=](void* p, int) {
+      std::memset(p, 0xff, size_t(bytes));  // faults the pages in outside the timing
+      return std::string();
+    };
+  return make_rotation(b, std::string(backend_name(b)) + "/out/" + std::to_string(bytes), bytes, 1, fill, nullptr,
+                       out);
+}
+
+int warmups_for(Backend b, const Rotation& rotated, bool cold) {
+  if (b == Backend::cpu) return 1;
+  return cold ? rotated.count + 2 : 3;
+}
+
+void run_timed(benchmark::State& st, Backend b, const Work& work, int warmups,
+               const std::function<std::string()>& call) {
+#if QG_BENCH_CUDA
+  if (b == Backend::cuda) {
+    run_gpu_case(st, work, warmups, call);
+    return;
+  }
+#endif
+  if (b == Backend::cuda) {
+    st.SkipWithError("this bench was built without CUDA");
+    return;
+  }
+  run_cpu_case(st, work, warmups, call);
+}
+
+std::string cublas_gemm_f16(int64_t m, int64_t n, int64_t k, const void* w, const void* a, void* c) {
+#if QG_BENCH_CUBLAS
+  return cublas_f16(m, n, k, w, a, c);
+#else
+  (void)m, (void)n, (void)k, (void)w, (void)a, (void)c;
+  return "this bench was built without cuBLAS";
+#endif
+}
+
+std::string case_name(const std::string& op, Backend b, bool cold, int64_t m, int64_t k, int64_t n,
+                      const std::string& kernel) {
+  std::string s = op + "/" + backend_name(b) + "/" + (cold ? "cold" : "hot");
+  if (m > 0) s += "/M:" + std::to_string(m);
+  s += "/K:" + std::to_string(k) + "/N:" + std::to_string(n);
+  if (!kernel.empty()) s += "/kernel:" + kernel;
+  return s;
+}
+
+const std::vector<int64_t>& n_list(Backend b) { return b == Backend::cuda ? g_opt.gpu_n : g_opt.cpu_n; }
+
+std::vector<int64_t> distinct_k() {
   std::vector<int64_t> ks;
   for (const Shape& s : g_opt.shapes)
     if (std::find(ks.begin(), ks.end(), s.k) == ks.end()) ks.push_back(s.k);
-#if QG_BENCH_CUDA
-  for (const Shape& s : g_opt.shapes)
-    for (int64_t n : g_opt.gpu_n)
-      for (bool cold : {true, false}) {
-        const int64_t m = s.m, k = s.k;
-        cases.push_back({case_name("q4_0_q8_1", "cuda", cold, m, k, n), true,
-                         [=](benchmark::State& st) { bm_gpu_gemm_q4_0(st, m, k, n, cold); }});
-#if QG_BENCH_CUBLAS
-        cases.push_back({case_name("cublas_fp16", "cuda", cold, m, k, n), true,
-                         [=](benchmark::State& st) { bm_gpu_cublas_fp16(st, m, k, n, cold); }});
-#endif
-      }
-  for (int64_t k : ks)
-    for (int64_t n : g_opt.gpu_n)
-      for (bool cold : {true, false})
-        cases.push_back({case_name("quantize_q8_1", "cuda", cold, 0, k, n), true,
-                         [=](benchmark::State& st) { bm_gpu_quantize_q8_1(st, k, n, cold); }});
-#endif
-  for (const Shape& s : g_opt.shapes)
-    for (int64_t n : g_opt.cpu_n)
-      for (bool cold : {true, false}) {
-        const int64_t m = s.m, k = s.k;
-        cases.push_back({case_name("q4_0_q8_1", "cpu", cold, m, k, n), false,
-                         [=](benchmark::State& st) { bm_cpu_gemm_q4_0(st, m, k, n, cold); }});
-      }
-  for (int64_t k : ks)
-    for (int64_t n : g_opt.cpu_n)
-      for (bool cold : {true, false})
-        cases.push_back({case_name("quantize_q8_1", "cpu", cold, 0, k, n), false,
-                         [=](benchmark::State& st) { bm_cpu_quantize_q8_1(st, k, n, cold); }});
-  return cases;
+  return ks;
 }
+
+}  // namespace qgbench
+
+// ===================================================================== main
+
+namespace {
 
 std::string fmt(double v, const char* f = "%.1f") {
   char buf[64];
@@ -1181,14 +1014,36 @@ std::string fmt(double v, const char* f = "%.1f") {
 
 void print_help() {
   std::printf("bench_gemm options (flag --qg_<name>=V, or environment QG_BENCH_<NAME>=V):\n");
-  for (const OptionSpec& o : kOptionSpecs) std::printf("  %-16s %s\n", o.name, o.help);
+  for (const qgbench::OptionSpec& o : qgbench::kOptionSpecs) std::printf("  %-18s %s\n", o.name, o.help);
   std::printf("plus Google Benchmark's own flags (--benchmark_filter=q4_0, --benchmark_out=r.json "
-              "--benchmark_out_format=json, --benchmark_min_time=...; see --help).\n");
+              "--benchmark_out_format=json, --benchmark_min_time=...; see --help).\n"
+              "Per-kernel cases end in /kernel:<name>; --benchmark_filter=-kernel: leaves them out.\n");
+}
+
+// "gemm: cpu_avx2 (q4_0 x q8_1), ...; quantize: cpu_reference (q4_0, q8_0, q8_1); ..."
+std::string describe_registry(const qg::detail::Registry& r) {
+  auto formats = [](uint32_t bits) {
+    std::string s;
+    for (int f = 0; f < qg::kFormatCount; ++f)
+      if (bits & (1u << f)) s += (s.empty() ? "" : ", ") + std::string(qg::format_traits(qg::Format(f)).name);
+    return s;
+  };
+  std::string gemm, quantize, dequantize;
+  for (const auto& k : r.gemm)
+    gemm += (gemm.empty() ? "" : ", ") + std::string(k.name) + " (" + qg::format_traits(k.a_format).name + " x " +
+            qg::format_traits(k.b_format).name + ")";
+  for (const auto& k : r.quantize)
+    quantize += (quantize.empty() ? "" : ", ") + std::string(k.name) + " (" + formats(k.formats) + ")";
+  for (const auto& k : r.dequantize)
+    dequantize += (dequantize.empty() ? "" : ", ") + std::string(k.name) + " (" + formats(k.formats) + ")";
+  if (gemm.empty() && quantize.empty() && dequantize.empty()) return "none";
+  return "gemm: " + gemm + "; quantize: " + quantize + "; dequantize: " + dequantize;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  using namespace qgbench;
   // Our own flags out first, so Google Benchmark sees only its own.
   bool list_only = false, help = false;
   std::vector<char*> args;
@@ -1235,12 +1090,14 @@ int main(int argc, char** argv) {
   }
   load_options();
 
-  std::vector<Case> cases = all_cases();
+  CaseList cases;
+  add_gemm_cases(cases);
+  add_quantize_cases(cases);
+  auto selected = [](const Case& c) {
+    return filter_selects(c.backend == Backend::cuda ? c.name + "/manual_time" : c.name);
+  };
   bool want_cpu = false, want_cuda = false;
-  for (const Case& c : cases) {
-    const bool sel = filter_selects(c.cuda ? c.name + "/manual_time" : c.name);
-    (c.cuda ? want_cuda : want_cpu) |= sel;
-  }
+  for (const Case& c : cases) (c.backend == Backend::cuda ? want_cuda : want_cpu) |= selected(c);
 
   const qg::BuildInfo info = qg::build_info();
   benchmark::AddCustomContext("qg_version", info.version);
@@ -1252,13 +1109,19 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("qg_cpu_features", feats.empty() ? "none" : feats);
   }
   benchmark::AddCustomContext("qg_cpu_threads", std::to_string(qg::cpu_threads()));
+  benchmark::AddCustomContext("qg_kernels_cpu", describe_registry(qg::detail::cpu::registry()));
+  if (info.cuda_built) benchmark::AddCustomContext("qg_kernels_cuda", describe_registry(qg::detail::cuda::registry()));
+  benchmark::AddCustomContext(
+      "case_names",
+      "<op>/<cpu|cuda>/<cold|hot>[/M:<M>]/K:<K>/N:<N>[/kernel:<name>]: without /kernel: the public call "
+      "(the dispatcher's choice is the label); with it, that registry entry run directly");
   benchmark::AddCustomContext(
       "cold_rule",
-      "cold: each call reads the next of several W (and A) buffers totalling > 2x the last-level "
+      "cold: each call reads the next of several input buffers totalling > 2x the last-level "
       "cache (GPU L2, CPU L3); hot: one buffer repeated; data is gaussian fp32 quantized by qg");
   benchmark::AddCustomContext(
-      "counters", "us = time per call; TFLOP/s = 2MNK/t; GB/s = (W + A + C bytes)/t; %floor = 100 * "
-                  "max(bytes/peak_bw, flops/peak_flops)/t");
+      "counters", "us = time per call; TFLOP/s = 2MNK/t; GB/s = (compulsory input + output bytes)/t; "
+                  "%floor = 100 * max(bytes/peak_bw, flops/peak_flops)/t");
 
   if (want_cpu && !list_only) {
     cpu_init();
@@ -1284,14 +1147,13 @@ int main(int argc, char** argv) {
       benchmark::AddCustomContext("cuda_sms", std::to_string(g_gpu.sms));
       benchmark::AddCustomContext("cuda_l2_bytes", std::to_string(g_gpu.l2_bytes));
       benchmark::AddCustomContext("gpu_peak_bw_GBps", fmt(g_gpu.peak_bw * 1e-9));
-      if (g_gpu.peak_flops > 0)
-        benchmark::AddCustomContext("gpu_peak_fp16_TFLOPs", fmt(g_gpu.peak_flops * 1e-12));
+      if (g_gpu.peak_flops > 0) benchmark::AddCustomContext("gpu_peak_fp16_TFLOPs", fmt(g_gpu.peak_flops * 1e-12));
       if (!g_gpu.peak_note.empty()) benchmark::AddCustomContext("gpu_peak_note", g_gpu.peak_note);
       benchmark::AddCustomContext(
           "gpu_floor_note",
           std::string("GPU %floor = max(bytes / gpu_peak_bw, flops / gpu_peak_fp16) with the bandwidth "
                       "of a 1 GiB device-to-device copy (read + write) and the rate of a cuBLAS fp16 "
-                      "8192^3 GEMM (fp32 accumulate, tensor cores); the int8 / dp4a Q4_0 x Q8_1 kernels "
+                      "8192^3 GEMM (fp32 accumulate, tensor cores); the int8 / dp4a kernels "
                       "are judged against that fp16 tensor-core rate") +
               (QG_BENCH_CUBLAS ? "" : "; cuBLAS not built: bandwidth floor only"));
       benchmark::AddCustomContext(
@@ -1307,11 +1169,37 @@ int main(int argc, char** argv) {
 #endif
   if (list_only) cuda_ok = QG_BENCH_CUDA != 0;
 
+  // Forced kernels that refuse a case (a GEMV kernel at N = 512, an arch the
+  // device lacks) are left out, counted per kernel.
+  std::map<std::string, std::pair<int, std::string>> refused;  // key: op + kernel
   for (const Case& c : cases) {
-    if (c.cuda && !cuda_ok) continue;
+    if (c.backend == Backend::cuda && !cuda_ok) continue;
+    if (c.refusal) {
+      const std::string why = c.refusal();
+      if (!why.empty()) {
+        if (selected(c)) {
+          const size_t pos = c.name.rfind("/kernel:");
+          const std::string key = c.name.substr(0, c.name.find('/')) + "/" + backend_name(c.backend) + " " +
+                                  (pos == std::string::npos ? c.name : c.name.substr(pos + 8));
+          auto& e = refused[key];
+          if (e.first++ == 0) e.second = why;
+        }
+        continue;
+      }
+    }
     auto* b = benchmark::RegisterBenchmark(c.name.c_str(), c.fn);
     b->Unit(benchmark::kMicrosecond);
-    if (c.cuda) b->UseManualTime();
+    if (c.backend == Backend::cuda) b->UseManualTime();
+  }
+  if (!refused.empty()) {
+    std::string summary;
+    for (const auto& kv : refused) {
+      std::fprintf(stderr, "bench_gemm: %s: %d case(s) left out, the kernel refuses them (e.g. %s)\n",
+                   kv.first.c_str(), kv.second.first, kv.second.second.c_str());
+      summary += (summary.empty() ? "" : "; ") + kv.first + ": " + std::to_string(kv.second.first) + " (e.g. " +
+                 kv.second.second + ")";
+    }
+    benchmark::AddCustomContext("kernel_cases_left_out", summary);
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

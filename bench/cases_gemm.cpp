@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: MIT
+// bench/cases_gemm.cpp: GEMM cases, driven by the kernel registries.
+// For every (A, B) format pair some registry entry serves, on each backend
+// with a kernel for it, and for the LLM shape set (M x K = 4096 x 14336 and
+// 14336 x 4096; N in 1..4096, CPU: cut at --qg_cpu_max_n), cold and hot:
+//   <a>_<b>/<dev>/<mode>/M:/K:/N:                 qg::gemm, the dispatcher's choice (label: its name)
+//   <a>_<b>/<dev>/<mode>/M:/K:/N:/kernel:<name>   each registry entry serving the pair, run directly
+//                                                 (left out where it refuses the shape or device;
+//                                                 CPU: N <= --qg_cpu_kernel_max_n)
+//   cublas_fp16/cuda/<mode>/M:/K:/N:              the same product through cuBLAS fp16, beside each
+// C is fp32 row-major, no epilogue; operands are contiguous gaussian rows
+// quantized by qg.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend.h"
+#include "dispatch.h"
+#include "harness.h"
+#include "validate.h"
+
+namespace qgbench {
+
+namespace {
+
+using qg::detail::GemmKernel;
+
+const qg::detail::Registry& registry_of(Backend b) {
+  return b == Backend::cuda ? qg::detail::cuda::registry() : qg::detail::cpu::registry();
+}
+
+std::string op_name(qg::Format a, qg::Format b) {
+  return std::string(qg::format_traits(a).name) + "_" + qg::format_traits(b).name;
+}
+
+Work gemm_work(qg::Format fa, qg::Format fb, int64_t m, int64_t n, int64_t k) {
+  return {2.0 * m * n * k, double(m * qg::row_bytes(qg::format_traits(fa), k)) +
+                               double(n * qg::row_bytes(qg::format_traits(fb), k)) + 4.0 * m * n};
+}
+Work gemm_fp16_work(int64_t m, int64_t n, int64_t k) {
+  return {2.0 * m * n * k, 2.0 * m * k + 2.0 * n * k + 2.0 * m * n};
+}
+
+qg::GemmArgs gemm_args(Backend be, qg::Format fa, qg::Format fb, int64_t m, int64_t n, int64_t k, const void* w,
+                       const void* a, void* c) {
+  qg::GemmArgs g;
+  g.a = qg::packed_operand(w, fa, m, k);
+  g.b = qg::packed_operand(a, fb, n, k);
+  g.c = c;
+  g.c_dtype = qg::DType::f32;
+  g.ldc = n;
+  g.ldc_n = 1;
+  g.device = device_of(be);
+  g.fn = "qg.gemm";
+  return g;
+}
+
+// Why the dispatcher would not let `k` run `g` ("" when it would): the arch
+// window (only once the device is up), the epilogue, can_run.
+std::string kernel_refuses(const GemmKernel& k, Backend be, const qg::GemmArgs& g) {
+  std::string why;
+  if (backend_live(be)) {
+    qg::detail::DeviceCaps caps;
+    if (const qg::Status s = qg::detail::device_caps(g.fn, g.device, &caps); !s.ok()) return s.message();
+    if (!qg::detail::arch_admits(k.arch, g.device, caps, &why)) return why;
+  }
+  if (const uint32_t missing = qg::detail::caps_missing(k, g))
+    return "its epilogue lacks " + qg::detail::epilogue_cap_names(missing);
+  if (!k.can_run(g, &why)) return why.empty() ? std::string("can_run refuses") : why;
+  return {};
+}
+
+// kernel == nullptr: qg::gemm.
+void bm_gemm(benchmark::State& st, Backend be, qg::Format fa, qg::Format fb, const GemmKernel* kernel, int64_t m,
+             int64_t k, int64_t n, bool cold) {
+  RotationPtr w, a, c;
+  std::string err = packed_rows(be, "w", fa, m, k, &w);
+  if (err.empty()) err = packed_rows(be, "a", fb, n, k, &a);
+  if (err.empty()) err = output_buffer(be, m * n * 4, &c);
+  if (err.empty()) err = w->prepare(cold);
+  if (err.empty()) err = a->prepare(cold);
+  if (err.empty()) err = c->prepare(false);
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  qg::GemmArgs g = gemm_args(be, fa, fb, m, n, k, w->slot(0), a->slot(0), c->slot(0));
+  const qg::Stream stream = stream_of(be);
+  if (kernel) {
+    // The bench hands a kernel only what the public call would accept.
+    err = qg_error("qg::gemm", qg::detail::check_gemm_args(g));
+    if (err.empty()) err = kernel_refuses(*kernel, be, g);
+    if (!err.empty()) {
+      st.SkipWithError((std::string(kernel->name) + ": " + err).c_str());
+      return;
+    }
+    st.SetLabel(kernel->name);
+  } else {
+    qg::Explanation ex;
+    if (qg::explain(g, &ex).ok()) st.SetLabel(ex.chosen);
+  }
+  run_timed(st, be, gemm_work(fa, fb, m, n, k), warmups_for(be, *w, cold), [&]() {
+    g.a.data = w->take(cold);
+    g.b.data = a->take(cold);
+    return qg_error(kernel ? kernel->name : "qg::gemm", kernel ? kernel->run(g, stream) : qg::gemm(g, stream));
+  });
+}
+
+void bm_cublas_fp16(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
+  const Backend be = Backend::cuda;
+  RotationPtr w, a, c;
+  std::string err = f16_rows(be, "w", m, k, &w);
+  if (err.empty()) err = f16_rows(be, "a", n, k, &a);
+  if (err.empty()) err = output_buffer(be, m * n * 2, &c);
+  if (err.empty()) err = w->prepare(cold);
+  if (err.empty()) err = a->prepare(cold);
+  if (err.empty()) err = c->prepare(false);
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  st.SetLabel("cublasGemmEx f16 in/out, f32 compute");
+  void* cp = c->slot(0);
+  run_timed(st, be, gemm_fp16_work(m, n, k), warmups_for(be, *w, cold),
+            [&]() { return cublas_gemm_f16(m, n, k, w->take(cold), a->take(cold), cp); });
+}
+
+// The format pairs the registries serve, in registry order (CUDA's first).
+std::vector<std::pair<qg::Format, qg::Format>> format_pairs() {
+  std::vector<std::pair<qg::Format, qg::Format>> pairs;
+  for (Backend be : {Backend::cuda, Backend::cpu})
+    for (const GemmKernel& k : registry_of(be).gemm) {
+      const std::pair<qg::Format, qg::Format> p{k.a_format, k.b_format};
+      bool seen = false;
+      for (const auto& q : pairs) seen = seen || q == p;
+      if (!seen) pairs.push_back(p);
+    }
+  return pairs;
+}
+
+}  // namespace
+
+void add_gemm_cases(CaseList& cases) {
+  const auto pairs = format_pairs();
+  for (Backend be : {Backend::cuda, Backend::cpu}) {
+    const qg::detail::Registry& reg = registry_of(be);
+    if (reg.gemm.empty()) continue;  // CUDA not built
+    for (const Shape& s : g_opt.shapes)
+      for (int64_t n : n_list(be))
+        for (bool cold : {true, false}) {
+          const int64_t m = s.m, k = s.k;
+          for (const auto& [fa, fb] : pairs) {
+            std::vector<const GemmKernel*> kernels;
+            for (const GemmKernel& kern : reg.gemm)
+              if (kern.a_format == fa && kern.b_format == fb) kernels.push_back(&kern);
+            if (kernels.empty()) continue;
+            const std::string op = op_name(fa, fb);
+            cases.push_back({case_name(op, be, cold, m, k, n), be,
+                             [=](benchmark::State& st) { bm_gemm(st, be, fa, fb, nullptr, m, k, n, cold); },
+                             nullptr});
+            if (be == Backend::cpu && n > g_opt.cpu_kernel_max_n) continue;
+            for (const GemmKernel* kern : kernels)
+              cases.push_back({case_name(op, be, cold, m, k, n, kern->name), be,
+                               [=](benchmark::State& st) { bm_gemm(st, be, fa, fb, kern, m, k, n, cold); },
+                               [=]() {
+                                 // Probe pointers: aligned like the real buffers (256 bytes).
+                                 const auto p = reinterpret_cast<void*>(uintptr_t(1) << 20);
+                                 return kernel_refuses(*kern, be, gemm_args(be, fa, fb, m, n, k, p, p, p));
+                               }});
+          }
+          if (be == Backend::cuda && have_cublas())
+            cases.push_back({case_name("cublas_fp16", be, cold, m, k, n), be,
+                             [=](benchmark::State& st) { bm_cublas_fp16(st, m, k, n, cold); }, nullptr});
+        }
+  }
+}
+
+}  // namespace qgbench
