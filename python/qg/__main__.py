@@ -79,7 +79,9 @@ def demo(device: str, M: int, N: int, K: int, seed: int) -> int:
             if framework is None:
                 why_not = f"qg sees a GPU, but no framework here can hold CUDA arrays for the demo ({why_not})"
         if device == "cuda" and framework is None:
-            raise CudaUnusable(f"python -m qg demo --device cuda: {why_not}. Run with --device cpu, or see `python -m qg info`.")
+            raise CudaUnusable(
+                f"python -m qg demo --device cuda: {why_not}. Run with --device cpu, or see `python -m qg info`."
+            )
     use_cuda = framework is not None
     rng = np.random.default_rng(seed)
     weight = rng.standard_normal((M, K), dtype=np.float32)

@@ -56,7 +56,8 @@ def _size(value, name: str, fn: str) -> int:
 def _convention(convention, fn: str) -> int:
     if not isinstance(convention, str):
         raise TypeError(
-            f"{fn}: convention must be a str, 'reference' or 'ggml_cuda', got {type(convention).__name__} {convention!r}"
+            f"{fn}: convention must be a str, 'reference' or 'ggml_cuda', "
+            f"got {type(convention).__name__} {convention!r}"
         )
     c = _CONVENTIONS.get(convention)
     if c is None:

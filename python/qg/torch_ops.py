@@ -150,9 +150,14 @@ def _(a, b, a_fmt, b_fmt, m, n, k):
         f"{b.shape[-2]} (K={kb})",
     )
     rows_a, rows_b = _rows(a, 2), _rows(b, 2)
-    for name, given, actual in (("K", k, ka), ("M", m, rows_a), ("N", n, rows_b)):
+    for name, given, actual, arg in (("K", k, ka, op.a_name), ("M", m, rows_a, op.a_name), ("N", n, rows_b, op.b_name)):
         if given >= 0:
-            torch._check_value(given == actual, lambda: f"{fn}: {name}={given} does not match the inputs ({name}={actual})")
+            torch._check_value(
+                given == actual,
+                lambda name=name, given=given, actual=actual, arg=arg: (
+                    f"{fn}: {name}={given} does not match {arg} ({name}={actual})"
+                ),
+            )
     return a.new_empty((rows_a, rows_b), dtype=torch.float32)
 
 

@@ -50,3 +50,33 @@ def test_bad_subcommand():
     p = run_qg("frobnicate")
     assert p.returncode == 2
     assert "invalid choice" in p.stderr
+
+
+def test_demo_cuda_without_usable_gpu():
+    """--device cuda where no GPU is usable: a clear message saying why (qg's
+    cuda_unavailable_reason), a non-zero exit, never a traceback such as
+    ModuleNotFoundError for cupy. On a GPU machine the GPU is hidden."""
+    import os
+
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    p = subprocess.run([sys.executable, "-m", "qg", "demo", "--device", "cuda", "--M", "64", "--K", "256"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and "ModuleNotFoundError" not in p.stderr, p.stderr
+    assert "qg sees no usable CUDA device: " in p.stderr, p.stderr
+    assert "--device cpu" in p.stderr, p.stderr
+    if not qg.cuda_available():  # the same reason qg gives in this process
+        assert qg.cuda_unavailable_reason() in p.stderr, p.stderr
+    reason = p.stderr.split("qg sees no usable CUDA device: ", 1)[1].strip()
+    assert len(reason) > 10, p.stderr
+    assert "NMSE" not in p.stdout  # nothing ran
+
+
+def test_demo_auto_falls_back_to_cpu_with_reason():
+    import os
+
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    p = subprocess.run([sys.executable, "-m", "qg", "demo", "--M", "64", "--N", "1", "--K", "256"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "on cpu" in p.stdout and "not on CUDA: qg sees no usable CUDA device" in p.stdout, p.stdout

@@ -405,3 +405,249 @@ def test_runtime_introspection():
     else:
         assert qg.cuda_unavailable_reason() != "" and qg.cuda_devices() == []
     assert qg.cpu_threads() >= 1
+
+
+# --------------------------------------------- unbranded errors (each names fn, argument, fix)
+@pytest.mark.parametrize("fmt", list(Q))
+@pytest.mark.parametrize("dtype", [">f4", ">f2"])
+def test_quantize_big_endian(fmt, dtype):
+    x = np.ones((2, 64), dtype)
+    with raises(TypeError, f"qg.quantize_{fmt}: ", "x has non-native byte order", dtype, "astype"):
+        Q[fmt](x)
+    with raises(TypeError, f"qg.quantize_{fmt}: ", "non-native"):
+        qg.explain(Q[fmt], x)
+
+
+def test_dequantize_gemm_non_native_and_exotic_dtypes(wa):
+    wq, aq = wa
+    with raises(TypeError, "qg.dequantize_q4_0: ", "xq must be uint8 (packed q4_0 blocks), got object"):
+        qg.dequantize_q4_0(wq.astype(object))
+    with raises(TypeError, GEMM, "activation_q must be uint8 (packed q8_1 blocks)", "complex64"):
+        qg.gemm_q4_0_q8_1(wq, aq.astype(np.complex64))
+
+
+@pytest.mark.parametrize("fmt", list(Q))
+def test_quantize_float8_and_object(fmt):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    for dt, name in ((ml_dtypes.float8_e4m3fn, "float8_e4m3fn"), (object, "object"), (np.complex64, "complex64"),
+                     (np.bool_, "bool"), ("M8[s]", "datetime64[s]")):
+        x = np.zeros((2, 64), dt)
+        with raises(TypeError, f"qg.quantize_{fmt}: ", "x must be float32, float16 or bfloat16", f"got {name}"):
+            Q[fmt](x)
+
+
+def test_quantize_masked_array():
+    x = np.ma.array(np.ones((2, 64), np.float32), mask=np.zeros((2, 64), bool))
+    with raises(TypeError, "qg.quantize_q4_0: ", "x is a NumPy masked array", "x.filled("):
+        qg.quantize_q4_0(x)
+
+
+@pytest.mark.parametrize("M,N,K,exc,fragments", [
+    (2**70, None, None, ValueError, ("M=1180591620717411303424", "too large", "2**62")),
+    (-2, None, None, ValueError, ("M=-2", "negative", "None to infer")),
+    (None, None, -32, ValueError, ("K=-32", "negative")),
+    (None, -1, None, ValueError, ("N=-1", "negative")),
+    (4.7, None, None, TypeError, ("M must be an int or None", "float 4.7")),
+    ("4", None, None, TypeError, ("M must be an int or None", "str '4'")),
+    (None, True, None, TypeError, ("N must be an int or None", "bool")),
+    (None, None, 64.0, TypeError, ("K must be an int or None", "float")),
+], ids=["M_2e70", "M_neg", "K_neg", "N_neg", "M_float", "M_str", "N_bool", "K_float"])
+def test_gemm_bad_sizes(wa, M, N, K, exc, fragments):
+    with raises(exc, GEMM, *fragments):
+        qg.gemm_q4_0_q8_1(*wa, M, N, K)
+
+
+def test_sizes_accept_integer_likes(wa):
+    np.testing.assert_array_equal(qg.gemm_q4_0_q8_1(*wa, np.int64(4), np.int32(3), np.uint16(64)),
+                                  qg.gemm_q4_0_q8_1(*wa))
+
+
+@pytest.mark.parametrize("K,exc,fragment", [(-5, ValueError, "K=-5 is negative"), (2**70, ValueError, "too large"),
+                                            (64.0, TypeError, "K must be an int or None"),
+                                            ("64", TypeError, "K must be an int or None")])
+def test_dequantize_bad_k(wa, K, exc, fragment):
+    with raises(exc, "qg.dequantize_q4_0: ", fragment):
+        qg.dequantize_q4_0(wa[0], K)
+
+
+def test_set_cpu_threads_bad_values():
+    before = qg.cpu_threads()
+    try:
+        with raises(ValueError, "qg.set_cpu_threads: ", "threads=2147483648", "between 0", "4096"):
+            qg.set_cpu_threads(2**31)
+        with raises(ValueError, "qg.set_cpu_threads: ", "threads=-1", "between 0"):
+            qg.set_cpu_threads(-1)
+        with raises(TypeError, "qg.set_cpu_threads: ", "threads must be an int", "str"):
+            qg.set_cpu_threads("2")
+        with raises(TypeError, "qg.set_cpu_threads: ", "threads must be an int", "float"):
+            qg.set_cpu_threads(2.0)
+        with raises(TypeError, "qg.set_cpu_threads: ", "bool"):
+            qg.set_cpu_threads(True)
+        assert qg.cpu_threads() == before  # nothing changed by the refused calls
+        qg.set_cpu_threads(np.int64(2))  # integer-likes are fine
+        assert qg.cpu_threads() == 2
+    finally:
+        qg.set_cpu_threads(before)
+
+
+def test_quantize_8d_input_result_would_be_9d():
+    x = np.ones((1,) * 7 + (32,), np.float32)
+    with raises(ValueError, "qg.quantize_q4_0: ", "x has 8 dimensions", "would have 9", "reshape"):
+        qg.quantize_q4_0(x)
+    assert qg.quantize_q4_0(x[0]).shape == (1,) * 6 + (1, 18)  # 7-d in, 8-d out: fine
+
+
+@needs_torch
+def test_quantize_8d_torch_input():
+    import torch
+
+    with raises(ValueError, "qg.quantize_q8_1: ", "x has 8 dimensions", "would have 9"):
+        qg.quantize_q8_1(torch.ones((1,) * 7 + (32,)))
+
+
+@pytest.mark.parametrize("op", [3, None, np.sum, [qg.quantize_q4_0], {"op": 1}],
+                         ids=["int", "None", "np.sum", "list", "dict"])
+def test_explain_wrong_op_type(op):
+    with raises(TypeError, "qg.explain: ", "op must be one of qg's", "qg.gemm_q4_0_q8_1"):
+        qg.explain(op, np.ones((1, 32), np.float32))
+
+
+@pytest.mark.parametrize("bad_out,exc,fragments", [
+    ("abc", TypeError, ("out must be a NumPy, PyTorch, CuPy or JAX array", "str")),
+    ([[0.0] * 3] * 4, TypeError, ("out must be a NumPy",)),
+    (np.empty((4, 3), ">f4"), TypeError, ("out must be float32", "non-native", ">f4")),
+    (np.empty((4, 3), object), TypeError, ("out must be float32, got object",)),
+    (np.empty((4, 3), np.complex64), TypeError, ("out must be float32, got complex64",)),
+    (np.empty((4, 3), np.float64), TypeError, ("out must be float32, got float64",)),
+], ids=["str", "list", "big_endian", "object", "complex", "float64"])
+def test_out_of_wrong_type(wa, bad_out, exc, fragments):
+    with raises(exc, GEMM, *fragments):
+        qg.gemm_q4_0_q8_1(*wa, out=bad_out)
+
+
+def test_out_bfloat16_numpy():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    with raises(TypeError, "qg.quantize_q4_0: ", "out must be uint8, got bfloat16"):
+        qg.quantize_q4_0(np.ones((2, 64), np.float32), out=np.empty((2, 2, 18), ml_dtypes.bfloat16))
+    with raises(TypeError, "qg.quantize_q4_0: ", "out must be uint8, got float8_e4m3fn"):
+        qg.quantize_q4_0(np.ones((2, 64), np.float32), out=np.empty((2, 2, 18), ml_dtypes.float8_e4m3fn))
+
+
+@pytest.mark.parametrize("stream,exc,fragment", [
+    ("abc", TypeError, "stream must be an int handle"),
+    (1.5, TypeError, "stream must be an int handle"),
+    (object(), TypeError, "torch.cuda.Stream or a cupy.cuda.Stream"),
+    (True, TypeError, "got bool"),
+    (-1, ValueError, "stream=-1 is not a valid cudaStream_t"),
+    (2**64, ValueError, "is not a valid cudaStream_t"),
+], ids=["str", "float", "object", "bool", "negative", "2**64"])
+def test_stream_of_wrong_type_on_cpu(wa, stream, exc, fragment):
+    """Checked on every device, even the CPU where no stream is used."""
+    with raises(exc, GEMM, fragment):
+        qg.gemm_q4_0_q8_1(*wa, stream=stream)
+    with raises(exc, "qg.quantize_q4_0: ", fragment):
+        qg.quantize_q4_0(np.ones((2, 64), np.float32), stream=stream)
+    if HAS_TORCH:
+        import torch
+
+        with raises(exc, "qg.dequantize_q4_0: ", fragment):
+            qg.dequantize_q4_0(torch.from_numpy(wa[0]), stream=stream)
+
+
+def test_stream_int_accepted_on_cpu(wa):
+    np.testing.assert_array_equal(qg.gemm_q4_0_q8_1(*wa, stream=0), qg.gemm_q4_0_q8_1(*wa))
+
+
+@pytest.mark.parametrize("conv", [1, None, b"reference", ["reference"]], ids=["int", "None", "bytes", "list"])
+def test_convention_of_wrong_type(conv):
+    with raises(TypeError, "qg.quantize_q8_1: ", "convention must be a str", "'reference' or 'ggml_cuda'"):
+        qg.quantize_q8_1(np.ones((1, 32), np.float32), convention=conv)
+
+
+def test_core_argument_error_is_branded(monkeypatch):
+    """The last line of defence: an array nanobind cannot convert gets qg's name."""
+    from qg import _frameworks
+
+    monkeypatch.setattr(_frameworks, "prepare_input", lambda x, *a, **k: ([1.0] * 32, False))
+    with raises(TypeError, "qg.quantize_q4_0: ", "x could not be passed to qg through DLPack"):
+        qg.quantize_q4_0(np.ones((1, 32), np.float32))
+
+
+# ------------------------------------------------------------- torch specials
+@needs_torch
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_torch_sparse_tensors(wa, layout):
+    import torch
+
+    def sparse(t):
+        return t.to_sparse() if layout == "coo" else t.to_sparse_csr()
+
+    x = torch.ones(2, 64)
+    with raises(TypeError, "qg.quantize_q4_0: ", "x is a torch.sparse_", "x.to_dense()"):
+        qg.quantize_q4_0(sparse(x))
+    wq, aq = torch.from_numpy(wa[0]), torch.from_numpy(wa[1])
+    with raises(TypeError, "qg.dequantize_q4_0: ", "xq is a torch.sparse_coo", "xq.to_dense()"):
+        qg.dequantize_q4_0(wq.to_sparse())  # packed arrays are 3-d: COO only
+    with raises(TypeError, GEMM, "weight_q is a torch.sparse_coo", "weight_q.to_dense()"):
+        qg.gemm_q4_0_q8_1(wq.to_sparse(), aq)
+    with raises(TypeError, GEMM, "activation_q is a torch.sparse_coo", "activation_q.to_dense()"):
+        qg.gemm_q4_0_q8_1(wq, aq.to_sparse())
+    with raises(TypeError, GEMM, "out is a torch.sparse_", "out.to_dense()"):
+        qg.gemm_q4_0_q8_1(wq, aq, out=sparse(torch.zeros(4, 3)))
+
+
+@needs_torch
+def test_torch_nested_and_quantized_tensors():
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        nested = torch.nested.nested_tensor([torch.ones(64), torch.ones(64)])
+        quantized = torch.quantize_per_tensor(torch.ones(2, 64), 0.1, 0, torch.quint8)
+    with raises(TypeError, "qg.quantize_q4_0: ", "x is a nested torch tensor", "to_padded_tensor"):
+        qg.quantize_q4_0(nested)
+    with raises(TypeError, "qg.quantize_q4_0: ", "x is a quantized torch tensor", "x.dequantize()"):
+        qg.quantize_q4_0(quantized)
+
+
+@needs_torch
+@pytest.mark.parametrize("fmt", list(Q))
+def test_torch_negated_view_quantize_reads_values_as_seen(fmt):
+    import torch
+
+    rng = np.random.default_rng(11)
+    print("seed=11")
+    plain = torch.from_numpy(rng.standard_normal((4, 96)).astype(np.float32))
+    neg = plain._neg_view()
+    assert neg.is_neg() and torch.equal(neg, -plain)
+    want = Q[fmt](-plain.numpy())
+    np.testing.assert_array_equal(Q[fmt](neg).numpy(), want)
+    np.testing.assert_array_equal(Q[fmt](neg, out=torch.empty(4, 3, NB[fmt], dtype=torch.uint8)).numpy(), want)
+    np.testing.assert_array_equal(Q[fmt](neg[:, :64]).numpy(), Q[fmt](-plain.numpy()[:, :64]))  # neg + strided
+    assert not torch.equal(Q[fmt](neg), Q[fmt](plain))
+
+
+@needs_torch
+def test_torch_negated_view_gemm_reads_values_as_seen(wa):
+    import torch
+
+    wq, aq = torch.from_numpy(wa[0]), torch.from_numpy(wa[1])
+    for w, a in ((wq._neg_view(), aq), (wq, aq._neg_view()), (wq._neg_view(), aq._neg_view())):
+        assert w.is_neg() or a.is_neg()
+        want = qg.gemm_q4_0_q8_1(w.resolve_neg().numpy(), a.resolve_neg().numpy())  # the bytes as seen
+        np.testing.assert_array_equal(qg.gemm_q4_0_q8_1(w, a).numpy(), want)
+    np.testing.assert_array_equal(qg.dequantize_q8_1(aq._neg_view()).numpy(), qg.dequantize_q8_1((-aq).numpy()))
+
+
+@needs_torch
+def test_torch_negated_out_rejected(wa):
+    import torch
+
+    wq, aq = torch.from_numpy(wa[0]), torch.from_numpy(wa[1])
+    out = torch.zeros(4, 3)._neg_view()
+    with raises(ValueError, GEMM, "out is a lazily negated torch view", "pass a plain tensor"):
+        qg.gemm_q4_0_q8_1(wq, aq, out=out)
+    assert torch.equal(out, torch.zeros(4, 3))  # untouched

@@ -13,7 +13,7 @@ import pytest
 
 import qg
 import qg_ref as R
-from conftest import needs_cupy_cuda, needs_jax, needs_torch, needs_torch_cuda
+from conftest import HAS_JAX, HAS_TORCH, Framework, needs_cupy_cuda, needs_jax, needs_torch, needs_torch_cuda
 
 FUNCS_Q = [("q4_0", qg.quantize_q4_0, qg.dequantize_q4_0, 18), ("q8_0", qg.quantize_q8_0, qg.dequantize_q8_0, 34),
            ("q8_1", qg.quantize_q8_1, qg.dequantize_q8_1, 36)]
@@ -190,3 +190,107 @@ def test_cupy_current_stream(rng):
     q2 = qg.quantize_q8_1(cupy.asarray(x), stream=s)
     s.synchronize()
     np.testing.assert_array_equal(cupy.asnumpy(q2), want)
+
+
+# ------------------------------------------------------- JAX transformations
+def _jax_transforms():
+    import jax
+
+    return {
+        "jit": lambda f: jax.jit(f),
+        "vmap": lambda f: jax.vmap(f),
+        "grad": lambda f: jax.grad(lambda x: f(x).astype("float32").sum()),
+    }
+
+
+@needs_jax
+@pytest.mark.parametrize("transform", ["jit", "vmap", "grad"])
+@pytest.mark.parametrize("call", ["quantize", "dequantize", "gemm"])
+def test_jax_transformations_raise_clear_type_error(transform, call, rng):
+    """Under jax.jit / vmap / grad qg sees tracers, which hold no data: a
+    TypeError naming the function, not a crash or an opaque JAX error."""
+    import jax.numpy as jnp
+
+    x = rng.standard_normal((2, 3, 64)).astype(np.float32)
+    if call == "quantize":
+        fn, f, arg = "qg.quantize_q8_0", qg.quantize_q8_0, x
+    elif call == "dequantize":
+        if transform == "grad":
+            pytest.skip("jax.grad does not trace integer (packed) inputs")
+        fn, f, arg = "qg.dequantize_q4_0", qg.dequantize_q4_0, qg.quantize_q4_0(x)
+    else:
+        wq = jnp.asarray(qg.quantize_q4_0(x[0]))  # a concrete weight, a traced activation
+        fn, f, arg = "qg.quantize_q8_1", lambda a: qg.gemm_q4_0_q8_1(wq, qg.quantize_q8_1(a)), x
+    with pytest.raises(TypeError) as e:
+        _jax_transforms()[transform](f)(jnp.asarray(arg))
+    msg = str(e.value)
+    assert msg.startswith(f"{fn}: "), msg
+    for fragment in ("JAX tracer", "jax.jit, jax.vmap or jax.grad", "eager"):
+        assert fragment in msg, msg
+
+
+@needs_jax
+@pytest.mark.parametrize("transform", ["jit", "vmap"])
+def test_jax_transformations_gemm_operands(transform, rng):
+    """gemm's own check: traced packed operands are named."""
+    import jax
+    import jax.numpy as jnp
+
+    x = rng.standard_normal((2, 3, 64)).astype(np.float32)
+    wq, aq = jnp.asarray(qg.quantize_q4_0(x)), jnp.asarray(qg.quantize_q8_1(x))
+    t = jax.jit if transform == "jit" else jax.vmap
+    with pytest.raises(TypeError, match=r"^qg\.gemm_q4_0_q8_1: weight_q is a JAX tracer.*eager"):
+        t(qg.gemm_q4_0_q8_1)(wq, aq)
+    w0 = wq[0]  # concrete: sliced outside the transformation
+    with pytest.raises(TypeError, match=r"^qg\.gemm_q4_0_q8_1: activation_q is a JAX tracer.*eager"):
+        t(lambda a: qg.gemm_q4_0_q8_1(w0, a))(aq)
+
+
+@needs_jax
+def test_jax_tracer_detection_without_tracer_class(monkeypatch, rng):
+    """Should JAX move its Tracer class again, tracers are still recognised."""
+    import jax
+    import jax.numpy as jnp
+
+    from qg import _frameworks
+
+    monkeypatch.setattr(_frameworks, "_JAX_TRACER_TYPES", ())
+    x = jnp.asarray(rng.standard_normal((2, 64)).astype(np.float32))
+    with pytest.raises(TypeError, match=r"^qg\.quantize_q4_0: x is a JAX tracer"):
+        jax.jit(qg.quantize_q4_0)(x)
+    np.testing.assert_array_equal(np.asarray(qg.quantize_q4_0(x)), qg.quantize_q4_0(np.asarray(x)))  # eager works
+
+
+# ---------------------------------------------------------------- mixed kinds
+def _other_kinds():
+    kinds = []
+    if HAS_TORCH:
+        kinds.append("torch")
+    if HAS_JAX:
+        kinds.append("jax")
+    return kinds or [pytest.param(None, marks=pytest.mark.skip(reason="neither torch nor jax is installed"))]
+
+
+@pytest.mark.parametrize("kind", _other_kinds())
+def test_mixed_framework_operands_rejected(kind, rng):
+    """Both operands from one framework; the result comes back in that framework."""
+    other = Framework(f"{kind}-cpu")
+    wq = qg.quantize_q4_0(rng.standard_normal((4, 64)).astype(np.float32))
+    aq = qg.quantize_q8_1(rng.standard_normal((3, 64)).astype(np.float32))
+    for w, a, first, second in ((wq, other.to(aq), "numpy", kind), (other.to(wq), aq, kind, "numpy")):
+        pattern = rf"^qg\.gemm_q4_0_q8_1: weight_q is a {first} array but activation_q is a {second} array; " \
+                  r"pass both from one framework"
+        with pytest.raises(TypeError, match=pattern):
+            qg.gemm_q4_0_q8_1(w, a)
+        with pytest.raises(TypeError, match=pattern):
+            qg.explain(qg.gemm_q4_0_q8_1, w, a)
+    # out= of another framework than the inputs: the same rule
+    with pytest.raises(TypeError, match=rf"^qg\.gemm_q4_0_q8_1: out is a numpy array but the inputs are {kind}"):
+        qg.gemm_q4_0_q8_1(other.to(wq), other.to(aq), out=np.empty((4, 3), np.float32))
+    if kind == "torch":
+        import torch
+
+        with pytest.raises(TypeError, match=r"^qg\.quantize_q4_0: out is a torch array but the inputs are numpy"):
+            qg.quantize_q4_0(np.ones((2, 64), np.float32), out=torch.empty((2, 2, 18), dtype=torch.uint8))
+    # one framework: fine, and the result is that framework's
+    other.check(qg.gemm_q4_0_q8_1(other.to(wq), other.to(aq)), np.float32, (4, 3))

@@ -278,3 +278,7 @@ def test_fake_tensor_mode_shapes():
             qg.gemm_q4_0_q8_1(qg.quantize_q4_0(torch.empty(7, 96)), qg.quantize_q8_1(torch.empty(2, 64)))
         with pytest.raises(ValueError, match=r"^qg\.dequantize_q8_1: K=64 does not match"):
             qg.dequantize_q8_1(q, 64)
+        with pytest.raises(ValueError, match=r"^qg\.gemm_q4_0_q8_1: M=8 does not match weight_q \(M=7\)"):
+            qg.gemm_q4_0_q8_1(qg.quantize_q4_0(torch.empty(7, 96)), q, 8)
+        with pytest.raises(TypeError, match=r"^qg\.dequantize_q4_0: xq must be uint8 \(packed q4_0 blocks\)"):
+            qg.dequantize_q4_0(torch.empty(2, 2, 18))
