@@ -215,8 +215,12 @@ int64_t packed_row_bytes(qg::Format f, int64_t k) { return qg::row_bytes(qg::for
 
 // How many slots of slot_bytes a cold rotation needs: together more than
 // 2x the cache, and at least two so that consecutive calls never share one.
+// At most 65536 (only operands under ~1.6 KiB, e.g. one activation row of
+// K <= 1024, fall short of 2x the cache then; filling millions of slots one
+// by one would take minutes).
 int cold_slots(int64_t slot_bytes, int64_t cache_bytes, int64_t cap_bytes) {
   int64_t n = std::max<int64_t>(2, 2 * cache_bytes / std::max<int64_t>(1, slot_bytes) + 1);
+  n = std::min<int64_t>(n, 65536);
   if (cap_bytes > 0) n = std::min(n, std::max<int64_t>(2, cap_bytes / std::max<int64_t>(1, slot_bytes)));
   return static_cast<int>(n);
 }

@@ -16,8 +16,9 @@ back-to-back calls of
 
 "us per call" is the median over --repeats repeats of (wall time of n calls
 issued back to back) / n, after warm-up; n is sized so a repeat takes about
---target-ms. On CUDA that time is the host's: the n calls are launched
-without synchronising (the stream is synchronised after the clock stops),
+--target-ms. On CUDA that time is the host's: the n calls (n <= 100, so
+that queued GPU work never fills the launch queue and stalls the host) are
+launched without synchronising (the stream is synchronised after the clock stops),
 and the GPU time of the same call is measured separately from a CUDA graph
 of it replayed (CUDA events; events around calls queued behind a GPU sleep
 when a graph cannot be captured), so "bound" says whether a call is limited
@@ -45,6 +46,7 @@ M_BIG, K_BIG = 4096, 14336
 TINY = 64
 CUDA_HOST_TARGET_US = 10.0
 CPU_TINY_RATIO_TARGET = 3.0
+CUDA_MAX_CALLS = 100
 
 
 # ------------------------------------------------------------------ timing
@@ -58,7 +60,7 @@ class Timer:
         self.target_s = target_s
         self.max_calls = max_calls
 
-    def host(self, fn, sync=_noop):
+    def host(self, fn, sync=_noop, max_calls=None, repeat_factor=1):
         """Median us per call of n back-to-back calls (clock stopped before sync)."""
         for _ in range(3):
             fn()
@@ -67,12 +69,12 @@ class Timer:
         fn()
         sync()
         one = max(time.perf_counter() - t0, 1e-7)
-        n = int(min(self.max_calls, max(3, self.target_s / one)))
+        n = int(min(max_calls or self.max_calls, max(3, self.target_s / one)))
         host, wall = [], []
         gc_was = gc.isenabled()
         gc.disable()
         try:
-            for _ in range(self.repeats):
+            for _ in range(self.repeats * repeat_factor):
                 t0 = time.perf_counter()
                 for _ in range(n):
                     fn()
@@ -160,7 +162,10 @@ def torch_rows(qg, torch, device: str, timer: Timer, data):
     rows = []
 
     def measure(case, kind, fn, kernel=None, framework="torch"):
-        host, wall, n = timer.host(fn, sync)
+        # CUDA: at most CUDA_MAX_CALLS launches per repeat (and 3x the
+        # repeats), so a GPU-bound call never fills the launch queue, whose
+        # back-pressure would bill GPU time to the host.
+        host, wall, n = (timer.host(fn, sync, CUDA_MAX_CALLS, 3) if cuda else timer.host(fn, sync))
         gpu = method = None
         if cuda:
             gpu, method = cuda_gpu_us(torch, fn)
@@ -255,7 +260,10 @@ def jax_rows(qg, jax, timer: Timer, data):
                 if last:
                     jax.block_until_ready(last[0])
 
-            host, wall, n = timer.host(call, sync)
+            if device == "cuda":
+                host, wall, n = timer.host(call, sync, CUDA_MAX_CALLS, 3)
+            else:
+                host, wall, n = timer.host(call, sync)
             rows.append(row(case, kind, "jax", device, host, wall, n, kernel=kernel))
 
         try:
@@ -277,7 +285,7 @@ def cupy_rows(qg, cp, timer: Timer, data):
     sync = cp.cuda.Stream.null.synchronize
 
     def measure(case, kind, fn, kernel=None):
-        host, wall, n = timer.host(fn, lambda: cp.cuda.get_current_stream().synchronize())
+        host, wall, n = timer.host(fn, lambda: cp.cuda.get_current_stream().synchronize(), CUDA_MAX_CALLS, 3)
         rows.append(row(case, kind, "cupy", "cuda", host, wall, n, kernel=kernel))
 
     w_big, a_big, w_tiny, a_tiny, x = (cp.asarray(data[k].numpy())
@@ -348,6 +356,11 @@ def markdown(rows, targets, meta):
         out.append("Targets:")
         for t in targets:
             out.append(f"* {t['device']} {t['case']}: {t['target']}: {t['value']} — {'met' if t['ok'] else 'MISSED'}")
+        floor = next((r for r in rows if r["framework"] == "torch" and r["device"] == "cuda"
+                      and r["kind"] == "ref_add"), None)
+        if floor:
+            out.append(f"* (for scale: torch's own `a + 1` on CUDA costs {floor['us_per_call']:.1f} us of host time "
+                       "per call on this machine)")
     else:
         out.append("")
         out.append("Targets: none applicable in this run.")

@@ -8,7 +8,7 @@
 #
 #   bash tests/run_gpu_suite.sh [outdir]
 # Environment: BUILD_DIR (build-gpu), CUDAARCHS (80;90a), BENCH_FILTER, BENCH_MIN_TIME,
-#   SKIP_BENCH=1, SKIP_SANITIZER=1
+#   SKIP_BENCH=1, SKIP_SANITIZER=1, QG_BUILD_BENCH=OFF
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu-suite-out}
@@ -33,7 +33,7 @@ git rev-parse --short HEAD >> "$OUT/device.txt" 2>/dev/null
 cat "$OUT/device.txt"
 
 step configure cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQG_CUDA=ON \
-  -DQG_BUILD_TESTS=ON -DQG_BUILD_BENCH=ON
+  -DQG_BUILD_TESTS=ON -DQG_BUILD_BENCH="${QG_BUILD_BENCH:-ON}"
 step build cmake --build "$BUILD_DIR" -j "$(nproc)"
 step ctest ctest --test-dir "$BUILD_DIR" --output-on-failure
 if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
