@@ -83,7 +83,15 @@ void row_times_cols(const uint8_t* w, const uint8_t* const* a, int64_t nb, float
       else odd[j] += d * static_cast<float>(hsum_epi32(dot));
     }
   }
-  for (int j = 0; j < NR; ++j) c[j] = hsum(acc[j]) + odd[j];
+  if constexpr (NR == 4) {
+    // Four horizontal sums at once: two rounds of vhaddps leave each
+    // column's eight lanes folded to two, one per 128-bit half.
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    const __m128 sums = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    _mm_storeu_ps(c, _mm_add_ps(sums, _mm_loadu_ps(odd)));
+  } else {
+    for (int j = 0; j < NR; ++j) c[j] = hsum(acc[j]) + odd[j];
+  }
 }
 
 }  // namespace
@@ -95,7 +103,7 @@ Status gemm_q4_0_q8_1_avx2(const GemmArgs& g) {
   const int64_t tiles_n = (n_rows + kTileN - 1) / kTileN;
   const auto* W = static_cast<const uint8_t*>(g.a.data);
   const auto* A = static_cast<const uint8_t*>(g.b.data);
-  ThreadPool::instance().parallel_for(tiles_m * tiles_n, [&](int64_t t) {
+  run_tiles(tiles_m * tiles_n, m_rows * n_rows * g.a.k, [&](int64_t t) {
     const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
     const int64_t m1 = m0 + kTileM < m_rows ? m0 + kTileM : m_rows;
     const int64_t n1 = n0 + kTileN < n_rows ? n0 + kTileN : n_rows;

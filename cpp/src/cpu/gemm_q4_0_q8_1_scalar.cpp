@@ -16,7 +16,7 @@ Status gemm_q4_0_q8_1_scalar(const GemmArgs& g) {
   const EpilogueParams ep = epilogue_params(g);
   const int64_t tiles_m = (m_rows + kTileM - 1) / kTileM;
   const int64_t tiles_n = (n_rows + kTileN - 1) / kTileN;
-  ThreadPool::instance().parallel_for(tiles_m * tiles_n, [&](int64_t t) {
+  run_tiles(tiles_m * tiles_n, m_rows * n_rows * g.a.k, [&](int64_t t) {
     const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
     for (int64_t m = m0; m < m0 + kTileM && m < m_rows; ++m) {
       const uint8_t* w = static_cast<const uint8_t*>(g.a.data) + m * g.a.row_stride;

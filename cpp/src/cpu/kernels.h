@@ -2,6 +2,7 @@
 // kernels.h: the CPU backend's kernels, registered in registry.cpp.
 #pragma once
 
+#include "cpu/thread_pool.h"
 #include "qg/ops.h"
 
 namespace qg::detail::cpu {
@@ -18,5 +19,19 @@ Status gemm_q4_0_q8_1_avx2(const GemmArgs& args);
 // rows of A, so a tile's W rows stay in L2 while its A rows stream past.
 constexpr int64_t kTileM = 16;
 constexpr int64_t kTileN = 64;
+
+// Below this many multiply-adds (about 30 us on one AVX2 core) a GEMM runs on
+// the calling thread: waking the pool costs more than the work it would share.
+constexpr int64_t kParallelMinMacs = int64_t{1} << 20;
+
+// Runs body(t) for t in [0, tasks): on the pool, or inline for small work.
+template <class Body>
+void run_tiles(int64_t tasks, int64_t macs, const Body& body) {
+  if (macs < kParallelMinMacs || tasks <= 1) {
+    for (int64_t t = 0; t < tasks; ++t) body(t);
+    return;
+  }
+  ThreadPool::instance().parallel_for(tasks, body);
+}
 
 }  // namespace qg::detail::cpu
