@@ -35,9 +35,18 @@ std::string device_name(Device device) {
   return "cuda:" + std::to_string(device.id);
 }
 
+namespace {
+// Products of sizes wrap instead of overflowing (signed overflow is undefined
+// behaviour): a view too large to address is rejected by validation, which
+// checks its extent exactly; these helpers only must not crash on it first.
+int64_t wrapping_mul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
+}  // namespace
+
 int64_t TensorView::numel() const {
   int64_t n = 1;
-  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  for (int i = 0; i < ndim; ++i) n = wrapping_mul(n, shape[i]);
   return n;
 }
 
@@ -48,7 +57,7 @@ bool TensorView::is_contiguous() const {
   int64_t expected = 1;
   for (int i = ndim - 1; i >= 0; --i) {
     if (shape[i] != 1 && strides[i] != expected) return false;
-    expected *= shape[i];
+    expected = wrapping_mul(expected, shape[i]);
   }
   return true;
 }
@@ -64,7 +73,7 @@ TensorView make_view(void* data, DType dtype, Device device, std::initializer_li
   int64_t stride = 1;
   for (int d = v.ndim - 1; d >= 0; --d) {
     v.strides[d] = stride;
-    stride *= v.shape[d];
+    stride = wrapping_mul(stride, v.shape[d]);
   }
   return v;
 }
