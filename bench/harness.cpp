@@ -912,37 +912,36 @@ std::string packed_rows(Backend b, const char* role, qg::Format format, int64_t 
                        fill, fill_all, out);
 }
 
-std::string f32_rows(Backend b, int64_t rows, int64_t k, RotationPtr* out) {
-  const int64_t bytes = rows * k * 4;
+namespace {
+using FillFloats = std::string (*)(void* dst, int64_t n, uint64_t seed);
+
+// rows x k floats of esize bytes, each slot filled with its own seed
+// (seed_base + slot), or all at once with seed_base + 999.
+std::string float_rows(Backend b, const std::string& name, int64_t rows, int64_t k, int64_t esize,
+                       uint64_t seed_base, FillFloats cpu_fill, FillFloats gpu_fill, RotationPtr* out) {
+  const int64_t bytes = rows * k * esize;
   FillFn fill, fill_all;
+  const FillFloats fill_fn = b == Backend::cpu ? cpu_fill : gpu_fill;
+  if (fill_fn) {
+    fill = [=](void* p, int i) { return fill_fn(p, rows * k, seed_base + uint64_t(i)); };
+    fill_all = [=](void* p, int slots) { return fill_fn(p, slots * rows * k, seed_base + 999); };
+  }
+  return make_rotation(b, key_of(b, name, rows, k), bytes, cold_count(b, bytes), fill, fill_all, out);
+}
+
 #if QG_BENCH_CUDA
-  if (b == Backend::cuda) {
-    fill = [=](void* p, int i) { return gpu_fill_f32(p, rows * k, 3000 + uint64_t(i)); };
-    fill_all = [=](void* p, int slots) { return gpu_fill_f32(p, slots * rows * k, 3999); };
-  }
+constexpr FillFloats kGpuFillF32 = gpu_fill_f32, kGpuFillF16 = gpu_fill_f16;
+#else
+constexpr FillFloats kGpuFillF32 = nullptr, kGpuFillF16 = nullptr;
 #endif
-  if (b == Backend::cpu) {
-    fill = [=](void* p, int i) { return cpu_fill_f32(p, rows * k, 3000 + uint64_t(i)); };
-    fill_all = [=](void* p, int slots) { return cpu_fill_f32(p, slots * rows * k, 3999); };
-  }
-  return make_rotation(b, key_of(b, "f32", rows, k), bytes, cold_count(b, bytes), fill, fill_all, out);
+}  // namespace
+
+std::string f32_rows(Backend b, int64_t rows, int64_t k, RotationPtr* out) {
+  return float_rows(b, "f32", rows, k, 4, 3000, cpu_fill_f32, kGpuFillF32, out);
 }
 
 std::string f16_rows(Backend b, const char* role, int64_t rows, int64_t k, RotationPtr* out) {
-  const int64_t bytes = rows * k * 2;
-  FillFn fill, fill_all;
-#if QG_BENCH_CUDA
-  if (b == Backend::cuda) {
-    fill = [=](void* p, int i) { return gpu_fill_f16(p, rows * k, 4000 + uint64_t(i)); };
-    fill_all = [=](void* p, int slots) { return gpu_fill_f16(p, slots * rows * k, 4999); };
-  }
-#endif
-  if (b == Backend::cpu) {
-    fill = [=](void* p, int i) { return cpu_fill_f16(p, rows * k, 4000 + uint64_t(i)); };
-    fill_all = [=](void* p, int slots) { return cpu_fill_f16(p, slots * rows * k, 4999); };
-  }
-  return make_rotation(b, key_of(b, std::string(role) + "_f16", rows, k), bytes, cold_count(b, bytes), fill,
-                       fill_all, out);
+  return float_rows(b, std::string(role) + "_f16", rows, k, 2, 4000, cpu_fill_f16, kGpuFillF16, out);
 }
 
 std::string output_buffer(Backend b, int64_t bytes, RotationPtr* out) {

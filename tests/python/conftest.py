@@ -240,3 +240,14 @@ def pytest_report_header(config):
         f"qg frameworks under test: {', '.join(FRAMEWORKS)}",
         f"qg CUDA: {'available' if CUDA else 'unavailable: ' + qg.cuda_unavailable_reason()}",
     ]
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """A clean torch._dynamo cache before and after the test (compiled
+    graphs of one test must not serve another)."""
+    import torch
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

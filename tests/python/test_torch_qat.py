@@ -19,12 +19,8 @@ DEVICES = ["cpu", pytest.param("cuda", marks=needs_torch_cuda)]
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    import torch
-
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+def _fresh_dynamo(fresh_dynamo):
+    """Every test here compiles from a clean torch._dynamo cache (conftest)."""
 
 
 def _x(rng, shape, device="cpu", dtype=None):
