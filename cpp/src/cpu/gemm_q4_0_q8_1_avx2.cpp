@@ -54,43 +54,66 @@ inline bool finite(float v) {
   return (u & 0x7F800000u) != 0x7F800000u;
 }
 
-// One W row against NR rows of A: the W block is unpacked once and used NR times.
-template <int NR>
-void row_times_cols(const uint8_t* w, const uint8_t* const* a, int64_t nb, float* c) {
+// MR rows of W against NR rows of A, a 2 x 4 register tile at most: each W
+// block is unpacked once and used NR times, and each A block is loaded, and
+// its code sums (the "- 8 * sum a" term) formed, once for MR rows. At small K
+// that per-block A work is most of the cost, so sharing it between two W rows
+// is what keeps a 64x64x64 GEMM near torch.mm's time.
+template <int MR, int NR>
+void rows_times_cols(const uint8_t* const* w, const uint8_t* const* a, int64_t nb, float (*c)[4]) {
   const __m128i low4 = _mm_set1_epi8(0x0F);
   const __m256i ones8 = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
-  __m256 acc[NR];
-  float odd[NR];  // blocks with a non-finite scale (see the file comment)
-  for (int j = 0; j < NR; ++j) {
-    acc[j] = _mm256_setzero_ps();
-    odd[j] = 0.0f;
-  }
+  __m256 acc[MR][NR];
+  float odd[MR][4];  // blocks with a non-finite scale (see the file comment)
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < 4; ++j) {
+      if (j < NR) acc[r][j] = _mm256_setzero_ps();
+      odd[r][j] = 0.0f;
+    }
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* wb = w + b * 18;
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
-    const __m256i wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4),  // elements 16..31
-                                         _mm_and_si128(q, low4));                   // elements 0..15
-    const float dw = load_fp16(wb);
+    __m256i wq[MR];
+    float dw[MR];
+    for (int r = 0; r < MR; ++r) {
+      const uint8_t* wb = w[r] + b * 18;
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
+      wq[r] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4),  // elements 16..31
+                               _mm_and_si128(q, low4));                   // elements 0..15
+      dw[r] = load_fp16(wb);
+    }
     for (int j = 0; j < NR; ++j) {
       const uint8_t* ab = a[j] + b * 36;
       const __m256i aq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab + 4));
-      const __m256i wa = _mm256_maddubs_epi16(wq, aq);
       const __m256i sa = _mm256_slli_epi16(_mm256_maddubs_epi16(ones8, aq), 3);
-      const __m256i dot = _mm256_madd_epi16(_mm256_sub_epi16(wa, sa), ones16);
-      const float d = dw * load_fp16(ab);
-      if (finite(d)) acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d), acc[j]);
-      else odd[j] += d * static_cast<float>(hsum_epi32(dot));
+      const float da = load_fp16(ab);
+      for (int r = 0; r < MR; ++r) {
+        const __m256i dot = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(wq[r], aq), sa), ones16);
+        const float d = dw[r] * da;
+        if (finite(d)) acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d), acc[r][j]);
+        else odd[r][j] += d * static_cast<float>(hsum_epi32(dot));
+      }
     }
   }
-  if constexpr (NR == 4) {
-    // Four horizontal sums at once: two rounds of vhaddps leave each
-    // column's eight lanes folded to two, one per 128-bit half.
-    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
-    const __m128 sums = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    _mm_storeu_ps(c, _mm_add_ps(sums, _mm_loadu_ps(odd)));
-  } else {
-    for (int j = 0; j < NR; ++j) c[j] = hsum(acc[j]) + odd[j];
+  for (int r = 0; r < MR; ++r) {
+    if constexpr (NR == 4) {
+      // Four horizontal sums at once: two rounds of vhaddps leave each
+      // column's eight lanes folded to two, one per 128-bit half.
+      const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(acc[r][0], acc[r][1]), _mm256_hadd_ps(acc[r][2], acc[r][3]));
+      const __m128 sums = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+      _mm_storeu_ps(c[r], _mm_add_ps(sums, _mm_loadu_ps(odd[r])));
+    } else {
+      for (int j = 0; j < NR; ++j) c[r][j] = hsum(acc[r][j]) + odd[r][j];
+    }
+  }
+}
+
+template <int MR>
+void rows_times_cols(int64_t cols, const uint8_t* const* w, const uint8_t* const* a, int64_t nb, float (*c)[4]) {
+  switch (cols) {
+    case 4: rows_times_cols<MR, 4>(w, a, nb, c); break;
+    case 3: rows_times_cols<MR, 3>(w, a, nb, c); break;
+    case 2: rows_times_cols<MR, 2>(w, a, nb, c); break;
+    default: rows_times_cols<MR, 1>(w, a, nb, c); break;
   }
 }
 
@@ -111,16 +134,14 @@ Status gemm_q4_0_q8_1_avx2(const GemmArgs& g) {
       const uint8_t* a[4];
       const int64_t cols = n1 - n < 4 ? n1 - n : 4;
       for (int j = 0; j < 4; ++j) a[j] = A + (n + (j < cols ? j : 0)) * g.b.row_stride;
-      float out[4];
-      for (int64_t m = m0; m < m1; ++m) {
-        const uint8_t* w = W + m * g.a.row_stride;
-        switch (cols) {
-          case 4: row_times_cols<4>(w, a, nb, out); break;
-          case 3: row_times_cols<3>(w, a, nb, out); break;
-          case 2: row_times_cols<2>(w, a, nb, out); break;
-          default: row_times_cols<1>(w, a, nb, out); break;
-        }
-        for (int64_t j = 0; j < cols; ++j) epilogue_store(ep, m, n + j, out[j]);
+      float out[2][4];
+      for (int64_t m = m0; m < m1; m += 2) {
+        const int rows = m + 1 < m1 ? 2 : 1;
+        const uint8_t* w[2] = {W + m * g.a.row_stride, W + (m + rows - 1) * g.a.row_stride};
+        if (rows == 2) rows_times_cols<2>(cols, w, a, nb, out);
+        else rows_times_cols<1>(cols, w, a, nb, out);
+        for (int r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < cols; ++j) epilogue_store(ep, m + r, n + j, out[r][j]);
       }
     }
   });
