@@ -127,27 +127,47 @@ def _generic_dequantize(op: _Op, xq, k: int, out, stream, route: bool = True):
     return fw.finish(result, w, s)
 
 
-def _generic_gemm(op: _Op, a, b, m: int, n: int, k: int, out, stream, route: bool = True):
+_OUT_DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class _Epilogue:
+    """What a GEMM call adds after the sum (see ops.h's Epilogue)."""
+
+    bias: object = None  # [M] array of the operands' framework, or None
+    out_dtype: str = "float32"
+    transpose: bool = False  # the result is [N, M] (x @ W^T) instead of [M, N]
+
+
+_PLAIN = _Epilogue()
+
+
+def _generic_gemm(op: _Op, a, b, m: int, n: int, k: int, out, stream, route: bool = True, epi: _Epilogue = _PLAIN):
     w = fw.where(a, op.fn, op.a_name)
     wb = fw.where(b, op.fn, op.b_name)
     fw.check_same_kind(w, wb, op.fn, op.a_name, op.b_name)
+    if epi.bias is not None:
+        fw.check_same_kind(w, fw.where(epi.bias, op.fn, "bias"), op.fn, op.a_name, "bias")
     if w.kind == "torch" and route:
         from . import torch_ops
 
-        r = torch_ops.route_gemm(op, a, b, m, n, k, out, stream)
+        r = torch_ops.route_gemm(op, a, b, m, n, k, out, stream, epi)
         if r is not None:
             return r
     ain, _ = fw.prepare_input(a, w, op.fn, op.a_name, _packed(op.a_fmt))
     bin_, _ = fw.prepare_input(b, wb, op.fn, op.b_name, _packed(op.b_fmt))
+    bias = None if epi.bias is None else fw.prepare_input(epi.bias, w, op.fn, "bias", _FLOAT_IN)[0]
+    dt = _OUT_DTYPES[epi.out_dtype]
     names = (op.a_name, op.b_name)
     with fw.device_context(w):
         shape, dtype = _core(
-            op.fn, _qg.gemm_spec, op.a_fmt, op.b_fmt, ain, bin_, m, n, k, op.fn, op.a_name, op.b_name, names=names
+            op.fn, _qg.gemm_spec, op.a_fmt, op.b_fmt, ain, bin_, m, n, k, op.fn, op.a_name, op.b_name, bias, dt,
+            epi.transpose, names=names,
         )
         result = fw.check_out(out, w, op.fn, dtype) if out is not None else fw.empty(w, shape, dtype)
         s = fw.stream_of(w, stream, op.fn)
         _core(op.fn, _qg.gemm, op.a_fmt, op.b_fmt, ain, bin_, result, m, n, k, s, op.fn, op.a_name, op.b_name,
-              names=(*names, "out"))
+              bias, dt, epi.transpose, names=(*names, "out"))
     return fw.finish(result, w, s)
 
 
@@ -186,14 +206,17 @@ def _run_dequantize(op: _Op, xq, K, out, stream):
     return _generic_dequantize(op, xq, k, out, stream)
 
 
-def _run_gemm(op: _Op, a, b, M, N, K, out, stream):
+def _run_gemm(op: _Op, a, b, M, N, K, out, stream, epi: _Epilogue = _PLAIN):
     m, n, k = _size(M, "M", op.fn), _size(N, "N", op.fn), _size(K, "K", op.fn)
     if stream is None and type(a) in _FAST_TYPES and type(b) in _FAST_TYPES and _fast_out(out):
-        if _torch_ops.fast_ok(op, a, out, b):
-            r = _qg.fast_gemm(a, b, op.a_fmt, op.b_fmt, m, n, k, op.fn, op.a_name, op.b_name, out)
+        if _torch_ops.fast_ok(op, a, out, b) and _torch_ops.bias_ok(op, epi.bias):
+            r = _qg.fast_gemm(
+                a, b, op.a_fmt, op.b_fmt, m, n, k, op.fn, op.a_name, op.b_name, out, epi.bias,
+                _OUT_DTYPES[epi.out_dtype], epi.transpose,
+            )
             if r is not None:
                 return r
-    return _generic_gemm(op, a, b, m, n, k, out, stream)
+    return _generic_gemm(op, a, b, m, n, k, out, stream, epi=epi)
 
 
 # ------------------------------------------------------------ public functions
@@ -252,6 +275,37 @@ def gemm_q4_0_q8_1(weight_q, activation_q, M=None, N=None, K=None, *, out=None, 
     the integer part exact; the Q8_1 sum field s is not used.
     """
     return _run_gemm(_GEMM_Q4_0_Q8_1, weight_q, activation_q, M, N, K, out, stream)
+
+
+_LINEAR_Q4_0 = _Op("gemm", "qg.linear_q4_0", a_fmt=Q4_0, b_fmt=Q8_1, a_name="weight_q", b_name="x")
+_LINEAR_Q4_0_QUANTIZE = _Op("quantize", "qg.linear_q4_0", fmt=Q8_1)
+
+
+def linear_q4_0(x, weight_q, bias=None, *, stream=None):
+    """y = x @ W^T + bias with W in Q4_0: the call a model's linear layer makes.
+
+    x: float32, float16 or bfloat16 [..., K] activations; weight_q: Q4_0 uint8
+    [M, K//32, 18] (M = product of its leading dims); bias: [M] float or None.
+    Returns [..., M] in x's dtype (torch.nn.functional.linear's orientation).
+    x is quantized to Q8_1 (ggml's reference rounding), multiplied exactly as
+    gemm_q4_0_q8_1 does, and the bias add and the cast to x's dtype happen in
+    the GEMM's epilogue, which writes the [N, M] result directly. NumPy and
+    CuPy take float32 or float16 x (they have no bfloat16 result arrays).
+    """
+    fn = _LINEAR_Q4_0.fn
+    kind = fw.where(x, fn, "x").kind
+    dtype = fw.dtype_name(x)
+    if dtype not in _OUT_DTYPES:
+        raise TypeError(f"{fn}: x must be float32, float16 or bfloat16, got {dtype}")
+    if dtype == "bfloat16" and kind != "torch":
+        raise TypeError(f"{fn}: x is a {kind} bfloat16 array, whose result qg cannot return as bfloat16 there; "
+                        "pass x as float32 or float16, or use torch tensors")
+    shape = tuple(x.shape)
+    if len(shape) < 1:
+        raise ValueError(f"{fn}: x must have shape [..., K], got a 0-d array; reshape it to [1, K]")
+    xq = _run_quantize(_LINEAR_Q4_0_QUANTIZE, x, None, stream)
+    y = _run_gemm(_LINEAR_Q4_0, weight_q, xq, None, None, None, None, stream, _Epilogue(bias, dtype, True))
+    return y.reshape(*shape[:-1], y.shape[-1])
 
 
 # -------------------------------------------------------------------- explain

@@ -127,6 +127,11 @@ def where(x, fn: str, arg: str = "x") -> Where:
     )
 
 
+def dtype_name(x) -> str:
+    """'float32', 'bfloat16', ... for an array of any framework."""
+    return str(x.dtype).rsplit(".", 1)[-1]
+
+
 def check_same_kind(wa: Where, wb: Where, fn: str, a: str, b: str) -> None:
     """Both operands of one call come from one framework: the result's kind is then never ambiguous."""
     if wa.kind != wb.kind:

@@ -24,6 +24,8 @@ import dataclasses
 import sys
 import warnings
 
+from typing import Optional
+
 import torch
 
 from . import _api
@@ -131,16 +133,23 @@ def _(xq, fmt, k):
     return xq.new_empty((*xq.shape[:-2], inferred), dtype=torch.float32)
 
 
+# One operator for every GEMM entry point; `fn` names the public function
+# (its formats, argument names and messages), and the epilogue arguments are
+# ops.h's: bias [M], the result dtype, and a transposed [N, M] result.
 @torch.library.custom_op("qg::gemm", mutates_args=())
-def _gemm_op(a: torch.Tensor, b: torch.Tensor, a_fmt: str, b_fmt: str, m: int, n: int, k: int) -> torch.Tensor:
-    op = _GEMM_OPS[(a_fmt, b_fmt)]
-    return _api._generic_gemm(op, a, b, m, n, k, None, None, route=False)
+def _gemm_op(
+    a: torch.Tensor, b: torch.Tensor, fn: str, m: int, n: int, k: int, bias: Optional[torch.Tensor],
+    out_dtype: str, transpose: bool,
+) -> torch.Tensor:
+    epi = _api._Epilogue(bias, out_dtype, transpose)
+    return _api._generic_gemm(_GEMM_OPS[fn], a, b, m, n, k, None, None, route=False, epi=epi)
 
 
 @_gemm_op.register_fake
-def _(a, b, a_fmt, b_fmt, m, n, k):
-    op = _GEMM_OPS[(a_fmt, b_fmt)]
-    fn, ta, tb = op.fn, _TRAITS[_NAMES.index(a_fmt)], _TRAITS[_NAMES.index(b_fmt)]
+def _(a, b, fn, m, n, k, bias, out_dtype, transpose):
+    op = _GEMM_OPS[fn]
+    a_fmt, b_fmt = _NAMES[op.a_fmt], _NAMES[op.b_fmt]
+    ta, tb = _TRAITS[op.a_fmt], _TRAITS[op.b_fmt]
     _check_packed(fn, op.a_name, a, a_fmt)
     _check_packed(fn, op.b_name, b, b_fmt)
     ka, kb = a.shape[-2] * ta["block_size"], b.shape[-2] * tb["block_size"]
@@ -158,10 +167,16 @@ def _(a, b, a_fmt, b_fmt, m, n, k):
                     f"{fn}: {name}={given} does not match {arg} ({name}={actual})"
                 ),
             )
-    return a.new_empty((rows_a, rows_b), dtype=torch.float32)
+    if bias is not None:
+        torch._check_value(
+            bias.dim() == 1 and bias.shape[0] == rows_a,
+            lambda: f"{fn}: bias must have shape [{rows_a}], got {list(bias.shape)}",
+        )
+    shape = (rows_b, rows_a) if transpose else (rows_a, rows_b)
+    return a.new_empty(shape, dtype=getattr(torch, out_dtype))
 
 
-_GEMM_OPS = {(_NAMES[_api._GEMM_Q4_0_Q8_1.a_fmt], _NAMES[_api._GEMM_Q4_0_Q8_1.b_fmt]): _api._GEMM_Q4_0_Q8_1}
+_GEMM_OPS = {op.fn: op for op in (_api._GEMM_Q4_0_Q8_1, _api._LINEAR_Q4_0)}
 
 
 # ------------------------------------------------------------- fake quantize
@@ -329,10 +344,31 @@ def route_dequantize(op, xq, k: int, out, stream):
     return _recorded(op.fn, _dequantize_op(xq, _NAMES[op.fmt], k), out, stream)
 
 
-def route_gemm(op, a, b, m: int, n: int, k: int, out, stream):
-    if not _use_op(a, b, out):
+def _bias_grad_check(op, bias) -> None:
+    """qg's GEMM has no backward: a bias that requires grad (with grad mode
+    on) is refused rather than silently dropped from the graph."""
+    if isinstance(bias, torch.Tensor) and bias.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(
+            f"{op.fn}: bias requires grad, but qg's quantized GEMM has no backward, so the autograd graph would "
+            "be lost; call it under torch.no_grad() / torch.inference_mode(), or pass bias.detach()"
+        )
+
+
+def bias_ok(op, bias) -> bool:
+    """May the fast path take this bias (a plain, dense, non-negated tensor)?"""
+    if bias is None:
+        return True
+    _bias_grad_check(op, bias)
+    return type(bias) in _api._FAST_TYPES and bias.layout == torch.strided and not bias.is_neg()
+
+
+def route_gemm(op, a, b, m: int, n: int, k: int, out, stream, epi=None):
+    epi = epi or _api._PLAIN
+    _bias_grad_check(op, epi.bias)
+    if not _use_op(a, b, out, epi.bias):
         return None
-    return _recorded(op.fn, _gemm_op(a, b, _NAMES[op.a_fmt], _NAMES[op.b_fmt], m, n, k), out, stream)
+    result = _gemm_op(a, b, op.fn, m, n, k, epi.bias, epi.out_dtype, epi.transpose)
+    return _recorded(op.fn, result, out, stream)
 
 
 _api._torch_ops = sys.modules[__name__]  # before any type can reach the fast path

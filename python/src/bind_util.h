@@ -28,5 +28,9 @@ Status run_released(Device device, Fn&& fn) {
 
 GemmViews gemm_views(int a_fmt, int b_fmt, const TensorView& a, const TensorView& b, int64_t m, int64_t n,
                      int64_t k, const char* fn, const char* a_name, const char* b_name);
+// The epilogue the Python API exposes: bias (a view that outlives the call,
+// or null), the result dtype (0 float32, 1 float16, 2 bfloat16), and whether
+// the result is [N, M] (x @ W^T) instead of [M, N].
+void set_epilogue(GemmViews* v, const TensorView* bias, int out_dtype, bool transpose);
 
 }  // namespace qg::python

@@ -123,15 +123,20 @@ void bind_fast_ops(nb::module_& m) {
   m.def(
       "fast_gemm",
       [](nb::handle a, nb::handle b, int a_fmt, int b_fmt, int64_t M, int64_t N, int64_t K, const char* fn,
-         const char* a_name, const char* b_name, nb::handle out) -> nb::object {
-        const dlx::Api *api_a, *api_b;
-        TensorView av, bv;
+         const char* a_name, const char* b_name, nb::handle out, nb::handle bias, int out_dtype,
+         bool transpose) -> nb::object {
+        const dlx::Api *api_a, *api_b, *api_bias;
+        TensorView av, bv, biasv;
         if (!import_input(a, fn, a_name, &api_a, &av) || !import_input(b, fn, b_name, &api_b, &bv) || api_a != api_b)
           return nb::none();
-        const GemmViews v = gemm_views(a_fmt, b_fmt, av, bv, M, N, K, fn, a_name, b_name);
+        if (!bias.is_none() && (!import_input(bias, fn, "bias", &api_bias, &biasv) || api_bias != api_a))
+          return nb::none();
+        GemmViews v = gemm_views(a_fmt, b_fmt, av, bv, M, N, K, fn, a_name, b_name);
+        set_epilogue(&v, bias.is_none() ? nullptr : &biasv, out_dtype, transpose);
         return finish(api_a, fn, v, av.device, out, [&](const TensorView& o, Stream s) { return gemm(v, o, s); });
       },
-      "a"_a, "b"_a, "a_fmt"_a, "b_fmt"_a, "M"_a, "N"_a, "K"_a, "fn"_a, "a_name"_a, "b_name"_a, "out"_a.none());
+      "a"_a, "b"_a, "a_fmt"_a, "b_fmt"_a, "M"_a, "N"_a, "K"_a, "fn"_a, "a_name"_a, "b_name"_a, "out"_a.none(),
+      "bias"_a.none() = nb::none(), "out_dtype"_a = 0, "transpose"_a = false);
 }
 
 }  // namespace qg::python

@@ -2,6 +2,7 @@
 // ops.cpp: the generic bindings of the three core ops. The Python layer
 // (qg/_api.py) has matched the arrays to a framework, allocated `out` from
 // the result spec, and found the stream; all checking is in the core.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -36,6 +37,12 @@ GemmViews gemm_views(int a_fmt, int b_fmt, const TensorView& a, const TensorView
   v.a_name = a_name;
   v.b_name = b_name;
   return v;
+}
+
+void set_epilogue(GemmViews* v, const TensorView* bias, int out_dtype, bool transpose) {
+  v->bias = bias;
+  v->out_dtype = out_dtype == 1 ? DType::f16 : out_dtype == 2 ? DType::bf16 : DType::f32;
+  v->transpose_out = transpose;
 }
 
 nb::tuple spec_tuple(const ResultSpec& spec) {
@@ -82,25 +89,32 @@ void bind_ops(nb::module_& m) {
   m.def(
       "gemm_spec",
       [](int a_fmt, int b_fmt, const InArray& a, const InArray& b, int64_t M, int64_t N, int64_t K,
-         const char* fn, const char* a_name, const char* b_name) {
-        const GemmViews v = gemm_views(a_fmt, b_fmt, to_view(a, fn, a_name), to_view(b, fn, b_name), M, N, K, fn,
-                                       a_name, b_name);
+         const char* fn, const char* a_name, const char* b_name, std::optional<InArray> bias, int out_dtype,
+         bool transpose) {
+        GemmViews v = gemm_views(a_fmt, b_fmt, to_view(a, fn, a_name), to_view(b, fn, b_name), M, N, K, fn,
+                                 a_name, b_name);
+        TensorView bv;
+        set_epilogue(&v, bias ? &(bv = to_view(*bias, fn, "bias")) : nullptr, out_dtype, transpose);
         ResultSpec spec;
         throw_if_error(result_spec(v, &spec));
         return spec_tuple(spec);
       },
-      "a_fmt"_a, "b_fmt"_a, "a"_a, "b"_a, "M"_a, "N"_a, "K"_a, "fn"_a, "a_name"_a, "b_name"_a);
+      "a_fmt"_a, "b_fmt"_a, "a"_a, "b"_a, "M"_a, "N"_a, "K"_a, "fn"_a, "a_name"_a, "b_name"_a, "bias"_a.none() = nb::none(),
+      "out_dtype"_a = 0, "transpose"_a = false);
   m.def(
       "gemm",
       [](int a_fmt, int b_fmt, const InArray& a, const InArray& b, const OutArray& out, int64_t M, int64_t N,
-         int64_t K, uintptr_t stream, const char* fn, const char* a_name, const char* b_name) {
-        const GemmViews v = gemm_views(a_fmt, b_fmt, to_view(a, fn, a_name), to_view(b, fn, b_name), M, N, K, fn,
-                                       a_name, b_name);
+         int64_t K, uintptr_t stream, const char* fn, const char* a_name, const char* b_name,
+         std::optional<InArray> bias, int out_dtype, bool transpose) {
+        GemmViews v = gemm_views(a_fmt, b_fmt, to_view(a, fn, a_name), to_view(b, fn, b_name), M, N, K, fn,
+                                 a_name, b_name);
+        TensorView bv;
+        set_epilogue(&v, bias ? &(bv = to_view(*bias, fn, "bias")) : nullptr, out_dtype, transpose);
         const TensorView ov = to_view(out, fn);
         throw_if_error(run_released(ov.device, [&] { return gemm(v, ov, stream_from(stream)); }));
       },
       "a_fmt"_a, "b_fmt"_a, "a"_a, "b"_a, "out"_a.noconvert(), "M"_a, "N"_a, "K"_a, "stream"_a, "fn"_a,
-      "a_name"_a, "b_name"_a);
+      "a_name"_a, "b_name"_a, "bias"_a.none() = nb::none(), "out_dtype"_a = 0, "transpose"_a = false);
   m.def(
       "explain_quantize",
       [](int fmt, const InArray& x, bool bf16, const char* fn) {

@@ -52,6 +52,9 @@ void bind_runtime(nb::module_& m) {
         } else if (dtype == "uint8") {
           dt = nb::dtype<uint8_t>();
           itemsize = 1;
+        } else if (dtype == "float16") {
+          dt = nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+          itemsize = 2;
         } else {
           throw nb::value_error(("qg.empty_cuda: unsupported dtype " + dtype).c_str());
         }
