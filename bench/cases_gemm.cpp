@@ -55,20 +55,6 @@ qg::GemmArgs gemm_args(Backend be, qg::Format fa, qg::Format fb, int64_t m, int6
   return g;
 }
 
-// Why the dispatcher would not let `k` run `g` ("" when it would): the arch
-// window (only once the device is up), the epilogue, can_run.
-std::string kernel_refuses(const GemmKernel& k, Backend be, const qg::GemmArgs& g) {
-  std::string why;
-  if (backend_live(be)) {
-    qg::detail::DeviceCaps caps;
-    if (const qg::Status s = qg::detail::device_caps(g.fn, g.device, &caps); !s.ok()) return s.message();
-    if (!qg::detail::arch_admits(k.arch, g.device, caps, &why)) return why;
-  }
-  if (const uint32_t missing = qg::detail::caps_missing(k, g))
-    return "its epilogue lacks " + qg::detail::epilogue_cap_names(missing);
-  if (!k.can_run(g, &why)) return why.empty() ? std::string("can_run refuses") : why;
-  return {};
-}
 
 // kernel == nullptr: qg::gemm.
 void bm_gemm(benchmark::State& st, Backend be, qg::Format fa, qg::Format fb, const GemmKernel* kernel, int64_t m,

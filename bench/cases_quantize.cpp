@@ -59,18 +59,6 @@ qg::DequantizeArgs dequantize_args(Backend be, qg::Format f, int64_t n, int64_t 
   return d;
 }
 
-// Why the dispatcher would not let `k` run `a` ("" when it would).
-template <class Args>
-std::string kernel_refuses(const Kernel<Args>& k, Backend be, const Args& a) {
-  std::string why;
-  if (backend_live(be)) {
-    qg::detail::DeviceCaps caps;
-    if (const qg::Status s = qg::detail::device_caps("qg.bench", a.device, &caps); !s.ok()) return s.message();
-    if (!qg::detail::arch_admits(k.arch, a.device, caps, &why)) return why;
-  }
-  if (!k.can_run(a, &why)) return why.empty() ? std::string("can_run refuses") : why;
-  return {};
-}
 
 qg::Status check(const qg::QuantizeArgs& a) { return qg::detail::check_quantize_args(a); }
 qg::Status check(const qg::DequantizeArgs& a) { return qg::detail::check_dequantize_args(a); }

@@ -33,6 +33,8 @@
 #include <benchmark/benchmark.h>
 #include <qg/qg.h>
 
+#include "dispatch.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -82,6 +84,19 @@ struct Work {
 };
 
 std::string qg_error(const char* what, const qg::Status& s);  // "" when ok
+
+// Why the dispatcher would not let kernel `k` run `a` ("" when it would):
+// dispatch.h's kernel_admits. Before the backend's device is up (listing
+// cases) the arch window cannot be judged and is taken as admitting.
+template <class Kernel, class Args>
+std::string kernel_refuses(const Kernel& k, Backend be, const Args& a) {
+  qg::detail::DeviceCaps caps{k.arch.min_cc, ~0u};
+  if (backend_live(be))
+    if (const qg::Status s = qg::detail::device_caps("qg.bench", a.device, &caps); !s.ok()) return s.message();
+  std::string why;
+  if (qg::detail::kernel_admits(k, a, caps, &why)) return {};
+  return why.empty() ? std::string("can_run refuses") : why;
+}
 
 // ============================================================= buffer rotation
 

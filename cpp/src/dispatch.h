@@ -51,6 +51,18 @@ std::string call_key(const DequantizeArgs& a);
 
 Status no_kernel(const char* fn, const std::string& key, const std::string& reasons, bool any_served);
 
+// The dispatcher's judgement of one kernel that serves the call's formats:
+// its arch window, its epilogue capabilities, then its can_run.
+template <class Kernel, class Args>
+bool kernel_admits(const Kernel& k, const Args& args, const DeviceCaps& caps, std::string* why_not) {
+  if (!arch_admits(k.arch, args.device, caps, why_not)) return false;
+  if (const uint32_t missing = caps_missing(k, args)) {
+    *why_not = "its epilogue lacks " + epilogue_cap_names(missing);
+    return false;
+  }
+  return k.can_run(args, why_not);
+}
+
 template <class Kernel, class Args>
 Status choose_kernel(const char* fn, const std::vector<Kernel>& kernels, const Args& args,
                      const Kernel** chosen, Explanation* explain) {
@@ -71,15 +83,7 @@ Status choose_kernel(const char* fn, const std::vector<Kernel>& kernels, const A
       continue;
     }
     std::string why;
-    bool ok = arch_admits(k.arch, args.device, caps, &why);
-    if (ok) {
-      if (const uint32_t missing = caps_missing(k, args)) {
-        ok = false;
-        why = "its epilogue lacks " + epilogue_cap_names(missing);
-      }
-    }
-    if (ok) ok = k.can_run(args, &why);
-    if (ok) {
+    if (kernel_admits(k, args, caps, &why)) {
       *chosen = &k;
       if (explain) {
         explain->chosen = k.name;
