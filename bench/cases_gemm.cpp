@@ -72,19 +72,7 @@ void bm_gemm(benchmark::State& st, Backend be, qg::Format fa, qg::Format fb, con
   }
   qg::GemmArgs g = gemm_args(be, fa, fb, m, n, k, w->slot(0), a->slot(0), c->slot(0));
   const qg::Stream stream = stream_of(be);
-  if (kernel) {
-    // The bench hands a kernel only what the public call would accept.
-    err = qg_error("qg::gemm", qg::detail::check_gemm_args(g));
-    if (err.empty()) err = kernel_refuses(*kernel, be, g);
-    if (!err.empty()) {
-      st.SkipWithError((std::string(kernel->name) + ": " + err).c_str());
-      return;
-    }
-    st.SetLabel(kernel->name);
-  } else {
-    qg::Explanation ex;
-    if (qg::explain(g, &ex).ok()) st.SetLabel(ex.chosen);
-  }
+  if (!label_case(st, be, kernel, g, kernel ? qg::detail::check_gemm_args(g) : qg::Status())) return;
   run_timed(st, be, gemm_work(fa, fb, m, n, k), warmups_for(be, *w, cold), [&]() {
     g.a.data = w->take(cold);
     g.b.data = a->take(cold);

@@ -71,18 +71,7 @@ template <class Args>
 void bm_convert(benchmark::State& st, Backend be, Args args, const Kernel<Args>* kernel, Rotation& in,
                 const Work& work, bool cold, const void* Args::*input) {
   const qg::Stream stream = stream_of(be);
-  if (kernel) {
-    std::string err = qg_error("qg bench", check(args));
-    if (err.empty()) err = kernel_refuses(*kernel, be, args);
-    if (!err.empty()) {
-      st.SkipWithError((std::string(kernel->name) + ": " + err).c_str());
-      return;
-    }
-    st.SetLabel(kernel->name);
-  } else {
-    qg::Explanation ex;
-    if (qg::explain(args, &ex).ok()) st.SetLabel(ex.chosen);
-  }
+  if (!label_case(st, be, kernel, args, kernel ? check(args) : qg::Status())) return;
   run_timed(st, be, work, warmups_for(be, in, cold), [&]() {
     args.*input = in.take(cold);
     return qg_error(kernel ? kernel->name : "qg", kernel ? kernel->run(args, stream) : call(args, stream));

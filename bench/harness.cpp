@@ -354,6 +354,22 @@ const std::vector<float>& cpu_pool() {
 }
 
 // rows x k fp32 from random places in the pool, quantized by qg on the CPU.
+
+// rows x k fp32 values from x quantized to fmt, contiguous, into y on device.
+qg::QuantizeArgs quantize_chunk(qg::Format fmt, const float* x, int64_t rows, int64_t k, void* y, qg::Device device) {
+  qg::QuantizeArgs q;
+  q.format = fmt;
+  q.x = x;
+  q.x_dtype = qg::DType::f32;
+  q.rows = rows;
+  q.k = k;
+  q.x_row_stride = k;
+  q.y = y;
+  q.y_row_stride = qg::row_bytes(qg::format_traits(fmt), k);
+  q.device = device;
+  return q;
+}
+
 std::string cpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t k, uint64_t seed) {
   const std::vector<float>& pool = cpu_pool();
   const int64_t pool_n = int64_t(pool.size());
@@ -364,16 +380,8 @@ std::string cpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t 
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t nr = std::min(chunk, rows - r);
     const int64_t off = int64_t(rng.next() % uint64_t(pool_n - nr * k + 1)) / 64 * 64;
-    qg::QuantizeArgs q;
-    q.format = fmt;
-    q.x = pool.data() + off;
-    q.x_dtype = qg::DType::f32;
-    q.rows = nr;
-    q.k = k;
-    q.x_row_stride = k;
-    q.y = static_cast<char*>(dst) + r * row_bytes;
-    q.y_row_stride = row_bytes;
-    q.device = qg::Device::cpu();
+    const qg::QuantizeArgs q =
+        quantize_chunk(fmt, pool.data() + off, nr, k, static_cast<char*>(dst) + r * row_bytes, qg::Device::cpu());
     std::string err = qg_error("qg::quantize", qg::quantize(q));
     if (!err.empty()) return err;
   }
@@ -513,16 +521,8 @@ std::string gpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t 
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t nr = std::min(chunk, rows - r);
     const int64_t off = int64_t(rng.next() % uint64_t(g_gpu.pool_n - nr * k + 1)) / 64 * 64;
-    qg::QuantizeArgs q;
-    q.format = fmt;
-    q.x = g_gpu.pool32 + off;
-    q.x_dtype = qg::DType::f32;
-    q.rows = nr;
-    q.k = k;
-    q.x_row_stride = k;
-    q.y = static_cast<char*>(dst) + r * row_bytes;
-    q.y_row_stride = row_bytes;
-    q.device = qg::Device::cuda(g_gpu.dev);
+    const qg::QuantizeArgs q = quantize_chunk(fmt, g_gpu.pool32 + off, nr, k, static_cast<char*>(dst) + r * row_bytes,
+                                              qg::Device::cuda(g_gpu.dev));
     std::string err = qg_error("qg::quantize", qg::quantize(q, g_gpu.stream));
     if (!err.empty()) return err;
   }

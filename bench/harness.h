@@ -85,6 +85,13 @@ struct Work {
 
 std::string qg_error(const char* what, const qg::Status& s);  // "" when ok
 
+// Labels a case with the kernel it times, or with the dispatcher's choice
+// when kernel is null. False, with the case skipped, when the public call's
+// checks (`checked`) or the kernel's own judgement refuse the arguments: the
+// bench hands a kernel only what the public call would accept.
+template <class Kernel, class Args>
+bool label_case(benchmark::State& st, Backend be, const Kernel* kernel, const Args& args, const qg::Status& checked);
+
 // Why the dispatcher would not let kernel `k` run `a` ("" when it would):
 // dispatch.h's kernel_admits. Before the backend's device is up (listing
 // cases) the arch window cannot be judged and is taken as admitting.
@@ -96,6 +103,23 @@ std::string kernel_refuses(const Kernel& k, Backend be, const Args& a) {
   std::string why;
   if (qg::detail::kernel_admits(k, a, caps, &why)) return {};
   return why.empty() ? std::string("can_run refuses") : why;
+}
+
+template <class Kernel, class Args>
+bool label_case(benchmark::State& st, Backend be, const Kernel* kernel, const Args& args, const qg::Status& checked) {
+  if (!kernel) {
+    qg::Explanation ex;
+    if (qg::explain(args, &ex).ok()) st.SetLabel(ex.chosen);
+    return true;
+  }
+  std::string err = qg_error("qg bench", checked);
+  if (err.empty()) err = kernel_refuses(*kernel, be, args);
+  if (!err.empty()) {
+    st.SkipWithError((std::string(kernel->name) + ": " + err).c_str());
+    return false;
+  }
+  st.SetLabel(kernel->name);
+  return true;
 }
 
 // ============================================================= buffer rotation

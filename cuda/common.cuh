@@ -52,12 +52,14 @@ inline std::string cuda_error_text(cudaError_t err) {
 }
 
 // Reads and clears the error a launch left behind. Launch-configuration
-// errors are not sticky, so clearing keeps the context usable.
-inline Status launch_status(const char* op, const std::string& shape) {
+// errors are not sticky, so clearing keeps the context usable. shape() names
+// the problem in the message; it runs only on failure, so a successful
+// launch builds no string.
+template <class ShapeText>
+Status launch_status(const char* op, ShapeText&& shape) {
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return Status::success();
-  return Status(StatusCode::cuda_error,
-                std::string(op) + " (cuda): " + cuda_error_text(err) + " (" + shape + ")");
+  return Status(StatusCode::cuda_error, std::string(op) + " (cuda): " + cuda_error_text(err) + " (" + shape() + ")");
 }
 
 inline Status guard_status(const DeviceGuard& guard, const char* op, int device) {

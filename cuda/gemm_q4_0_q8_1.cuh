@@ -21,7 +21,9 @@ inline std::string gemm_shape(const GemmArgs& g) {
   return "M=" + std::to_string(g.a.rows) + ", N=" + std::to_string(g.b.rows) + ", K=" + std::to_string(g.a.k);
 }
 
-inline Status gemm_launch_status(const GemmArgs& g) { return launch_status(g.fn, gemm_shape(g)); }
+inline Status gemm_launch_status(const GemmArgs& g) {
+  return launch_status(g.fn, [&] { return gemm_shape(g); });
+}
 
 // The 16-bit W loads and 32-bit A loads of the fast paths need these; the
 // generic kernel reads bytes and needs nothing. A row stride only matters

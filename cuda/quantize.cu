@@ -153,7 +153,7 @@ Status quantize_run(const QuantizeArgs& args, Stream stream) {
   if (Status s = guard_status(guard, fn, args.device.id); !s.ok()) return s;
   const unsigned grid = grid_for(args.rows, args.k / 32);
   with_format(args.format, [&](auto tag) { launch_quantize<decltype(tag)::value>(args, grid, to_cuda(stream)); });
-  return launch_status(fn, rows_k(args.rows, args.k));
+  return launch_status(fn, [&] { return rows_k(args.rows, args.k); });
 }
 
 bool dequantize_can_run(const DequantizeArgs& args, std::string* why_not) {
@@ -177,7 +177,7 @@ Status dequantize_run(const DequantizeArgs& args, Stream stream) {
     dequantize_kernel<decltype(tag)::value><<<grid, kWarpsPerCta * 32, 0, st>>>(
         xq, args.rows, nb, args.xq_row_stride, args.y, args.y_row_stride);
   });
-  return launch_status(fn, rows_k(args.rows, args.k));
+  return launch_status(fn, [&] { return rows_k(args.rows, args.k); });
 }
 
 }  // namespace qg::detail::cuda

@@ -3,7 +3,9 @@
 // kernel tables for gemm, quantize and dequantize. A table entry says, as data,
 // which formats it serves, which hardware it needs (its arch window) and which
 // epilogue features it implements; its can_run judges only shape and
-// alignment. dispatch.h walks a table in order (most specialised first).
+// alignment, and writes why it refuses only when why_not is not null (the
+// dispatcher passes null on a call's path and asks again only to report).
+// dispatch.h walks a table in order (most specialised first).
 // Args reaching a kernel have passed validate.h.
 #pragma once
 

@@ -43,15 +43,15 @@ bool arch_admits(const ArchWindow& w, Device device, const DeviceCaps& caps, std
   if (device.type == DeviceType::cpu) {
     const uint32_t missing = w.cpu_features & ~caps.cpu_features;
     if (missing == 0) return true;
-    *why_not = "needs " + cpu_feature_names(missing) + ", which this CPU (or QG_CPU_ISA) does not offer";
+    if (why_not) *why_not = "needs " + cpu_feature_names(missing) + ", which this CPU (or QG_CPU_ISA) does not offer";
     return false;
   }
   if (w.arch_specific && caps.cc != w.min_cc) {
-    *why_not = "needs " + sm(w.min_cc, true) + " exactly; " + device_name(device) + " is " + sm(caps.cc, false);
+    if (why_not) *why_not = "needs " + sm(w.min_cc, true) + " exactly; " + device_name(device) + " is " + sm(caps.cc, false);
     return false;
   }
   if (caps.cc < w.min_cc || (w.max_cc > 0 && caps.cc > w.max_cc)) {
-    *why_not = "needs " + sm(w.min_cc, false) + (w.max_cc ? " to " + sm(w.max_cc, false) : " or newer") +
+    if (why_not) *why_not = "needs " + sm(w.min_cc, false) + (w.max_cc ? " to " + sm(w.max_cc, false) : " or newer") +
                "; " + device_name(device) + " is " + sm(caps.cc, false);
     return false;
   }

@@ -26,7 +26,7 @@ struct DeviceCaps {
 Status device_caps(const char* fn, Device device, DeviceCaps* caps);
 const Registry& registry_for(Device device);
 
-// Empty when the window admits the device, else why not.
+// True when the window admits the device; else *why_not (if given) says why.
 bool arch_admits(const ArchWindow& w, Device device, const DeviceCaps& caps, std::string* why_not);
 
 inline bool serves(const GemmKernel& k, const GemmArgs& a) {
@@ -52,29 +52,38 @@ std::string call_key(const DequantizeArgs& a);
 Status no_kernel(const char* fn, const std::string& key, const std::string& reasons, bool any_served);
 
 // The dispatcher's judgement of one kernel that serves the call's formats:
-// its arch window, its epilogue capabilities, then its can_run.
+// its arch window, its epilogue capabilities, then its can_run. why_not may
+// be null: then no reason is built (the success path builds no strings).
 template <class Kernel, class Args>
 bool kernel_admits(const Kernel& k, const Args& args, const DeviceCaps& caps, std::string* why_not) {
   if (!arch_admits(k.arch, args.device, caps, why_not)) return false;
   if (const uint32_t missing = caps_missing(k, args)) {
-    *why_not = "its epilogue lacks " + epilogue_cap_names(missing);
+    if (why_not) *why_not = "its epilogue lacks " + epilogue_cap_names(missing);
     return false;
   }
   return k.can_run(args, why_not);
 }
 
+// Runs the walk once without building any reason; only an explain request or
+// a failure (no kernel admits the call) walks again to say why.
 template <class Kernel, class Args>
 Status choose_kernel(const char* fn, const std::vector<Kernel>& kernels, const Args& args,
                      const Kernel** chosen, Explanation* explain) {
   *chosen = nullptr;
   DeviceCaps caps;
   if (Status s = device_caps(fn, args.device, &caps); !s.ok()) return s;
-  if (explain) {
+  if (!explain) {
+    for (const Kernel& k : kernels)
+      if (serves(k, args) && kernel_admits(k, args, caps, nullptr)) {
+        *chosen = &k;
+        return {};
+      }
+  } else {
     explain->op = fn;
     explain->problem = call_key(args);
   }
   bool any_served = false;
-  std::string reasons;  // filled only when nothing runs or explain is asked
+  std::string reasons;
   for (const Kernel& k : kernels) {
     if (!serves(k, args)) continue;
     any_served = true;
@@ -83,7 +92,7 @@ Status choose_kernel(const char* fn, const std::vector<Kernel>& kernels, const A
       continue;
     }
     std::string why;
-    if (kernel_admits(k, args, caps, &why)) {
+    if (kernel_admits(k, args, caps, &why)) {  // with explain only: the silent walk found none otherwise
       *chosen = &k;
       if (explain) {
         explain->chosen = k.name;

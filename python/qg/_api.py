@@ -14,11 +14,11 @@ registered in qg.torch_ops are called instead, so the graph records qg's op.
 """
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 
 from . import _frameworks as fw
 from . import _qg
+from ._args import int_arg
 
 Q4_0, Q8_0, Q8_1 = 0, 1, 2
 FORMATS = {"q4_0": Q4_0, "q8_0": Q8_0, "q8_1": Q8_1}
@@ -40,12 +40,7 @@ def _size(value, name: str, fn: str) -> int:
     """M, N, K arguments: None -> -1 (inferred); else a non-negative int."""
     if value is None:
         return -1
-    if isinstance(value, bool):
-        raise TypeError(f"{fn}: {name} must be an int or None, got bool")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{fn}: {name} must be an int or None, got {type(value).__name__} {value!r}") from None
+    v = int_arg(value, name, fn, "an int or None")
     if v < 0:
         raise ValueError(f"{fn}: {name}={v} is negative; pass a size >= 0, or None to infer it")
     if v >= 2**62:

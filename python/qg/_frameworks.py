@@ -144,14 +144,6 @@ def check_same_kind(wa: Where, wb: Where, fn: str, a: str, b: str) -> None:
         raise ValueError(f"{fn}: {a} is on {dev(wa)} but {b} is on {dev(wb)}; move both to one device")
 
 
-def _is_c_contiguous(x, kind: str) -> bool:
-    if kind in ("numpy", "cupy"):
-        return bool(x.flags.c_contiguous)
-    if kind == "torch":
-        return bool(x.is_contiguous())
-    return True  # JAX arrays are always dense
-
-
 _NP_OK_KINDS = "fiu"  # float, signed, unsigned: what DLPack carries and the core names in its errors
 
 

@@ -2,9 +2,9 @@
 """What this build holds and which devices it sees."""
 from __future__ import annotations
 
-import operator
 
 from . import _qg
+from ._args import int_arg
 
 
 def build_info() -> dict:
@@ -31,12 +31,7 @@ def cuda_unavailable_reason() -> str:
 def set_cpu_threads(threads: int) -> None:
     """Worker threads of the CPU backend (0 = all hardware threads; env QG_NUM_THREADS)."""
     fn = "qg.set_cpu_threads"
-    if isinstance(threads, bool):
-        raise TypeError(f"{fn}: threads must be an int, got bool")
-    try:
-        threads = operator.index(threads)
-    except TypeError:
-        raise TypeError(f"{fn}: threads must be an int, got {type(threads).__name__} {threads!r}") from None
+    threads = int_arg(threads, "threads", fn)
     if not 0 <= threads <= 4096:
         raise ValueError(f"{fn}: threads={threads} must be between 0 (all hardware threads) and 4096")
     _qg.set_cpu_threads(threads)

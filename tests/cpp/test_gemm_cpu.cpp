@@ -143,7 +143,7 @@ TEST(GemmCpuRegistry, DispatchChoosesTheFirstAdmittedKernel) {
 // candidate at all.
 bool any_shape(const qg::GemmArgs&, std::string*) { return true; }
 bool never(const qg::GemmArgs&, std::string* why) {
-  *why = "refuses everything";
+  if (why) *why = "refuses everything";  // why may be null: the dispatcher asks for reasons only when it reports them
   return false;
 }
 qg::Status no_run(const qg::GemmArgs&, qg::Stream) { return {}; }

@@ -538,12 +538,7 @@ inline bool gemm_kernel_admits(const qg::detail::GemmKernel& k, const qg::GemmAr
     *why = s.message();
     return false;
   }
-  if (!qg::detail::arch_admits(k.arch, g.device, caps, why)) return false;
-  if (const uint32_t missing = qg::detail::caps_missing(k, g)) {
-    *why = "its epilogue lacks " + qg::detail::epilogue_cap_names(missing);
-    return false;
-  }
-  return k.can_run(g, why);
+  return qg::detail::kernel_admits(k, g, caps, why);
 }
 
 // Whether `k`'s arch window admits `device` at all (empty *why when it does).

@@ -48,12 +48,6 @@ inline int hsum_epi32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-inline bool finite(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  return (u & 0x7F800000u) != 0x7F800000u;
-}
-
 // MR rows of W against NR rows of A, a 2 x 4 register tile at most: each W
 // block is unpacked once and used NR times, and each A block is loaded, and
 // its code sums (the "- 8 * sum a" term) formed, once for MR rows. At small K
@@ -89,7 +83,7 @@ void rows_times_cols(const uint8_t* const* w, const uint8_t* const* a, int64_t n
       for (int r = 0; r < MR; ++r) {
         const __m256i dot = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(wq[r], aq), sa), ones16);
         const float d = dw[r] * da;
-        if (finite(d)) acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d), acc[r][j]);
+        if (is_finite(d)) acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d), acc[r][j]);
         else odd[r][j] += d * static_cast<float>(hsum_epi32(dot));
       }
     }
