@@ -65,7 +65,7 @@ def test_result_in_x_dtype_is_the_rounded_fp32_result(dtype, rng):
 
 
 @needs_torch
-def test_bias_dtype_and_cuda_device_variants(cuda_fw, rng):
+def test_cuda_matches_reference_and_cpu(cuda_fw, rng):
     x, wq, b = _case(rng, (5,), 256, 33, True)
     y = qg.linear_q4_0(cuda_fw.to(x), cuda_fw.to(wq), cuda_fw.to(b))
     assert R.nmse(cuda_fw.to_numpy(y), _reference(x, wq, b)) <= TIER_A
