@@ -130,7 +130,7 @@ void load_options() {
       std::fprintf(stderr, "bench_gemm: ignoring shape '%s' (want MxK, K a multiple of 32)\n",
                    item.c_str());
   }
-  const std::vector<int64_t> llm_n{1, 2, 4, 8, 16, 32, 128, 512, 4096};
+  const std::vector<int64_t> llm_n{1, 2, 4, 8, 16, 32, 64, 128, 512, 4096};
   g_opt.gpu_n = option_list("n", llm_n);
   // The CPU shape policy: the same LLM shapes, N cut at cpu_max_n, so that a
   // 2-core machine gets through the CPU cases in seconds.

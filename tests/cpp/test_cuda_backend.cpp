@@ -434,38 +434,84 @@ void run_gemm_case(const GemmCase& g, cudaStream_t stream, uint32_t seed, std::v
   if (c_out) *c_out = std::move(c);
 }
 
+// The kernel dispatch picks for N > 8 with aligned operands: the tensor-core
+// kernel from sm_80 on, the DP4A tiles before.
+const char* tiled_impl() {
+  std::string why;
+  const std::vector<qg::CudaDeviceInfo> devs = qg::cuda_devices(&why);
+  return !devs.empty() && devs[0].compute_capability >= 80 ? "cuda_mma" : "dp4a_tiled";
+}
+
 TEST_F(CudaBackend, GemmShapes) {
+  const char* tiled = tiled_impl();
   const GemmCase cases[] = {
       {1, 1, 32, 0, 0, 0, 0, 0, "mmvq"},
       {7, 3, 96, 0, 0, 0, 0, 0, "mmvq"},
-      {33, 9, 320, 0, 0, 0, 0, 0, "tiled"},
+      {33, 9, 320, 0, 0, 0, 0, 0, tiled},
       {130, 8, 4096, 0, 0, 0, 0, 0, "mmvq"},
-      {64, 64, 128, 0, 0, 0, 0, 0, "tiled"},
-      {257, 129, 1024, 0, 0, 0, 0, 0, "tiled"},
-      {1, 512, 256, 0, 0, 0, 0, 0, "tiled"},
-      {5, 300, 32, 0, 0, 0, 0, 0, "tiled"},
+      {64, 64, 128, 0, 0, 0, 0, 0, tiled},
+      {257, 129, 1024, 0, 0, 0, 0, 0, tiled},
+      {1, 512, 256, 0, 0, 0, 0, 0, tiled},
+      {5, 300, 32, 0, 0, 0, 0, 0, tiled},
       {4096, 1, 4096, 0, 0, 0, 0, 0, "mmvq"},
       {512, 2, 14336, 0, 0, 0, 0, 0, "mmvq"},
-      {65, 100, 14336, 0, 0, 0, 0, 0, "tiled"},
+      {65, 100, 14336, 0, 0, 0, 0, 0, tiled},
   };
   uint32_t seed = kSeed;
   for (const GemmCase& g : cases) run_gemm_case(g, nullptr, seed++, nullptr);
 }
 
+// Every tail of every tile the kernels use (GEMV N <= 8; tensor-core tiles of
+// 8, 16, 32, 64 and 128 columns; DP4A tiles of 64), M a multiple of none, and
+// K = 13 blocks: one full 8-block stage and a partial one.
 TEST_F(CudaBackend, GemmNSweep) {
   uint32_t seed = kSeed + 100;
-  for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 31, 128, 512}) {
+  const char* tiled = tiled_impl();
+  for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 33, 63, 65, 127, 128, 129, 512}) {
     GemmCase g{97, n, 32 * 13};
-    g.expect_impl = n <= 8 ? "mmvq" : "tiled";
+    g.expect_impl = n <= 8 ? "mmvq" : tiled;
     run_gemm_case(g, nullptr, seed++, nullptr);
+  }
+  for (int64_t n : {1, 9, 17, 129}) run_gemm_case({50, n, 32}, nullptr, seed++, nullptr);  // K = 32
+}
+
+// Shapes big enough for the tensor-core kernel's 64 x 128 and 128 x 128 tiles
+// (it picks them once there are about a wave of them), with K tails, once with
+// 16-byte-aligned rows (16-byte copies) and once without (4-byte copies).
+TEST_F(CudaBackend, GemmLargeTiles) {
+  uint32_t seed = kSeed + 150;
+  const char* tiled = tiled_impl();
+  run_gemm_case({1300, 1100, 320, 0, 0, 0, 0, 0, tiled}, nullptr, seed++, nullptr);
+  run_gemm_case({1000, 800, 288, 0, 0, 0, 0, 0, tiled}, nullptr, seed++, nullptr);
+  run_gemm_case({1000, 800, 288, 6, 12, 0, 0, 0, tiled}, nullptr, seed++, nullptr);
+  run_gemm_case({1031, 777, 512, 0, 0, 5, 0, 0, tiled}, nullptr, seed++, nullptr);
+}
+
+// Few tiles and a long K: on sm_90 the tensor-core kernel splits K across the
+// CTAs of a cluster and adds their tiles through distributed shared memory.
+// Tails in M, N and K, 16-byte and 4-byte copies, a padded C; the sum order is
+// fixed, so two runs are bit-identical.
+TEST_F(CudaBackend, GemmSplitKAcrossClusters) {
+  uint32_t seed = kSeed + 170;
+  const char* tiled = tiled_impl();
+  for (const GemmCase& g : {GemmCase{97, 12, 4192, 0, 0, 0, 0, 0, tiled}, GemmCase{300, 70, 8224, 0, 0, 3, 0, 0, tiled},
+                            GemmCase{33, 129, 2080, 6, 12, 0, 0, 0, tiled}, GemmCase{1000, 16, 14336, 0, 0, 0, 0, 0, tiled},
+                            GemmCase{130, 40, 1056, 0, 0, 0, 2, 0, tiled}}) {
+    std::vector<float> first, again;
+    run_gemm_case(g, nullptr, seed, &first);
+    run_gemm_case(g, nullptr, seed, &again);
+    ASSERT_EQ(first.size(), again.size());
+    EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * 4)) << describe(g);
+    ++seed;
   }
 }
 
 TEST_F(CudaBackend, GemmStridedRows) {
   uint32_t seed = kSeed + 200;
-  // ldw, lda, ldc larger than the minimum, still aligned enough for the fast paths.
+  // ldw, lda, ldc larger than the minimum, still aligned enough for the fast
+  // paths (96 and 192 bytes: the tensor-core kernel's 16-byte copies).
   run_gemm_case({45, 5, 256, 10, 8, 3, 0, 0, "mmvq"}, nullptr, seed++, nullptr);
-  run_gemm_case({70, 77, 288, 6, 12, 5, 0, 0, "tiled"}, nullptr, seed++, nullptr);
+  run_gemm_case({70, 77, 288, 6, 12, 5, 0, 0, tiled_impl()}, nullptr, seed++, nullptr);
 }
 
 TEST_F(CudaBackend, GemmMisalignedOperandsUseGeneric) {
@@ -548,17 +594,18 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   const qg::detail::Registry& r = qg::detail::cuda::registry();
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cuda(0)), &r);
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
-            (std::vector<std::string>{"cuda_mmvq", "cuda_dp4a_tiled", "cuda_generic", "dispatch"}));
+            (std::vector<std::string>{"cuda_mmvq", "cuda_mma", "cuda_dp4a_tiled", "cuda_generic", "dispatch"}));
   for (const qg::detail::GemmKernel& k : r.gemm) {
     SCOPED_TRACE(k.name);
     EXPECT_EQ(k.epilogue_caps, static_cast<uint32_t>(qg::detail::kEpiAll));
     EXPECT_EQ(k.arch.cpu_features, 0u);
     EXPECT_FALSE(k.arch.arch_specific);
   }
-  ASSERT_EQ(r.gemm.size(), 3u);
+  ASSERT_EQ(r.gemm.size(), 4u);
   EXPECT_EQ(r.gemm[0].arch.min_cc, 61);  // DP4A
-  EXPECT_EQ(r.gemm[1].arch.min_cc, 61);
-  EXPECT_EQ(r.gemm[2].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
+  EXPECT_EQ(r.gemm[1].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
+  EXPECT_EQ(r.gemm[2].arch.min_cc, 61);
+  EXPECT_EQ(r.gemm[3].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
   ASSERT_EQ(r.quantize.size(), 1u);
   ASSERT_EQ(r.dequantize.size(), 1u);
   EXPECT_EQ(r.quantize[0].formats, qg::detail::kAllFormats);

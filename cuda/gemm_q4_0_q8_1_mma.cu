@@ -1,0 +1,563 @@
+// SPDX-License-Identifier: MIT
+// cuda/gemm_q4_0_q8_1_mma.cu: the tensor-core GEMM (sm_80+), any M, N, K.
+//
+// One int8 mma.sync.m16n8k32 is exactly one Q4_0 x Q8_1 block: 32 values of K.
+// Q4_0's byte j holds elements j (low nibble) and j + 16 (high nibble), which
+// is the m16n8k32 A-fragment layout: the word of bytes 4t..4t+3 of a block
+// gives a thread both its k = 4t.. register (low nibbles) and its
+// k = 16 + 4t.. register (high nibbles). Q8_1's codes are the B fragment as
+// they lie. So the operands go from global to shared memory untouched
+// (cp.async, a multi-stage pipeline) and from shared memory to registers with
+// plain loads: no repacked weight layout.
+//
+// The block-32 rescale is what bounds this kernel, not the tensor cores: every
+// output needs acc += d_w * d_a * isum once per 32 MACs, and an int32 -> fp32
+// convert (I2F) runs at a quarter of the FMA rate. Instead:
+//   - the mma accumulates onto C = 0x4B400000, the bits of 1.5 * 2^23, so D's
+//     bits are the float 1.5 * 2^23 + isum exactly (|isum| <= 32 * 8 * 128 =
+//     2^15, far below the 2^22 where the ulp would exceed 1);
+//   - f = fma(D as float, d_a, -1.5 * 2^23 * d_a) is isum * d_a rounded once:
+//     the product is exact inside the FMA, and 1.5 * 2^23 * d_a (2 + 11
+//     significant bits) is exact in fp32;
+//   - acc = fma(d_w, f, acc).
+// Two FMAs per output and block, no convert. A non-finite d_a would make the
+// first FMA Inf - Inf; such blocks take acc += d_w * (d_a * float(isum)),
+// which agrees with the reference's d * isum on every Inf and NaN.
+//
+// Tiles: a CTA owns BM rows of W x BN rows of A and walks K eight blocks (256
+// values) per pipeline stage. Its warps form WM x WN x WK: WK > 1 splits each
+// stage's blocks between warps, which then add their partial tiles in shared
+// memory in a fixed order (results are deterministic). Small N gets narrow
+// tiles and a K split so that there are enough CTAs to keep every SM streaming
+// W; large N gets 128 x 128 tiles. The choice is in pick_config().
+//
+// Copies: 16-byte cp.async when both operands' rows are 16-byte aligned (K a
+// multiple of 256 with packed rows, the usual case), else 4-byte cp.async. A
+// Q4_0 row may start 2 bytes off a word; the copy then starts at the word
+// below, and the thread reading a row adds that row's shift (0 or 2). Words
+// past the end of a row, or of M or N, are zero-filled (copy_chunk), so tails
+// need no branches in the inner loop: a zero W block has d_w = 0 and
+// a zero A block d_a = 0, and neither adds anything.
+#include <algorithm>
+#include <atomic>
+
+#include <cooperative_groups.h>
+
+#include "gemm_q4_0_q8_1.cuh"
+
+namespace cg = cooperative_groups;
+
+namespace qg::detail::cuda {
+namespace {
+
+constexpr int kBlocksPerStage = 8;                               // 256 values of K
+constexpr int kWBytesPerStage = kBlocksPerStage * kQ4_0Bytes;    // 144
+constexpr int kABytesPerStage = kBlocksPerStage * kQ8_1Bytes;    // 288
+// A rows in shared memory: 72 words padded to 76, so that the 8 rows of a B
+// fragment (word 76g + t) fall in 32 different banks (72 would give 8g + t:
+// 2-way conflicts).
+constexpr int kAPitchWords = kABytesPerStage / 4 + 4;
+constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
+constexpr float kMagic = 12582912.0f;
+constexpr int64_t kMaxGrid = 0x7FFFFFFF;
+
+template <int BM_, int BN_, int WM_, int WN_, int WK_, int STAGES_>
+struct Tile {
+  static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, WK = WK_, STAGES = STAGES_;
+  static constexpr int kWarps = WM * WN * WK;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int WTM = BM / WM, WTN = BN / WN;  // warp tile
+  static constexpr int MT = WTM / 16, NT = WTN / 8;    // mma tiles per warp
+  static constexpr int kBlocksPerWarp = kBlocksPerStage / WK;
+  static_assert(WTM % 16 == 0 && WTN % 8 == 0 && kBlocksPerStage % WK == 0, "tile shape");
+};
+
+// W rows in shared memory: 36 words with 16-byte copies (144 bytes, 16-byte
+// aligned; bank 4g + t for fragment rows g: conflict-free), 37 with 4-byte
+// copies (the extra word holds the 2-byte shift).
+template <bool kVec16>
+__host__ __device__ constexpr int w_pitch_words() {
+  return kVec16 ? kWBytesPerStage / 4 : kWBytesPerStage / 4 + 1;
+}
+
+template <class T, bool kVec16>
+__host__ __device__ constexpr int stage_words() {
+  return T::BM * w_pitch_words<kVec16>() + T::BN * kAPitchWords;
+}
+
+// After the K loop the pipeline's memory holds the WK - 1 partial tiles of
+// the K-splitting warps, then the CTA's own tile for the cluster reduction.
+template <class T, bool kVec16>
+constexpr int smem_bytes() {
+  const int pipe = T::STAGES * stage_words<T, kVec16>() * 4;
+  const int reduce = T::WK * T::BM * T::BN * 4;
+  return pipe > reduce ? pipe : reduce;
+}
+
+// ------------------------------------------------------------ device helpers
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Copies `bytes` (0..kBytes) from src and zero-fills the rest of kBytes.
+template <int kBytes>
+__device__ __forceinline__ void cp_async(uint32_t dst, const void* src, int bytes) {
+#if __CUDA_ARCH__ >= 800
+  if constexpr (kBytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(kBytes),
+                 "r"(bytes));
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
+__device__ __forceinline__ float half_bits_to_float(uint16_t h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+// D = A * B + magic, s8 x s8 -> s32, one 16 x 8 x 32 tile.
+__device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], int b0, int b1) {
+#if __CUDA_ARCH__ >= 800
+  const int c = static_cast<int>(kMagicBits);
+  asm(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
+#else
+  d[0] = d[1] = d[2] = d[3] = 0;
+  __trap();
+#endif
+}
+
+// Four codes 0..15 held in bytes -> the signed bytes code - 8. Adding 0x78 to
+// each byte cannot carry into the next (15 + 0x78 < 0x100); flipping bit 7
+// then gives code - 8 in two's complement. Two ops per word.
+__device__ __forceinline__ int centered(uint32_t nibbles) {
+  return static_cast<int>((nibbles + 0x78787878u) ^ 0x80808080u);
+}
+
+__device__ __forceinline__ uint32_t lds_u16(const uint8_t* p) {
+  return *reinterpret_cast<const uint16_t*>(p);
+}
+
+struct Operands {
+  const uint8_t* w;
+  const uint8_t* a;
+  int64_t m, n, nb, ldw, lda;
+  int splits;  // CTAs of a cluster sharing one tile's K range (1: no cluster)
+};
+
+// Copies kBytes of a row segment to shared memory. Whole chunks inside the
+// row go by cp.async; chunks wholly outside are zero-filled. A chunk that
+// straddles the row's first or last byte (a 2-byte-shifted Q4_0 row's first
+// word, a row's last partial word or 16-byte chunk) is assembled from 2-byte
+// loads of what lies inside the row: cp.async with a short src-size would
+// still read whole words past the end of the caller's buffer.
+template <int kBytes>
+__device__ __forceinline__ void copy_chunk(uint32_t* dst, const uint8_t* src, const uint8_t* begin,
+                                           const uint8_t* end) {
+  if (src >= begin && src + kBytes <= end) {
+    cp_async<kBytes>(smem_addr(dst), src, kBytes);
+  } else if (src >= end || src + kBytes <= begin) {
+    cp_async<kBytes>(smem_addr(dst), begin, 0);
+  } else {
+#pragma unroll
+    for (int w = 0; w < kBytes / 4; ++w) {
+      uint32_t v = 0;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* p = src + 4 * w + 2 * h;
+        if (p >= begin && p < end) v |= static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p)) << (16 * h);
+      }
+      dst[w] = v;
+    }
+  }
+}
+
+// Issues the copies of one stage (K blocks kb0 .. kb0 + 7) of tile (m0, n0).
+// Rows past M or N copy as empty rows (zeros).
+template <class T, bool kVec16>
+__device__ __forceinline__ void load_stage(const Operands& op, uint32_t* stage, int64_t m0, int64_t n0,
+                                           int64_t kb0) {
+  constexpr int kCopy = kVec16 ? 16 : 4;
+  constexpr int kWPitch = w_pitch_words<kVec16>();
+  constexpr int kWCopies = kWPitch * 4 / kCopy;  // per row
+  constexpr int kACopies = kABytesPerStage / kCopy;
+  const int64_t k_bytes_w = op.nb * kQ4_0Bytes, k_bytes_a = op.nb * kQ8_1Bytes;
+  uint32_t* sa = stage + T::BM * kWPitch;
+
+  for (int i = threadIdx.x; i < T::BM * kWCopies; i += T::kThreads) {
+    const int r = i / kWCopies, c = i % kWCopies;
+    const int64_t row = m0 + r;
+    const uint8_t* begin = op.w + (row < op.m ? row : 0) * op.ldw;
+    const uint8_t* end = row < op.m ? begin + k_bytes_w : begin;
+    // The word-aligned start of this stage's bytes (rows are 2-byte aligned).
+    const uint8_t* start = reinterpret_cast<const uint8_t*>(
+        reinterpret_cast<uintptr_t>(begin + kb0 * kQ4_0Bytes) & ~static_cast<uintptr_t>(3));
+    copy_chunk<kCopy>(stage + r * kWPitch + c * (kCopy / 4), start + c * kCopy, begin, end);
+  }
+  for (int i = threadIdx.x; i < T::BN * kACopies; i += T::kThreads) {
+    const int r = i / kACopies, c = i % kACopies;
+    const int64_t col = n0 + r;
+    const uint8_t* begin = op.a + (col < op.n ? col : 0) * op.lda;
+    const uint8_t* end = col < op.n ? begin + k_bytes_a : begin;
+    copy_chunk<kCopy>(sa + r * kAPitchWords + c * (kCopy / 4), begin + kb0 * kQ8_1Bytes + c * kCopy, begin, end);
+  }
+}
+
+// The mmas and rescales of one K block for a warp's MT x NT tiles. With
+// kAllFinite every d_a of the warp is finite and the magic-number rescale
+// applies; otherwise d_w * (d_a * float(isum)), which rounds identically for
+// finite scales (d_a * isum is exact-then-rounded both ways) and propagates
+// Inf and NaN as the reference does.
+template <class T, bool kAllFinite>
+__device__ __forceinline__ void block_mma(float (&acc)[T::MT][T::NT][4], const uint8_t* sw,
+                                          const int (&w_off)[T::MT][2], int j, int t, const int (&b)[T::NT][2],
+                                          const float (&da)[T::NT][2], const float (&neg_magic_da)[T::NT][2]) {
+#pragma unroll
+  for (int mi = 0; mi < T::MT; ++mi) {
+    const uint8_t* w0 = sw + w_off[mi][0] + j * kQ4_0Bytes;
+    const uint8_t* w1 = sw + w_off[mi][1] + j * kQ4_0Bytes;
+    const float dw[2] = {half_bits_to_float(static_cast<uint16_t>(lds_u16(w0))),
+                         half_bits_to_float(static_cast<uint16_t>(lds_u16(w1)))};
+    const uint32_t q0 = lds_u16(w0 + 2 + 4 * t) | (lds_u16(w0 + 4 + 4 * t) << 16);
+    const uint32_t q1 = lds_u16(w1 + 2 + 4 * t) | (lds_u16(w1 + 4 + 4 * t) << 16);
+    const int a[4] = {centered(q0 & 0x0F0F0F0Fu), centered(q1 & 0x0F0F0F0Fu), centered((q0 >> 4) & 0x0F0F0F0Fu),
+                      centered((q1 >> 4) & 0x0F0F0F0Fu)};
+#pragma unroll
+    for (int ni = 0; ni < T::NT; ++ni) {
+      int d[4];
+      mma_s8(d, a, b[ni][0], b[ni][1]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (kAllFinite) {
+          acc[mi][ni][e] = fmaf(dw[e >> 1], fmaf(__int_as_float(d[e]), da[ni][e & 1], neg_magic_da[ni][e & 1]),
+                                acc[mi][ni][e]);
+        } else {
+          const float isum = static_cast<float>(d[e] - static_cast<int>(kMagicBits));
+          acc[mi][ni][e] = fmaf(dw[e >> 1], da[ni][e & 1] * isum, acc[mi][ni][e]);
+        }
+      }
+    }
+  }
+}
+
+// The cluster's CTAs add their tiles through distributed shared memory, in
+// rank order whatever the schedule (deterministic), each CTA finishing an
+// interleaved 1/splits of the tile's elements.
+template <class T>
+__device__ __forceinline__ void cluster_reduce_store(const Operands& op, const EpilogueParams& ep, float* own,
+                                                     int64_t m0, int64_t n0, int rank) {
+#if __CUDA_ARCH__ >= 900
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every CTA's tile is in its shared memory
+  for (int i = rank * T::kThreads + static_cast<int>(threadIdx.x); i < T::BM * T::BN; i += op.splits * T::kThreads) {
+    const int r = i / T::BN, c = i % T::BN;
+    if (m0 + r >= op.m || n0 + c >= op.n) continue;
+    float v = 0.0f;
+    for (int q = 0; q < op.splits; ++q) v += cluster.map_shared_rank(own, q)[i];
+    epilogue_store(ep, m0 + r, n0 + c, v);
+  }
+  cluster.sync();  // no CTA reuses (or leaves) its shared memory while others read it
+#else
+  __trap();  // the host launches clusters only where the sm_90 image runs
+#endif
+}
+
+template <class T, bool kVec16>
+__global__ void __launch_bounds__(T::kThreads)
+gemm_mma_kernel(Operands op, EpilogueParams ep) {
+  extern __shared__ __align__(16) uint32_t smem[];
+  constexpr int kWPitch = w_pitch_words<kVec16>();
+  constexpr int kStageWords = stage_words<T, kVec16>();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;  // mma fragment coordinates
+  const int wm = warp % T::WM, wn = (warp / T::WM) % T::WN, wk = warp / (T::WM * T::WN);
+
+  const int64_t tiles_n = (op.n + T::BN - 1) / T::BN;
+  const int64_t tiles = ((op.m + T::BM - 1) / T::BM) * tiles_n;
+  const int64_t all_stages = (op.nb + kBlocksPerStage - 1) / kBlocksPerStage;
+  // Split K: the `splits` CTAs of a cluster (consecutive blockIdx.x) share a
+  // tile, each taking a contiguous run of stages.
+  const int splits = op.splits, rank = static_cast<int>(blockIdx.x % splits);
+  const int64_t first_stage = all_stages * rank / splits;
+  const int64_t stages = all_stages * (rank + 1) / splits - first_stage;
+  const int64_t kb_first = first_stage * kBlocksPerStage;
+
+  for (int64_t tile = blockIdx.x / splits; tile < tiles; tile += gridDim.x / splits) {
+    const int64_t m0 = (tile / tiles_n) * T::BM, n0 = (tile % tiles_n) * T::BN;
+
+    // Each of this thread's W rows starts 0 or 2 bytes into its shared-memory
+    // row: the same for every stage, since a stage is 144 bytes of the row.
+    int w_off[T::MT][2];
+#pragma unroll
+    for (int mi = 0; mi < T::MT; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = wm * T::WTM + mi * 16 + g + 8 * h;
+        const int64_t row = m0 + r < op.m ? m0 + r : 0;
+        const int shift = kVec16 ? 0 : static_cast<int>(reinterpret_cast<uintptr_t>(op.w + row * op.ldw) & 3);
+        w_off[mi][h] = r * kWPitch * 4 + shift;
+      }
+
+    float acc[T::MT][T::NT][4];
+#pragma unroll
+    for (int mi = 0; mi < T::MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < T::NT; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < T::STAGES - 1; ++s) {
+      if (s < stages) load_stage<T, kVec16>(op, smem + s * kStageWords, m0, n0, kb_first + s * kBlocksPerStage);
+      cp_async_commit();
+    }
+
+    for (int64_t s = 0; s < stages; ++s) {
+      cp_async_wait<T::STAGES - 2>();
+      __syncthreads();  // stage s has landed for everyone; stage s - 1 is free
+      {
+        const int64_t next = s + T::STAGES - 1;
+        if (next < stages)
+          load_stage<T, kVec16>(op, smem + (next % T::STAGES) * kStageWords, m0, n0,
+                                kb_first + next * kBlocksPerStage);
+        cp_async_commit();
+      }
+
+      const uint32_t* stage = smem + (s % T::STAGES) * kStageWords;
+      const uint8_t* sw = reinterpret_cast<const uint8_t*>(stage);
+      const uint32_t* sa = stage + T::BM * kWPitch;
+
+#pragma unroll
+      for (int jj = 0; jj < T::kBlocksPerWarp; ++jj) {
+        const int j = wk + jj * T::WK;  // block within the stage
+
+        // B fragments and the scales of this thread's output columns 2t, 2t + 1.
+        int b[T::NT][2];
+        float da[T::NT][2], neg_magic_da[T::NT][2];
+        bool finite = true;
+#pragma unroll
+        for (int ni = 0; ni < T::NT; ++ni) {
+          const uint32_t* arow = sa + (wn * T::WTN + ni * 8 + g) * kAPitchWords + j * (kQ8_1Bytes / 4);
+          b[ni][0] = static_cast<int>(arow[1 + t]);
+          b[ni][1] = static_cast<int>(arow[5 + t]);
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const uint32_t* scol = sa + (wn * T::WTN + ni * 8 + 2 * t + c) * kAPitchWords + j * (kQ8_1Bytes / 4);
+            da[ni][c] = half_bits_to_float(static_cast<uint16_t>(scol[0] & 0xFFFFu));
+            neg_magic_da[ni][c] = -kMagic * da[ni][c];
+            finite = finite && isfinite(da[ni][c]);
+          }
+        }
+
+        // One vote per block, not a branch per mma: a branch between an mma
+        // and its FMAs would expose the mma's latency once per tile.
+        if (__all_sync(0xFFFFFFFFu, finite))
+          block_mma<T, true>(acc, sw, w_off, j, t, b, da, neg_magic_da);
+        else
+          block_mma<T, false>(acc, sw, w_off, j, t, b, da, neg_magic_da);
+      }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the pipeline's shared memory becomes the reduction buffer
+
+    float* red = reinterpret_cast<float*>(smem);
+    if (T::WK > 1 && wk > 0) {
+#pragma unroll
+      for (int mi = 0; mi < T::MT; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < T::NT; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = wm * T::WTM + mi * 16 + g + (e >> 1) * 8, c = wn * T::WTN + ni * 8 + 2 * t + (e & 1);
+            red[((wk - 1) * T::BM + r) * T::BN + c] = acc[mi][ni][e];
+          }
+    }
+    if (T::WK > 1) __syncthreads();
+    float* own = red + (T::WK - 1) * T::BM * T::BN;  // this CTA's tile, for the cluster
+    if (wk == 0) {
+#pragma unroll
+      for (int mi = 0; mi < T::MT; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < T::NT; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = wm * T::WTM + mi * 16 + g + (e >> 1) * 8, c = wn * T::WTN + ni * 8 + 2 * t + (e & 1);
+            float v = acc[mi][ni][e];
+#pragma unroll
+            for (int k = 1; k < T::WK; ++k) v += red[((k - 1) * T::BM + r) * T::BN + c];
+            if (splits > 1)
+              own[r * T::BN + c] = v;
+            else if (m0 + r < op.m && n0 + c < op.n)
+              epilogue_store(ep, m0 + r, n0 + c, v);
+          }
+    }
+    if (splits > 1) cluster_reduce_store<T>(op, ep, own, m0, n0, rank);
+    __syncthreads();  // the next tile's prologue overwrites red
+  }
+}
+
+// ------------------------------------------------------------ configurations
+//                     BM   BN  WM WN WK stages
+using TileDecode = Tile<32, 8, 2, 1, 2, 6>;     // N <= 8
+using TileNarrow = Tile<32, 16, 2, 1, 2, 6>;    // N <= 16
+using TileSmall = Tile<64, 32, 2, 1, 2, 4>;     // N <= 32
+using TileMid = Tile<64, 64, 2, 2, 1, 3>;       // N <= 64, or too few 128-wide tiles
+using TileWide = Tile<64, 128, 1, 4, 2, 3>;     // big N, few W rows
+using TileLarge = Tile<128, 128, 2, 4, 1, 3>;   // big M and N
+
+struct DeviceLimits {
+  int sms = 1;
+  int cc_major = 0;
+};
+
+DeviceLimits device_limits(int device) {
+  static std::atomic<int> cached[64];  // static storage: zero-initialised; sms * 256 + cc_major
+  if (device >= 0 && device < 64) {
+    const int v = cached[device].load(std::memory_order_relaxed);
+    if (v > 0) return DeviceLimits{v / 256, v % 256};
+  }
+  DeviceLimits d;
+  if (cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return DeviceLimits{};
+  }
+  if (device >= 0 && device < 64) cached[device].store(d.sms * 256 + d.cc_major, std::memory_order_relaxed);
+  return d;
+}
+
+// What one kernel can do on one device, asked once: its resident CTAs per SM
+// (shared memory and registers decide) and whether it may run as clusters
+// (the image that runs is sm_90+ code, where the cluster path is compiled).
+struct KernelFit {
+  int blocks_per_sm = 0;  // 0: the kernel cannot be launched here
+  bool clusters = false;
+};
+
+template <class T, bool kVec16>
+KernelFit kernel_fit(int device, const DeviceLimits& lim) {
+  static std::atomic<int> cached[64];  // 1 + 2 * blocks_per_sm + clusters
+  if (device >= 0 && device < 64) {
+    const int v = cached[device].load(std::memory_order_acquire);
+    if (v > 0) return KernelFit{(v - 1) / 2, ((v - 1) & 1) != 0};
+  }
+  constexpr int kSmem = smem_bytes<T, kVec16>();
+  auto* kernel = gemm_mma_kernel<T, kVec16>;
+  KernelFit fit;
+  cudaFuncAttributes attr{};
+  // Above 48 KB of shared memory a kernel must opt in, per device.
+  if ((kSmem > 48 * 1024 &&
+       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) != cudaSuccess) ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit.blocks_per_sm, kernel, T::kThreads, kSmem) != cudaSuccess ||
+      cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return KernelFit{};
+  }
+  fit.clusters = lim.cc_major >= 9 && attr.binaryVersion >= 90;
+  if (fit.blocks_per_sm > 0 && device >= 0 && device < 64)
+    cached[device].store(1 + 2 * fit.blocks_per_sm + (fit.clusters ? 1 : 0), std::memory_order_release);
+  return fit;
+}
+
+// Portable cluster sizes go to 8; each CTA of a split keeps at least two
+// stages (512 values of K) so that its pipeline fills.
+constexpr int kMaxSplits = 8;
+
+template <class T>
+int64_t tile_count(int64_t m, int64_t n) {
+  return ((m + T::BM - 1) / T::BM) * ((n + T::BN - 1) / T::BN);
+}
+
+template <class T, bool kVec16>
+Status launch_tile(const GemmArgs& g, Operands op, const DeviceLimits& lim, cudaStream_t stream) {
+  const KernelFit fit = kernel_fit<T, kVec16>(g.device.id, lim);
+  if (fit.blocks_per_sm == 0)
+    return Status(StatusCode::cuda_error, std::string(g.fn) + " (cuda): the tensor-core kernel cannot be launched on cuda:" +
+                                              std::to_string(g.device.id) + " (" + gemm_shape(g) + ")");
+  // Too few tiles to fill the GPU (small N, or small M): split K across a
+  // cluster so that every SM streams its share of W.
+  const int64_t tiles = tile_count<T>(op.m, op.n);
+  const int64_t slots = static_cast<int64_t>(lim.sms) * fit.blocks_per_sm;
+  const int64_t stages = (op.nb + kBlocksPerStage - 1) / kBlocksPerStage;
+  int64_t splits = 1;
+  if (fit.clusters && tiles < slots) splits = std::min<int64_t>({slots / tiles, kMaxSplits, stages / 2});
+  op.splits = static_cast<int>(std::max<int64_t>(splits, 1));
+
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGrid / kMaxSplits) * op.splits);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(T::kThreads);
+  cfg.dynamicSmemBytes = smem_bytes<T, kVec16>();
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (op.splits > 1) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(op.splits);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  cudaLaunchKernelEx(&cfg, gemm_mma_kernel<T, kVec16>, op, epilogue_params(g));
+  return gemm_launch_status(g);
+}
+
+// The largest warp tiles that still give every SM work, counting on split K
+// where clusters exist: a big tile reads W and A fewer times from shared
+// memory per mma.
+template <bool kVec16>
+Status launch(const GemmArgs& g, const Operands& op, const DeviceLimits& lim, cudaStream_t stream) {
+  const int64_t m = op.m, n = op.n;
+  if (n > 64) {
+    const int64_t enough = lim.cc_major >= 9 ? 1 : lim.sms * 3 / 4;
+    // (A 128 x 128 tile's pipeline needs more shared memory than some GPUs have.)
+    if (tile_count<TileLarge>(m, n) >= enough && kernel_fit<TileLarge, kVec16>(g.device.id, lim).blocks_per_sm > 0)
+      return launch_tile<TileLarge, kVec16>(g, op, lim, stream);
+    if (tile_count<TileWide>(m, n) >= enough && kernel_fit<TileWide, kVec16>(g.device.id, lim).blocks_per_sm > 0)
+      return launch_tile<TileWide, kVec16>(g, op, lim, stream);
+  }
+  if (n > 32) return launch_tile<TileMid, kVec16>(g, op, lim, stream);
+  if (n > 16) return launch_tile<TileSmall, kVec16>(g, op, lim, stream);
+  if (n > 8) return launch_tile<TileNarrow, kVec16>(g, op, lim, stream);
+  return launch_tile<TileDecode, kVec16>(g, op, lim, stream);
+}
+
+}  // namespace
+
+bool gemm_mma_can_run(const GemmArgs& args, std::string* why_not) {
+  return gemm_operands_aligned(args, why_not);
+}
+
+Status gemm_mma_run(const GemmArgs& args, Stream stream) {
+  if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
+  DeviceGuard guard(args.device.id);
+  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
+  const Operands op{static_cast<const uint8_t*>(args.a.data), static_cast<const uint8_t*>(args.b.data),
+                    args.a.rows, args.b.rows, args.a.k / 32, args.a.row_stride, args.b.row_stride, 1};
+  const DeviceLimits lim = device_limits(args.device.id);
+  // 16-byte copies need every row's stage (144 and 288 bytes) 16-byte aligned.
+  const bool vec16 = is_aligned(op.w, 16) && is_aligned(op.a, 16) && (op.m <= 1 || op.ldw % 16 == 0) &&
+                     (op.n <= 1 || op.lda % 16 == 0);
+  return vec16 ? launch<true>(args, op, lim, to_cuda(stream)) : launch<false>(args, op, lim, to_cuda(stream));
+}
+
+}  // namespace qg::detail::cuda
