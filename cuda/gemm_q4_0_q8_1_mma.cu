@@ -445,20 +445,32 @@ DeviceLimits device_limits(int device) {
   return d;
 }
 
+// Portable cluster sizes go to 8.
+constexpr int kMaxSplits = 8;
+
 // What one kernel can do on one device, asked once: its resident CTAs per SM
-// (shared memory and registers decide) and whether it may run as clusters
-// (the image that runs is sm_90+ code, where the cluster path is compiled).
+// (shared memory and registers decide), whether it may run as clusters (the
+// image that runs is sm_90+ code, where the cluster path is compiled), and
+// how many clusters of each size can be resident at once. The last is not
+// SMs x CTAs per SM / size: a cluster must fit inside one GPC, and the GPCs'
+// SM counts differ, so some slots stay empty.
 struct KernelFit {
   int blocks_per_sm = 0;  // 0: the kernel cannot be launched here
   bool clusters = false;
+  int max_clusters[kMaxSplits + 1] = {};  // by cluster size, 2..kMaxSplits
 };
 
 template <class T, bool kVec16>
 KernelFit kernel_fit(int device, const DeviceLimits& lim) {
-  static std::atomic<int> cached[64];  // 1 + 2 * blocks_per_sm + clusters
+  static std::atomic<int> cached[64];  // 1 + 2 * blocks_per_sm + clusters, written last
+  static std::atomic<int> cached_clusters[64][kMaxSplits + 1];
   if (device >= 0 && device < 64) {
     const int v = cached[device].load(std::memory_order_acquire);
-    if (v > 0) return KernelFit{(v - 1) / 2, ((v - 1) & 1) != 0};
+    if (v > 0) {
+      KernelFit fit{(v - 1) / 2, ((v - 1) & 1) != 0};
+      for (int c = 2; c <= kMaxSplits; ++c) fit.max_clusters[c] = cached_clusters[device][c].load(std::memory_order_relaxed);
+      return fit;
+    }
   }
   constexpr int kSmem = smem_bytes<T, kVec16>();
   auto* kernel = gemm_mma_kernel<T, kVec16>;
@@ -473,14 +485,29 @@ KernelFit kernel_fit(int device, const DeviceLimits& lim) {
     return KernelFit{};
   }
   fit.clusters = lim.cc_major >= 9 && attr.binaryVersion >= 90;
-  if (fit.blocks_per_sm > 0 && device >= 0 && device < 64)
+  for (int c = 2; fit.clusters && c <= kMaxSplits; ++c) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(c);
+    cfg.blockDim = dim3(T::kThreads);
+    cfg.dynamicSmemBytes = kSmem;
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = static_cast<unsigned>(c);
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = 1;
+    cfg.attrs = cluster;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&fit.max_clusters[c], kernel, &cfg) != cudaSuccess) {
+      cudaGetLastError();
+      fit.max_clusters[c] = 0;
+    }
+  }
+  if (fit.blocks_per_sm > 0 && device >= 0 && device < 64) {
+    for (int c = 2; c <= kMaxSplits; ++c) cached_clusters[device][c].store(fit.max_clusters[c], std::memory_order_relaxed);
     cached[device].store(1 + 2 * fit.blocks_per_sm + (fit.clusters ? 1 : 0), std::memory_order_release);
+  }
   return fit;
 }
-
-// Portable cluster sizes go to 8; each CTA of a split keeps at least two
-// stages (512 values of K) so that its pipeline fills.
-constexpr int kMaxSplits = 8;
 
 template <class T>
 int64_t tile_count(int64_t m, int64_t n) {
@@ -494,13 +521,21 @@ Status launch_tile(const GemmArgs& g, Operands op, const DeviceLimits& lim, cuda
     return Status(StatusCode::cuda_error, std::string(g.fn) + " (cuda): the tensor-core kernel cannot be launched on cuda:" +
                                               std::to_string(g.device.id) + " (" + gemm_shape(g) + ")");
   // Too few tiles to fill the GPU (small N, or small M): split K across a
-  // cluster so that every SM streams its share of W.
+  // cluster so that every SM streams its share of W. The largest split whose
+  // clusters are all resident at once: one more than fits would run as a
+  // second wave and double the time. Each CTA keeps at least two stages (512
+  // values of K) so that its pipeline fills.
   const int64_t tiles = tile_count<T>(op.m, op.n);
   const int64_t slots = static_cast<int64_t>(lim.sms) * fit.blocks_per_sm;
   const int64_t stages = (op.nb + kBlocksPerStage - 1) / kBlocksPerStage;
-  int64_t splits = 1;
-  if (fit.clusters && tiles < slots) splits = std::min<int64_t>({slots / tiles, kMaxSplits, stages / 2});
-  op.splits = static_cast<int>(std::max<int64_t>(splits, 1));
+  op.splits = 1;
+  if (fit.clusters && tiles < slots) {
+    for (int64_t c = std::min<int64_t>({slots / tiles, kMaxSplits, stages / 2}); c >= 2; --c)
+      if (tiles <= fit.max_clusters[c]) {
+        op.splits = static_cast<int>(c);
+        break;
+      }
+  }
 
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGrid / kMaxSplits) * op.splits);
   cudaLaunchConfig_t cfg{};
