@@ -13,7 +13,10 @@ Writes, for each device present in the file (cuda, cpu):
   speedup_cuda_<mode>.png  qg q4_0_q8_1 over cublas_fp16 (time ratio) per
                          (M, K, N), for "cold" and, if present, "hot";
   speedup_cuda_kernels_<mode>.png  the same ratio for each forced kernel
-                         (cases named .../kernel:<name>), side by side.
+                         (cases named .../kernel:<name>), side by side;
+  time_vs_n_<device>_<mode>.png  µs against N, one panel per (M, K): the
+                         public call, each forced kernel, cuBLAS fp16 and the
+                         bandwidth floor (W bytes / measured copy bandwidth).
 Case names: <op>/<cpu|cuda>/<cold|hot>[/M:<M>]/K:<K>/N:<N>[/kernel:<name>]
 (bench/harness.h); without /kernel: the public call (the dispatcher's choice).
 Needs only matplotlib (Agg backend: no display, no GPU). Cases that are
@@ -242,6 +245,55 @@ def speedup_kernels(context, cases, mode, outdir):
     plt.close(fig)
     return path
 
+def time_vs_n(context, cases, dev, mode, outdir):
+    """One panel per (M, K): time against N for each series, log-log."""
+    sel = [c for c in cases if c["dev"] == dev and c["mode"] == mode and c["M"] is not None]
+    shapes = sorted({(c["M"], c["K"]) for c in sel if c["op"] == "q4_0_q8_1"})
+    if not shapes:
+        return None
+    series = sorted({(c["op"], c["kernel"] or "") for c in sel}, key=lambda s: (s[0] != "q4_0_q8_1", s[1] != "", s))
+    palette = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
+    colors, i = {}, 0
+    for op, kernel in series:
+        if op == "cublas_fp16":
+            colors[(op, kernel)] = "tab:red"
+        else:
+            colors[(op, kernel)] = palette[i % len(palette)]
+            i += 1
+    bw = _float(context.get("gpu_peak_bw_GBps" if dev == "cuda" else "cpu_peak_bw_GBps"))
+    fig, axes = plt.subplots(1, len(shapes), figsize=(6.5 * len(shapes), 5), squeeze=False)
+    for ax, (m, k) in zip(axes[0], shapes):
+        for op, kernel in series:
+            pts = sorted((c["N"], c["us"]) for c in sel
+                         if (c["M"], c["K"]) == (m, k) and c["op"] == op and (c["kernel"] or "") == kernel)
+            if not pts:
+                continue
+            if op == "q4_0_q8_1":
+                label = f"qg kernel {kernel}" if kernel else "qg (dispatched)"
+            else:
+                label = "cuBLAS fp16" if op == "cublas_fp16" else op + (f" {kernel}" if kernel else "")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
+                    linewidth=2.2 if not kernel else 1, linestyle="-" if not kernel else "--",
+                    color=colors[(op, kernel)], label=label)
+        if bw:
+            ns = sorted({c["N"] for c in sel if (c["M"], c["K"]) == (m, k)})
+            # Compulsory bytes of the Q4_0 weights alone: 18 bytes per 32 values.
+            floor_us = m * k / 32 * 18 / (bw * 1e9) * 1e6
+            ax.plot(ns, [floor_us] * len(ns), "k:", linewidth=1, label=f"W bytes / {bw:.0f} GB/s")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("N (activation rows)")
+        ax.set_ylabel("µs per call")
+        ax.set_title(f"M={m}, K={k}, {mode}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"bench_gemm time vs N, {dev}{title_suffix(context)}", fontsize=10)
+    path = os.path.join(outdir, f"time_vs_n_{dev}_{mode}.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -255,6 +307,11 @@ def main(argv=None):
         p = roofline(context, cases, dev, args.outdir)
         if p:
             written.append(p)
+    for dev in ("cuda", "cpu"):
+        for mode in ("cold", "hot"):
+            p = time_vs_n(context, cases, dev, mode, args.outdir)
+            if p:
+                written.append(p)
     for mode in ("cold", "hot"):
         for chart in (speedup, speedup_kernels):
             p = chart(context, cases, mode, args.outdir)
