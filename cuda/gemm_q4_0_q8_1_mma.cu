@@ -190,36 +190,75 @@ __device__ __forceinline__ void copy_chunk(uint32_t* dst, const uint8_t* src, co
   }
 }
 
-// Issues the copies of one stage (K blocks kb0 .. kb0 + 7) of tile (m0, n0).
-// Rows past M or N copy as empty rows (zeros).
+// Which copies of a stage this thread issues, fixed for a tile: one W row and
+// one A row, and every kThreads/rows-th chunk of each (the copy code once ran
+// a division, a 64-bit multiply and bounds checks per chunk and was a quarter
+// of the kernel's instructions). Rows past M or N have begin == end and copy
+// as zeros.
 template <class T, bool kVec16>
-__device__ __forceinline__ void load_stage(const Operands& op, uint32_t* stage, int64_t m0, int64_t n0,
-                                           int64_t kb0) {
-  constexpr int kCopy = kVec16 ? 16 : 4;
-  constexpr int kWPitch = w_pitch_words<kVec16>();
-  constexpr int kWCopies = kWPitch * 4 / kCopy;  // per row
-  constexpr int kACopies = kABytesPerStage / kCopy;
-  const int64_t k_bytes_w = op.nb * kQ4_0Bytes, k_bytes_a = op.nb * kQ8_1Bytes;
-  uint32_t* sa = stage + T::BM * kWPitch;
+struct CopyPlan {
+  static constexpr int kCopy = kVec16 ? 16 : 4;
+  static constexpr int kWChunks = w_pitch_words<kVec16>() * 4 / kCopy;  // per row and stage
+  static constexpr int kAChunks = kABytesPerStage / kCopy;
+  static constexpr int kWThreadsPerRow = T::kThreads / T::BM;
+  static constexpr int kAThreadsPerRow = T::kThreads / T::BN;
+  static constexpr int kWPerThread = (kWChunks + kWThreadsPerRow - 1) / kWThreadsPerRow;
+  static constexpr int kAPerThread = (kAChunks + kAThreadsPerRow - 1) / kAThreadsPerRow;
+  static_assert(T::kThreads % T::BM == 0 && T::kThreads % T::BN == 0, "whole threads per row");
 
-  for (int i = threadIdx.x; i < T::BM * kWCopies; i += T::kThreads) {
-    const int r = i / kWCopies, c = i % kWCopies;
-    const int64_t row = m0 + r;
-    const uint8_t* begin = op.w + (row < op.m ? row : 0) * op.ldw;
-    const uint8_t* end = row < op.m ? begin + k_bytes_w : begin;
-    // The word-aligned start of this stage's bytes (rows are 2-byte aligned).
-    const uint8_t* start = reinterpret_cast<const uint8_t*>(
-        reinterpret_cast<uintptr_t>(begin + kb0 * kQ4_0Bytes) & ~static_cast<uintptr_t>(3));
-    copy_chunk<kCopy>(stage + r * kWPitch + c * (kCopy / 4), start + c * kCopy, begin, end);
+  const uint8_t *w_begin, *w_end, *a_begin, *a_end;
+  int w_row, w_first, a_row, a_first;
+
+  __device__ __forceinline__ CopyPlan(const Operands& op, int64_t m0, int64_t n0) {
+    const int tid = static_cast<int>(threadIdx.x);
+    w_row = tid / kWThreadsPerRow;
+    w_first = tid % kWThreadsPerRow;
+    a_row = tid / kAThreadsPerRow;
+    a_first = tid % kAThreadsPerRow;
+    const bool w_ok = m0 + w_row < op.m, a_ok = n0 + a_row < op.n;
+    w_begin = op.w + (w_ok ? (m0 + w_row) * op.ldw : 0);
+    w_end = w_ok ? w_begin + op.nb * kQ4_0Bytes : w_begin;
+    a_begin = op.a + (a_ok ? (n0 + a_row) * op.lda : 0);
+    a_end = a_ok ? a_begin + op.nb * kQ8_1Bytes : a_begin;
   }
-  for (int i = threadIdx.x; i < T::BN * kACopies; i += T::kThreads) {
-    const int r = i / kACopies, c = i % kACopies;
-    const int64_t col = n0 + r;
-    const uint8_t* begin = op.a + (col < op.n ? col : 0) * op.lda;
-    const uint8_t* end = col < op.n ? begin + k_bytes_a : begin;
-    copy_chunk<kCopy>(sa + r * kAPitchWords + c * (kCopy / 4), begin + kb0 * kQ8_1Bytes + c * kCopy, begin, end);
+
+  // Issues the copies of one stage (K blocks kb0 .. kb0 + 7). A stage that
+  // lies wholly inside the row (all but a row's last, and a 2-byte-shifted
+  // row's first) goes by plain cp.async with no per-chunk checks.
+  __device__ __forceinline__ void load_stage(uint32_t* stage, int64_t kb0) const {
+    constexpr int kWPitch = w_pitch_words<kVec16>();
+    {
+      // The word-aligned start of this stage's bytes (rows are 2-byte aligned).
+      const uint8_t* start = reinterpret_cast<const uint8_t*>(
+          reinterpret_cast<uintptr_t>(w_begin + kb0 * kQ4_0Bytes) & ~static_cast<uintptr_t>(3));
+      uint32_t* dst = stage + w_row * kWPitch;
+      const bool inside = start >= w_begin && start + kWChunks * kCopy <= w_end;
+#pragma unroll
+      for (int k = 0; k < kWPerThread; ++k) {
+        const int c = w_first + k * kWThreadsPerRow;
+        if (kWChunks % kWThreadsPerRow != 0 && c >= kWChunks) break;
+        if (inside)
+          cp_async<kCopy>(smem_addr(dst + c * (kCopy / 4)), start + c * kCopy, kCopy);
+        else
+          copy_chunk<kCopy>(dst + c * (kCopy / 4), start + c * kCopy, w_begin, w_end);
+      }
+    }
+    {
+      const uint8_t* start = a_begin + kb0 * kQ8_1Bytes;
+      uint32_t* dst = stage + T::BM * kWPitch + a_row * kAPitchWords;
+      const bool inside = start + kABytesPerStage <= a_end;
+#pragma unroll
+      for (int k = 0; k < kAPerThread; ++k) {
+        const int c = a_first + k * kAThreadsPerRow;
+        if (kAChunks % kAThreadsPerRow != 0 && c >= kAChunks) break;
+        if (inside)
+          cp_async<kCopy>(smem_addr(dst + c * (kCopy / 4)), start + c * kCopy, kCopy);
+        else
+          copy_chunk<kCopy>(dst + c * (kCopy / 4), start + c * kCopy, a_begin, a_end);
+      }
+    }
   }
-}
+};
 
 // The mmas and rescales of one K block for a warp's MT x NT tiles. With
 // kAllFinite every d_a of the warp is finite and the magic-number rescale
@@ -303,6 +342,7 @@ gemm_mma_kernel(Operands op, EpilogueParams ep) {
 
   for (int64_t tile = blockIdx.x / splits; tile < tiles; tile += gridDim.x / splits) {
     const int64_t m0 = (tile / tiles_n) * T::BM, n0 = (tile % tiles_n) * T::BN;
+    const CopyPlan<T, kVec16> plan(op, m0, n0);
 
     // Each of this thread's W rows starts 0 or 2 bytes into its shared-memory
     // row: the same for every stage, since a stage is 144 bytes of the row.
@@ -327,7 +367,7 @@ gemm_mma_kernel(Operands op, EpilogueParams ep) {
 
 #pragma unroll
     for (int s = 0; s < T::STAGES - 1; ++s) {
-      if (s < stages) load_stage<T, kVec16>(op, smem + s * kStageWords, m0, n0, kb_first + s * kBlocksPerStage);
+      if (s < stages) plan.load_stage(smem + s * kStageWords, kb_first + s * kBlocksPerStage);
       cp_async_commit();
     }
 
@@ -337,8 +377,7 @@ gemm_mma_kernel(Operands op, EpilogueParams ep) {
       {
         const int64_t next = s + T::STAGES - 1;
         if (next < stages)
-          load_stage<T, kVec16>(op, smem + (next % T::STAGES) * kStageWords, m0, n0,
-                                kb_first + next * kBlocksPerStage);
+          plan.load_stage(smem + (next % T::STAGES) * kStageWords, kb_first + next * kBlocksPerStage);
         cp_async_commit();
       }
 

@@ -1,17 +1,56 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_q4_0_q8_1_mmvq.cu: N <= 8, the decode case (ggml's mul_mat_vec_q).
 //
-// With N this small every W byte is used N times at most, so the kernel is a
-// stream over W and its only job is to keep enough loads in flight: one CTA
-// of 128 threads per 1-2 rows of W, the threads splitting K so that a row's
-// 18-byte blocks are read by consecutive lanes. Each thread takes half a
-// block (8 code bytes = elements j..j+7 and j+16..j+23), which is two 32-bit
-// words of W against four of A: enough DP4A work per load without leaving
-// short rows (K = 4096 -> 256 halves) with idle threads. The A columns (N x K
-// Q8_1, a few KB) stay in L1/L2 and are re-read per row.
-// Partial sums are reduced with warp shuffles, then across the 4 warps in
-// shared memory, in a fixed order: results are deterministic.
+// With N this small every W byte is used N times at most: the kernel is a
+// stream over W, and what bounds it is how W reaches the registers (load
+// width, bytes in flight) and, for larger N, how A does.
+//
+// W: 16-byte loads of whole 8-block chunks. 8 Q4_0 blocks are 144 bytes =
+// 9 x 16, so when a row starts 16-byte aligned (base and row stride multiples
+// of 16: packed rows with K a multiple of 256, the usual case) a lane reads
+// chunk c of a row with 9 ld.global.nc.v4 and has 8 whole blocks in 36
+// registers, 144 bytes in flight. Block t of the chunk starts at byte 18t:
+// for even t at a word (d = low half of word 9t/2, each code word one PRMT of
+// two neighbours), for odd t in the middle of one (d = high half, the code
+// words aligned). A warp instruction touches 32 lines (4 per row slot, see
+// below): 8 tag-stage cycles for 512 bytes, a quarter of L1's rate; the
+// sector a chunk shares with the next is read twice, from L1.
+// The last nb % 8 blocks of a row, and every block of a row that is only
+// 2-byte aligned, take the per-block path: 16-bit loads, as before.
+//
+// A: the bound for larger N is L1 -> register bandwidth (128 B/clk/SM), not
+// DRAM: each lane must receive 36 bytes of A per block and column, against
+// 18 bytes of W per block and row. So a lane computes kRows rows (2 from
+// N = 3) with each A word it loads, and the lanes of a warp are 8 row slots
+// x 4 K positions: the 8 slots read the same A addresses (one tag lookup,
+// L1 broadcasts). An A block is 36 bytes at 36t in the chunk's 288 bytes,
+// 16-byte aligned every 4 blocks, so with 16-byte-aligned A rows it takes
+// 3 or 4 vector loads (t % 4 decides which); otherwise 9 32-bit loads.
+//
+// Integer dot: codes as signed bytes 16 * (q - 8): the high nibbles are
+// (v & 0xF0F0F0F0) ^ 0x80808080 (one LOP3: x ^ 0x80 on x = 16q is 16q - 128
+// as a signed byte), the low ones the same after v << 4. Eight DP4As give
+// 16 * isum per block and column, exact (|16 isum| <= 2^19). The chain starts
+// at 0x4B400000, the bits of 1.5 * 2^23, so its result read as a float is
+// 1.5 * 2^23 + 16 * isum exactly, and one FADD gives 16 * isum as a float:
+// no I2F (quarter rate). Then acc = fma((d_w / 16) * d_a, 16 * isum, acc):
+// d_w / 16 * d_a is exact in fp32 (two fp16 significands, exponents far from
+// the limits), so this is fma(d_w * d_a, isum, acc), once per whole block: a
+// non-finite scale meets the block's integer sum (Inf * 0 = NaN as the
+// reference's d * isum), with no special case.
+//
+// Work split: a CTA owns 8 * kRows rows; its warps (kw of them, 1..8, picked
+// on the host) and the 4 K positions of each warp take chunks c = kpos,
+// kpos + 4 kw, ... of every row. kw is picked so that, where possible, all
+// CTAs are resident at once (one wave: no tail of half-empty SMs) with each
+// lane owning about 2 chunks. Partial sums: fixed-order shuffles across the 4
+// K positions, then the warps in shared memory in warp order: results are
+// deterministic. Rows past M are computed on row M - 1 and never stored.
+#include <cuda_fp16.h>
+
 #include <algorithm>
+#include <atomic>
+#include <type_traits>
 
 #include "gemm_q4_0_q8_1.cuh"
 #include "quant_block.h"
@@ -19,25 +58,210 @@
 namespace qg::detail::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
+constexpr int kKLanes = 4;                 // K positions per warp (lanes of a row slot)
+constexpr int kSlots = 32 / kKLanes;       // row slots per warp
+constexpr int kMaxWarps = 8;               // warps of a CTA, all on the same rows
+constexpr int kChunkBlocks = 8;            // 8 Q4_0 blocks = 144 bytes = 9 x 16
+constexpr int kWChunkBytes = kChunkBlocks * kQ4_0Bytes;  // 144
+constexpr int kAChunkBytes = kChunkBlocks * kQ8_1Bytes;  // 288 = 18 x 16
+constexpr int kMagicBits = 0x4B400000;     // 1.5 * 2^23
+constexpr float kMagic = 12582912.0f;
 constexpr int64_t kMaxGrid = 0x7FFFFFFF;
+// 0x80808080, passed to the kernel as an argument: LOP3 takes one immediate,
+// and with both masks immediate ptxas splits (v & 0xF0F0F0F0) ^ 0x80808080
+// into two LOP3s. From a register it is one per code word.
+constexpr uint32_t kCodeBias = 0x80808080u;
 
-template <int kCols, int kRows>
-__global__ void __launch_bounds__(kThreads)
+template <int kCols>
+__host__ __device__ constexpr int rows_per_lane() {
+  return kCols <= 2 ? 1 : 2;
+}
+
+__device__ __forceinline__ float half_bits_to_float(uint32_t h) {
+  // cvt.f32.f16: exact, subnormals, Inf and NaN included (as fp16_to_fp32).
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+}
+
+__device__ __forceinline__ int4 ldg16(const uint8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
+__device__ __forceinline__ int2 ldg8(const uint8_t* p) { return __ldg(reinterpret_cast<const int2*>(p)); }
+__device__ __forceinline__ int ldg4(const uint8_t* p) { return __ldg(reinterpret_cast<const int*>(p)); }
+
+// f(integral_constant<int, I>) for I = kBegin .. kEnd - 1: the chunk's block
+// index must be a constant (register indices, the A load pattern).
+template <int kBegin, int kEnd, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  if constexpr (kBegin < kEnd) {
+    f(std::integral_constant<int, kBegin>{});
+    static_for<kBegin + 1, kEnd>(f);
+  }
+}
+
+// One Q8_1 block of one column: d_a and the 32 codes as 8 words.
+struct ABlock {
+  float d;
+  int q[8];
+};
+
+// A block at p, 4-byte aligned: 9 word loads.
+__device__ __forceinline__ ABlock load_a_words(const uint8_t* p) {
+  ABlock b;
+  b.d = half_bits_to_float(static_cast<uint32_t>(ldg4(p)) & 0xFFFFu);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) b.q[k] = ldg4(p + 4 + 4 * k);
+  return b;
+}
+
+// Block t of a 16-byte-aligned A chunk (p = chunk + 36t, so p % 16 = 4 (t % 4)):
+// the widest aligned loads that cover its 36 bytes.
+template <int kPhase>
+__device__ __forceinline__ ABlock load_a_vec(const uint8_t* p) {
+  ABlock b;
+  uint32_t ds;
+  if constexpr (kPhase == 0) {  // 0 | 16 | 32
+    const int4 x = ldg16(p), y = ldg16(p + 16);
+    ds = x.x;
+    b.q[0] = x.y, b.q[1] = x.z, b.q[2] = x.w;
+    b.q[3] = y.x, b.q[4] = y.y, b.q[5] = y.z, b.q[6] = y.w;
+    b.q[7] = ldg4(p + 32);
+  } else if constexpr (kPhase == 1) {  // 4 | 8 | 16 | 32 (mod 16)
+    ds = ldg4(p);
+    const int2 x = ldg8(p + 4);
+    const int4 y = ldg16(p + 12);
+    const int2 z = ldg8(p + 28);
+    b.q[0] = x.x, b.q[1] = x.y;
+    b.q[2] = y.x, b.q[3] = y.y, b.q[4] = y.z, b.q[5] = y.w;
+    b.q[6] = z.x, b.q[7] = z.y;
+  } else if constexpr (kPhase == 2) {  // 8 | 16 | 32 (mod 16); the last load
+    // runs 4 bytes into block t + 1, which is in the same chunk (t <= 6).
+    const int2 x = ldg8(p);
+    const int4 y = ldg16(p + 8), z = ldg16(p + 24);
+    ds = x.x;
+    b.q[0] = x.y;
+    b.q[1] = y.x, b.q[2] = y.y, b.q[3] = y.z, b.q[4] = y.w;
+    b.q[5] = z.x, b.q[6] = z.y, b.q[7] = z.z;
+  } else {  // 12 | 16 | 32 (mod 16)
+    ds = ldg4(p);
+    const int4 x = ldg16(p + 4), y = ldg16(p + 20);
+    b.q[0] = x.x, b.q[1] = x.y, b.q[2] = x.z, b.q[3] = x.w;
+    b.q[4] = y.x, b.q[5] = y.y, b.q[6] = y.z, b.q[7] = y.w;
+  }
+  b.d = half_bits_to_float(ds & 0xFFFFu);
+  return b;
+}
+
+// One W block of kRows rows (d_w / 16 and the 16 code bytes as 4 words) against
+// one A block per column: acc[r][j] += d_w * d_a * isum.
+template <int kRows, int kCols, class LoadA>
+__device__ __forceinline__ void dot_block(float (&acc)[kRows][kCols], const float (&dw)[kRows],
+                                          const uint32_t (&v)[kRows][4], uint32_t k80, LoadA&& load_a) {
+  // Codes as signed bytes 16 * (q - 8): element 4k.. (low nibbles of word k)
+  // and element 16 + 4k.. (high nibbles), matching A words k and k + 4.
+  int lo[kRows][4], hi[kRows][4];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      lo[r][k] = static_cast<int>(((v[r][k] << 4) & 0xF0F0F0F0u) ^ k80);
+      hi[r][k] = static_cast<int>((v[r][k] & 0xF0F0F0F0u) ^ k80);
+    }
+#pragma unroll
+  for (int j = 0; j < kCols; ++j) {
+    const ABlock a = load_a(j);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      int s = kMagicBits;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        s = dp4a(lo[r][k], a.q[k], s);
+        s = dp4a(hi[r][k], a.q[k + 4], s);
+      }
+      // 16 * isum, exact; times d_w / 16 * d_a, exact: one rounding.
+      acc[r][j] = fmaf(dw[r] * a.d, __int_as_float(s) - kMagic, acc[r][j]);
+    }
+  }
+}
+
+// Block b of each row, any 2-byte-aligned row: 16-bit loads of W, 32-bit of A.
+template <int kRows, int kCols>
+__device__ __forceinline__ void dot_block_any(float (&acc)[kRows][kCols], const uint8_t* const (&wrow)[kRows],
+                                              const uint8_t* a, int64_t lda, int64_t b, uint32_t k80) {
+  float dw[kRows];
+  uint32_t v[kRows][4];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const uint8_t* wb = wrow[r] + b * kQ4_0Bytes;
+    dw[r] = half_bits_to_float(load_u16_b2(wb)) * 0.0625f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[r][k] = static_cast<uint32_t>(load_int_b2(wb + 2 + 4 * k));
+  }
+  const uint8_t* ab = a + b * kQ8_1Bytes;
+  dot_block<kRows, kCols>(acc, dw, v, k80, [&](int j) { return load_a_words(ab + j * lda); });
+}
+
+// Chunk c (blocks 8c .. 8c + 7) of each row, rows and A 16-byte aligned
+// (kAVec) or A only 4-byte aligned.
+template <int kRows, int kCols, bool kAVec>
+__device__ __forceinline__ void dot_chunk(float (&acc)[kRows][kCols], const uint8_t* const (&wrow)[kRows],
+                                          const uint8_t* a, int64_t lda, int64_t c, uint32_t k80) {
+  // All 9 x kRows loads first: 144 * kRows bytes in flight per lane.
+  uint32_t w[kRows][36];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const uint8_t* p = wrow[r] + c * kWChunkBytes;
+#pragma unroll
+    for (int i = 0; i < 9; ++i) {
+      const int4 x = ldg16(p + 16 * i);
+      w[r][4 * i] = x.x, w[r][4 * i + 1] = x.y, w[r][4 * i + 2] = x.z, w[r][4 * i + 3] = x.w;
+    }
+  }
+  const uint8_t* ac = a + c * kAChunkBytes;
+  static_for<0, kChunkBlocks>([&](auto tc) {
+    constexpr int t = decltype(tc)::value;
+    float dw[kRows];
+    uint32_t v[kRows][4];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if constexpr (t % 2 == 0) {  // at byte 4q: d low half of word q, codes straddle words
+        constexpr int q = 9 * t / 2;
+        dw[r] = half_bits_to_float(w[r][q] & 0xFFFFu) * 0.0625f;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[r][k] = __byte_perm(w[r][q + k], w[r][q + k + 1], 0x5432);
+      } else {  // at byte 4q + 2: d high half of word q, codes words q + 1 .. q + 4
+        constexpr int q = (9 * t - 1) / 2;
+        dw[r] = half_bits_to_float(w[r][q] >> 16) * 0.0625f;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[r][k] = w[r][q + 1 + k];
+      }
+    }
+    const uint8_t* ab = ac + t * kQ8_1Bytes;
+    dot_block<kRows, kCols>(acc, dw, v, k80, [&](int j) {
+      if constexpr (kAVec) {
+        return load_a_vec<t % 4>(ab + j * lda);
+      } else {
+        return load_a_words(ab + j * lda);
+      }
+    });
+  });
+}
+
+template <int kCols, bool kWVec, bool kAVec>
+__global__ void __launch_bounds__(32 * kMaxWarps, rows_per_lane<kCols>() == 1 ? 3 : 2)
 gemm_mmvq_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a, EpilogueParams ep,
-                 int64_t m, int64_t nb, int64_t ldw, int64_t lda) {
-  __shared__ float partial[kWarps][kRows * kCols];
+                 int64_t m, int64_t nb, int64_t ldw, int64_t lda, uint32_t k80) {
+  constexpr int kRows = rows_per_lane<kCols>();
+  constexpr int kCtaRows = kSlots * kRows;
+  __shared__ float partial[kMaxWarps][kCtaRows * kCols];
+  const int warps = blockDim.x / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t halves = 2 * nb;
+  const int slot = lane / kKLanes;
+  const int kpos = warp * kKLanes + lane % kKLanes;  // this lane's K position, 0 .. stride - 1
+  const int stride = warps * kKLanes;
 
-  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows; row0 < m;
-       row0 += static_cast<int64_t>(gridDim.x) * kRows) {
-    // Rows past the end are computed on the last row and never stored: that
-    // keeps the inner loop free of per-row branches.
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * kCtaRows; row0 < m;
+       row0 += static_cast<int64_t>(gridDim.x) * kCtaRows) {
     const uint8_t* wrow[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) wrow[r] = w + min(row0 + r, m - 1) * ldw;
+    for (int r = 0; r < kRows; ++r) wrow[r] = w + min(row0 + slot * kRows + r, m - 1) * ldw;
 
     float acc[kRows][kCols];
 #pragma unroll
@@ -45,84 +269,105 @@ gemm_mmvq_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a, E
 #pragma unroll
       for (int j = 0; j < kCols; ++j) acc[r][j] = 0.0f;
 
-    for (int64_t h = threadIdx.x; h < halves; h += kThreads) {
-      const int64_t b = h >> 1;
-      const int part = static_cast<int>(h & 1) * 8;  // byte offset of this half's codes
-
-      int alo[kCols][2], ahi[kCols][2];
-      float da[kCols];
-#pragma unroll
-      for (int j = 0; j < kCols; ++j) {
-        const uint8_t* ab = a + j * lda + b * kQ8_1Bytes;
-        da[j] = fp16_to_fp32(load_u16_b2(ab));
-        alo[j][0] = load_int_b4(ab + 4 + part);
-        alo[j][1] = load_int_b4(ab + 4 + part + 4);
-        ahi[j][0] = load_int_b4(ab + 4 + 16 + part);
-        ahi[j][1] = load_int_b4(ab + 4 + 16 + part + 4);
-      }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const uint8_t* wb = wrow[r] + b * kQ4_0Bytes;
-        const float dw = fp16_to_fp32(load_u16_b2(wb));
-        const uint32_t v0 = static_cast<uint32_t>(load_int_b2(wb + 2 + part));
-        const uint32_t v1 = static_cast<uint32_t>(load_int_b2(wb + 2 + part + 4));
-        const int lo0 = q4_0_codes_minus_8(v0 & 0x0F0F0F0Fu);
-        const int lo1 = q4_0_codes_minus_8(v1 & 0x0F0F0F0Fu);
-        const int hi0 = q4_0_codes_minus_8((v0 >> 4) & 0x0F0F0F0Fu);
-        const int hi1 = q4_0_codes_minus_8((v1 >> 4) & 0x0F0F0F0Fu);
-#pragma unroll
-        for (int j = 0; j < kCols; ++j) {
-          int sumi = dp4a(lo0, alo[j][0], 0);
-          sumi = dp4a(lo1, alo[j][1], sumi);
-          sumi = dp4a(hi0, ahi[j][0], sumi);
-          sumi = dp4a(hi1, ahi[j][1], sumi);
-          const float d = dw * da[j];
-          if (is_finite(d)) {
-            acc[r][j] += d * static_cast<float>(sumi);
-          } else {
-            // A non-finite scale must meet the whole block's integer sum (the
-            // documented d * sum), not this half's: Inf * 0 would be NaN where
-            // the block sum is not 0. The two halves of a block are on lanes
-            // 2t and 2t + 1, which share d and so take this branch together.
-            const unsigned pair = 3u << (lane & ~1);
-            const int block_sum = sumi + __shfl_xor_sync(pair, sumi, 1);
-            if ((h & 1) == 0) acc[r][j] += d * static_cast<float>(block_sum);
-          }
-        }
-      }
+    int64_t b0 = 0;  // first block of the per-block path
+    if constexpr (kWVec) {
+      const int64_t chunks = nb / kChunkBlocks;
+      for (int64_t c = kpos; c < chunks; c += stride) dot_chunk<kRows, kCols, kAVec>(acc, wrow, a, lda, c, k80);
+      b0 = chunks * kChunkBlocks;
     }
+    for (int64_t b = b0 + kpos; b < nb; b += stride) dot_block_any<kRows, kCols>(acc, wrow, a, lda, b, k80);
 
+    // The 4 K positions of a row slot (lanes 4s .. 4s + 3), then the warps.
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int j = 0; j < kCols; ++j) {
         float v = acc[r][j];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-        if (lane == 0) partial[warp][r * kCols + j] = v;
+        v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+        v += __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+        if (lane % kKLanes == 0) partial[warp][(slot * kRows + r) * kCols + j] = v;
       }
     __syncthreads();
-    if (threadIdx.x < kRows * kCols) {
-      const int r = threadIdx.x / kCols, j = threadIdx.x % kCols;
-      float v = partial[0][threadIdx.x];
-#pragma unroll
-      for (int i = 1; i < kWarps; ++i) v += partial[i][threadIdx.x];
-      if (row0 + r < m) epilogue_store(ep, row0 + r, j, v);
+    for (int o = threadIdx.x; o < kCtaRows * kCols; o += blockDim.x) {
+      float v = partial[0][o];
+      for (int i = 1; i < warps; ++i) v += partial[i][o];
+      const int64_t row = row0 + o / kCols;
+      if (row < m) epilogue_store(ep, row, o % kCols, v);
     }
     __syncthreads();  // partial[] is reused by the next row group
   }
 }
 
-template <int kCols>
+// Resident CTAs per SM of `kernel` at each CTA size 32 .. 256, asked once per
+// device (registers decide; 0 where the query failed).
+template <class Kernel>
+int resident_ctas(Kernel kernel, int device, int warps, std::atomic<int> (&cache)[64][kMaxWarps + 1]) {
+  if (device >= 0 && device < 64) {
+    const int v = cache[device][warps].load(std::memory_order_relaxed);
+    if (v > 0) return v - 1;
+  }
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, 32 * warps, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (device >= 0 && device < 64) cache[device][warps].store(blocks + 1, std::memory_order_relaxed);
+  return blocks;
+}
+
+int sm_count(int device) {
+  static std::atomic<int> cached[64];
+  if (device >= 0 && device < 64) {
+    const int v = cached[device].load(std::memory_order_relaxed);
+    if (v > 0) return v;
+  }
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+    cudaGetLastError();
+    return 1;
+  }
+  if (device >= 0 && device < 64) cached[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
+template <int kCols, bool kWVec, bool kAVec>
 void launch(const GemmArgs& g, cudaStream_t stream) {
-  // Two rows per CTA once there are several columns: each W load then feeds
-  // more DP4As and the A words loaded are reused across both rows.
-  constexpr int kRows = kCols == 1 ? 1 : 2;
-  const int64_t m = g.a.rows;
-  const int64_t ctas = std::min<int64_t>((m + kRows - 1) / kRows, kMaxGrid);
-  gemm_mmvq_kernel<kCols, kRows><<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(g.a.data), static_cast<const uint8_t*>(g.b.data), epilogue_params(g), m,
-      g.a.k / 32, g.a.row_stride, g.b.row_stride);
+  static std::atomic<int> occupancy[64][kMaxWarps + 1];
+  constexpr int kCtaRows = kSlots * rows_per_lane<kCols>();
+  auto* kernel = gemm_mmvq_kernel<kCols, kWVec, kAVec>;
+  const int64_t m = g.a.rows, nb = g.a.k / 32;
+  const int64_t ctas = (m + kCtaRows - 1) / kCtaRows;
+  // Units of K work per row: 8-block chunks (plus a short tail), or blocks.
+  const int64_t units = kWVec ? std::max<int64_t>(nb / kChunkBlocks, 1) : std::max<int64_t>(nb, 1);
+  // No more warps than give each K position a unit of work.
+  const int max_warps =
+      static_cast<int>(std::clamp<int64_t>((units + kKLanes - 1) / kKLanes, 1, kMaxWarps));
+  // The most warps per CTA with which every CTA is resident at once; if none
+  // fits, there are several waves anyway and short CTAs balance them best.
+  int warps = max_warps;
+  const int sms = sm_count(g.device.id);
+  for (int kw = max_warps; kw >= 1; --kw) {
+    const int per_sm = resident_ctas(kernel, g.device.id, kw, occupancy);
+    if (per_sm > 0 && ctas <= static_cast<int64_t>(per_sm) * sms) {
+      warps = kw;
+      break;
+    }
+  }
+  const int64_t grid = std::min<int64_t>(ctas, kMaxGrid);
+  kernel<<<static_cast<unsigned>(grid), 32 * warps, 0, stream>>>(
+      static_cast<const uint8_t*>(g.a.data), static_cast<const uint8_t*>(g.b.data), epilogue_params(g), m, nb,
+      g.a.row_stride, g.b.row_stride, kCodeBias);
+}
+
+template <int kCols>
+void launch_cols(const GemmArgs& g, cudaStream_t stream) {
+  // 16-byte W chunks need every row to start 16-byte aligned; A's vector
+  // loads need the same of A's rows. A single row's stride is never used.
+  const bool w16 = is_aligned(g.a.data, 16) && (g.a.rows == 1 || g.a.row_stride % 16 == 0);
+  const bool a16 = is_aligned(g.b.data, 16) && (g.b.rows == 1 || g.b.row_stride % 16 == 0);
+  if (!w16) launch<kCols, false, false>(g, stream);
+  else if (a16) launch<kCols, true, true>(g, stream);
+  else launch<kCols, true, false>(g, stream);
 }
 
 }  // namespace
@@ -136,20 +381,20 @@ bool gemm_mmvq_can_run(const GemmArgs& args, std::string* why_not) {
 }
 
 Status gemm_mmvq_run(const GemmArgs& args, Stream stream) {
-  // K = 0 needs no special case: no halves, and C is written with zeros.
+  // K = 0 needs no special case: no blocks, and C is written with zeros.
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const cudaStream_t st = to_cuda(stream);
   switch (args.b.rows) {
-    case 1: launch<1>(args, st); break;
-    case 2: launch<2>(args, st); break;
-    case 3: launch<3>(args, st); break;
-    case 4: launch<4>(args, st); break;
-    case 5: launch<5>(args, st); break;
-    case 6: launch<6>(args, st); break;
-    case 7: launch<7>(args, st); break;
-    case 8: launch<8>(args, st); break;
+    case 1: launch_cols<1>(args, st); break;
+    case 2: launch_cols<2>(args, st); break;
+    case 3: launch_cols<3>(args, st); break;
+    case 4: launch_cols<4>(args, st); break;
+    case 5: launch_cols<5>(args, st); break;
+    case 6: launch_cols<6>(args, st); break;
+    case 7: launch_cols<7>(args, st); break;
+    case 8: launch_cols<8>(args, st); break;
     default:
       return Status(StatusCode::unsupported,
                     std::string(args.fn) + " (cuda_mmvq): N > 8 (" + gemm_shape(args) + ")");

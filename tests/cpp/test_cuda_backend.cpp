@@ -514,6 +514,39 @@ TEST_F(CudaBackend, GemmStridedRows) {
   run_gemm_case({70, 77, 288, 6, 12, 5, 0, 0, tiled_impl()}, nullptr, seed++, nullptr);
 }
 
+// Each path of the GEMV kernel (cuda_mmvq) for several N (1 and 2 rows per
+// lane): 16-byte W chunks with 16-byte A loads or 32-bit A loads (A's pointer
+// or row stride off 16), the 16-bit per-block path (W's pointer or row stride
+// off 16), a K that is not a multiple of 256 (chunks plus a per-block tail;
+// ldw padded to a multiple of 16, or a single row), K = 32 (tail only), long K
+// (every warp of a CTA), and M tails of every row group (8 or 16 rows per CTA).
+// The last case runs twice: bit-identical.
+TEST_F(CudaBackend, GemmMmvqPaths) {
+  uint32_t seed = kSeed + 250;
+  for (int64_t n : {1, 2, 3, 5, 8}) {
+    const GemmCase cases[] = {
+        {61, n, 4096, 0, 0, 0, 0, 0, "mmvq"},       // 16-byte W and A
+        {61, n, 4096, 0, 0, 0, 0, 4, "mmvq"},       // A at 4 mod 16: 32-bit A loads
+        {61, n, 4096, 0, 4, 0, 0, 0, "mmvq"},       // lda = 16k + 4 (N = 1: still 16-byte)
+        {61, n, 4096, 0, 0, 0, 2, 0, "mmvq"},       // W at 2 mod 16: per-block path
+        {61, n, 4096, 2, 0, 1, 0, 0, "mmvq"},       // ldw = 16k + 2: per-block path
+        {37, n, 32 * 13, 6, 12, 1, 0, 0, "mmvq"},   // ldw 240, lda 480: 1 chunk + 5 tail blocks
+        {1, n, 32 * 13, 0, 0, 0, 0, 0, "mmvq"},     // one row: its stride does not matter
+        {17, n, 32, 14, 12, 0, 0, 0, "mmvq"},       // K = 32, 16-byte rows: tail only
+        {17, n, 32, 0, 0, 0, 0, 0, "mmvq"},         // K = 32, packed: per-block path
+        {23, n, 32 * 264, 0, 0, 0, 0, 0, "mmvq"},   // 33 chunks: uneven split over warps
+        {300, n, 14336, 0, 0, 2, 0, 0, "mmvq"},     // long K, several CTAs
+    };
+    for (const GemmCase& g : cases) run_gemm_case(g, nullptr, seed++, nullptr);
+  }
+  const GemmCase g{300, 8, 14336 + 96, 10, 4, 0, 0, 0, "mmvq"};  // ldw, lda multiples of 16; 3-block tail
+  std::vector<float> first, again;
+  run_gemm_case(g, nullptr, seed, &first);
+  run_gemm_case(g, nullptr, seed, &again);
+  ASSERT_EQ(first.size(), again.size());
+  EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * 4)) << describe(g);
+}
+
 TEST_F(CudaBackend, GemmMisalignedOperandsUseGeneric) {
   uint32_t seed = kSeed + 300;
   // A two bytes off a 4-byte boundary: no 32-bit loads of A allowed.
