@@ -10,6 +10,11 @@ namespace qg::detail::cpu {
 Status quantize_rows(const QuantizeArgs& args);
 Status dequantize_rows(const DequantizeArgs& args);
 
+// The codes and scale of quant_block.h's quantize_codes_q8 for one block of
+// 32 finite floats, with AVX2 (callable only where cpu_features().avx2);
+// false, writing nothing, where the block holds NaN or +-Inf.
+bool quantize_codes_q8_avx2(const float* x, int8_t* qs, float* d, int* code_sum);
+
 // Readable reference: one block dot product at a time (quant_block.h).
 Status gemm_q4_0_q8_1_scalar(const GemmArgs& args);
 // AVX2 + FMA; callable only where cpu_features().avx2 && .fma.
