@@ -9,13 +9,15 @@
 // shared row pitch is 33 floats so that lane l reading its block's value j hits
 // bank (l + j) % 32: conflict-free, where a pitch of 32 would serialise 32-way.
 //
-// A small tensor (one activation row of 14336 values: 14 such warps) is a
-// latency chain, not a stream: a warp's row loads, then one lane's serial
-// pass over its block, then the stores, with the GPU otherwise idle. Below
-// kFewChunks warp chunks each warp takes 8 blocks instead of 32 (a quarter of
-// the loads per warp, four times the warps). Measured on an H200 at 1 x 14336:
-// 8.4 -> 7.9 us; what is left is the serial per-lane block pass, which a
-// lane-parallel block quantizer would cut.
+// That layout is for streams. A small tensor (one activation row of 14336
+// values: 14 such warps) is a latency chain instead: a warp's row loads, then
+// one lane's serial pass over 32 values (two loops, a division), then the
+// stores, with the GPU otherwise idle: 8.4 us on an H200. Below kFewChunks warp
+// chunks, quantize_lanes_kernel gives each warp one block at a time, one value
+// per lane: the block's max and code sum are warp reductions (both exact, so
+// the bytes are the same), and the chain is a few dozen instructions: 4.5 us
+// at 1 x 14336 (the rest is launch and one DRAM round trip). From about 512
+// chunks up the streaming layout is faster again.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,8 +30,7 @@ namespace {
 
 constexpr int kWarpsPerCta = 4;
 constexpr int kBlocksPerWarp = 32;
-constexpr int kFewBlocksPerWarp = 8;
-constexpr int64_t kFewChunks = 1024;  // of 32 blocks: below this, 8-block warps
+constexpr int64_t kFewChunks = 512;  // of 32 blocks: below this, one block per warp (measured crossover)
 constexpr int kPitch = 33;              // floats per staged block (32 + 1 pad)
 constexpr int kMaxBytesPerBlock = 36;   // block_q8_1
 constexpr int64_t kMaxGrid = 1 << 20;   // grid-stride beyond this
@@ -61,7 +62,7 @@ __device__ __forceinline__ void copy_bytes_warp(uint8_t* dst, const uint8_t* src
   }
 }
 
-template <Format F, DType T, int kBlocks>
+template <Format F, DType T>
 __global__ void __launch_bounds__(kWarpsPerCta * 32)
 quantize_kernel(const uint8_t* __restrict__ x, int64_t rows, int64_t nb, int64_t x_row_stride,
                 uint8_t* __restrict__ y, int64_t y_row_stride, Q8_1Convention convention,
@@ -69,6 +70,7 @@ quantize_kernel(const uint8_t* __restrict__ x, int64_t rows, int64_t nb, int64_t
   using Block = typename BlockOf<F>::type;
   constexpr int kBpb = static_cast<int>(sizeof(Block));
   constexpr int kEsize = T == DType::f32 ? 4 : 2;
+  constexpr int kBlocks = kBlocksPerWarp;
   __shared__ float sx[kWarpsPerCta][kBlocks * kPitch];
   __shared__ __align__(16) uint8_t sy[kWarpsPerCta][kBlocks * kMaxBytesPerBlock];
 
@@ -83,13 +85,93 @@ quantize_kernel(const uint8_t* __restrict__ x, int64_t rows, int64_t nb, int64_t
     const int64_t b0 = (c % chunks_per_row) * kBlocks;
     const int nblk = static_cast<int>(min(static_cast<int64_t>(kBlocks), nb - b0));
     const uint8_t* xrow = x + (row * x_row_stride + b0 * 32) * kEsize;
-#pragma unroll 8
     for (int i = 0; i < nblk; ++i) xs[i * kPitch + lane] = load_value<T>(xrow, i * 32 + lane, x_aligned);
     __syncwarp();
     if (lane < nblk) quantize_block<F>(xs + lane * kPitch, reinterpret_cast<Block*>(ys + lane * kBpb), convention);
     __syncwarp();
     copy_bytes_warp(y + row * y_row_stride + b0 * kBpb, ys, nblk * kBpb, lane);
     __syncwarp();  // shared buffers are reused by the next chunk
+  }
+}
+
+// Writes `bytes` little-endian bytes of v at p (any alignment).
+__device__ __forceinline__ void store_le(uint8_t* p, uint32_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+// One block per warp, value `lane` of it per lane: quant_block.h's block
+// quantizers with their loops turned into warp reductions that give the same
+// numbers (a max and an integer sum do not depend on the order; Q4_0's "first
+// value of largest magnitude" is a (magnitude, index) reduction; the ggml_cuda
+// convention's fp32 sum, which does, is added in index order).
+template <Format F, DType T>
+__global__ void __launch_bounds__(kWarpsPerCta * 32)
+quantize_lanes_kernel(const uint8_t* __restrict__ x, int64_t rows, int64_t nb, int64_t x_row_stride,
+                      uint8_t* __restrict__ y, int64_t y_row_stride, Q8_1Convention convention, bool x_aligned) {
+  constexpr unsigned kAll = 0xFFFFFFFFu;
+  constexpr int kEsize = T == DType::f32 ? 4 : 2;
+  constexpr int kBpb = static_cast<int>(sizeof(typename BlockOf<F>::type));
+  const int lane = threadIdx.x % 32;
+  const int64_t blocks = rows * nb;
+  for (int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; blk < blocks;
+       blk += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
+    const int64_t row = blk / nb, b = blk % nb;
+    const float v = load_value<T>(x + (row * x_row_stride + b * 32) * kEsize, lane, x_aligned);
+    uint8_t* yb = y + row * y_row_stride + b * kBpb;
+    const bool finite = __all_sync(kAll, is_finite(v));
+    const float a = fabsf(v);
+    if constexpr (F == Format::q4_0) {
+      if (!finite) {
+        if (lane == 0) store_le(yb, kFp16NaN, 2);
+        if (lane < 16) yb[2 + lane] = 0x88;
+        continue;
+      }
+      // The reference keeps the first value whose magnitude beats all before.
+      float amax = a;
+      int at = lane;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        const float oa = __shfl_xor_sync(kAll, amax, off);
+        const int oat = __shfl_xor_sync(kAll, at, off);
+        if (oa > amax || (oa == amax && oat < at)) amax = oa, at = oat;
+      }
+      // All zeros: the reference's max stays +0 (never x[0], which may be -0).
+      const float max = amax == 0.0f ? 0.0f : __shfl_sync(kAll, v, at);
+      const float d = div_rn(max, -8.0f);
+      const uint32_t code = q4_0_code(mul_rn(v, inverse_scale(d)));
+      const uint32_t hi = __shfl_down_sync(kAll, code, 16);
+      if (lane == 0) store_le(yb, fp32_to_fp16(d), 2);
+      if (lane < 16) yb[2 + lane] = static_cast<uint8_t>(code | (hi << 4));
+    } else {
+      constexpr int kCodes = F == Format::q8_1 ? 4 : 2;  // byte offset of the codes
+      if (!finite) {
+        if (lane == 0) store_le(yb, kFp16NaN, 2);
+        if (F == Format::q8_1 && lane == 1) store_le(yb + 2, kFp16NaN, 2);
+        yb[kCodes + lane] = 0;
+        continue;
+      }
+      float amax = a;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kAll, amax, off));
+      const float d = div_rn(amax, 127.0f);
+      if (F == Format::q8_1 && convention == Q8_1Convention::ggml_cuda) {
+        float xsum = 0.0f;
+        for (int j = 0; j < 32; ++j) xsum = add_rn(xsum, __shfl_sync(kAll, v, j));
+        yb[kCodes + lane] = static_cast<uint8_t>(amax == 0.0f ? 0 : q8_code(div_rn(v, d)));
+        if (lane == 0) store_le(yb, fp32_to_fp16(d), 2);
+        if (lane == 1) store_le(yb + 2, fp32_to_fp16(xsum), 2);
+        continue;
+      }
+      const int8_t q = q8_code(mul_rn(v, inverse_scale(d)));
+      yb[kCodes + lane] = static_cast<uint8_t>(q);
+      if (lane == 0) store_le(yb, fp32_to_fp16(d), 2);
+      if constexpr (F == Format::q8_1) {
+        int sum = q;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kAll, sum, off);
+        if (lane == 1) store_le(yb + 2, fp32_to_fp16(mul_rn(static_cast<float>(sum), d)), 2);
+      }
+    }
   }
 }
 
@@ -123,31 +205,34 @@ dequantize_kernel(const uint8_t* __restrict__ xq, int64_t rows, int64_t nb, int6
 }
 
 unsigned grid_for(int64_t rows, int64_t nb, int blocks_per_warp = kBlocksPerWarp) {
-  const int64_t chunks = rows * ((nb + blocks_per_warp - 1) / blocks_per_warp);
+  const int64_t chunks = rows * ((nb + blocks_per_warp - 1) / blocks_per_warp);  // warps
   const int64_t ctas = (chunks + kWarpsPerCta - 1) / kWarpsPerCta;
   return static_cast<unsigned>(ctas < 1 ? 1 : (ctas > kMaxGrid ? kMaxGrid : ctas));
 }
 
-template <Format F, int kBlocks>
-void launch_quantize(const QuantizeArgs& a, cudaStream_t stream) {
-  const unsigned grid = grid_for(a.rows, a.k / 32, kBlocks);
-  const int esize = a.x_dtype == DType::f32 ? 4 : 2;
-  const bool aligned = is_aligned(a.x, esize);
-  const uint8_t* x = static_cast<const uint8_t*>(a.x);
-  uint8_t* y = static_cast<uint8_t*>(a.y);
+template <Format F, DType T>
+void launch_quantize_from(const QuantizeArgs& a, cudaStream_t stream) {
   const int64_t nb = a.k / 32;
+  const bool few = a.rows * ((nb + kBlocksPerWarp - 1) / kBlocksPerWarp) < kFewChunks;
+  auto* kernel = few ? quantize_lanes_kernel<F, T> : quantize_kernel<F, T>;
+  const unsigned grid = grid_for(a.rows, nb, few ? 1 : kBlocksPerWarp);
+  const int esize = T == DType::f32 ? 4 : 2;
+  kernel<<<grid, kWarpsPerCta * 32, 0, stream>>>(static_cast<const uint8_t*>(a.x), a.rows, nb, a.x_row_stride,
+                                                 static_cast<uint8_t*>(a.y), a.y_row_stride, a.q8_1_convention,
+                                                 is_aligned(a.x, esize));
+}
+
+template <Format F>
+void launch_quantize(const QuantizeArgs& a, cudaStream_t stream) {
   switch (a.x_dtype) {
     case DType::f16:
-      quantize_kernel<F, DType::f16, kBlocks><<<grid, kWarpsPerCta * 32, 0, stream>>>(
-          x, a.rows, nb, a.x_row_stride, y, a.y_row_stride, a.q8_1_convention, aligned);
+      launch_quantize_from<F, DType::f16>(a, stream);
       break;
     case DType::bf16:
-      quantize_kernel<F, DType::bf16, kBlocks><<<grid, kWarpsPerCta * 32, 0, stream>>>(
-          x, a.rows, nb, a.x_row_stride, y, a.y_row_stride, a.q8_1_convention, aligned);
+      launch_quantize_from<F, DType::bf16>(a, stream);
       break;
     default:
-      quantize_kernel<F, DType::f32, kBlocks><<<grid, kWarpsPerCta * 32, 0, stream>>>(
-          x, a.rows, nb, a.x_row_stride, y, a.y_row_stride, a.q8_1_convention, aligned);
+      launch_quantize_from<F, DType::f32>(a, stream);
       break;
   }
 }
@@ -163,15 +248,7 @@ Status quantize_run(const QuantizeArgs& args, Stream stream) {
   if (args.rows <= 0 || args.k <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, fn, args.device.id); !s.ok()) return s;
-  const int64_t nb = args.k / 32;
-  const bool few = args.rows * ((nb + kBlocksPerWarp - 1) / kBlocksPerWarp) < kFewChunks;
-  with_format(args.format, [&](auto tag) {
-    constexpr Format kF = decltype(tag)::value;
-    if (few)
-      launch_quantize<kF, kFewBlocksPerWarp>(args, to_cuda(stream));
-    else
-      launch_quantize<kF, kBlocksPerWarp>(args, to_cuda(stream));
-  });
+  with_format(args.format, [&](auto tag) { launch_quantize<decltype(tag)::value>(args, to_cuda(stream)); });
   return launch_status(fn, [&] { return rows_k(args.rows, args.k); });
 }
 

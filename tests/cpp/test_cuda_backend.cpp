@@ -221,14 +221,14 @@ TEST_F(CudaBackend, QuantizeMatchesCpuBytes) {
   const qg::DType dtypes[] = {qg::DType::f32, qg::DType::f16, qg::DType::bf16};
   for (const FormatCase& fc : kFormatCases)
     for (qg::DType dt : dtypes) {
-      // 70 blocks per row: full warp chunks (8 blocks each here) and a tail of 6.
+      // Small tensors: one block per warp (the lane-parallel quantizer).
       check_quantize(fc, dt, 37, 32 * 70, 0, 0, kSeed);
       // Strided rows, odd packed row stride (byte-wise stores), k = 32.
       check_quantize(fc, dt, 5, 32, 9, 7, kSeed + 1);
       check_quantize(fc, dt, 3, 32 * 33, 32, 2, kSeed + 2);
     }
-  // Enough warp chunks (1100 rows x 2) for the 32-block warps; the cases
-  // above take the 8-block warps of small tensors.
+  // Enough 32-block warp chunks (1100 rows x 2, the second a tail of 8) for
+  // the streaming layout that large tensors take.
   for (const FormatCase& fc : kFormatCases) check_quantize(fc, qg::DType::f32, 1100, 32 * 40, 0, 0, kSeed + 3);
 }
 
