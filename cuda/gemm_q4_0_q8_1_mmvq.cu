@@ -9,7 +9,8 @@
 // 9 x 16, so when a row starts 16-byte aligned (base and row stride multiples
 // of 16: packed rows with K a multiple of 256, the usual case) a lane reads
 // chunk c of a row with 9 ld.global.nc.v4 and has 8 whole blocks in 36
-// registers, 144 bytes in flight. Block t of the chunk starts at byte 18t:
+// registers; with one row per lane (N <= 2) it loads two chunks before
+// using either, 288 bytes in flight, with two rows one chunk of each. Block t of the chunk starts at byte 18t:
 // for even t at a word (d = low half of word 9t/2, each code word one PRMT of
 // two neighbours), for odd t in the middle of one (d = high half, the code
 // words aligned). A warp instruction touches 32 lines (4 per row slot, see
@@ -198,13 +199,11 @@ __device__ __forceinline__ void dot_block_any(float (&acc)[kRows][kCols], const 
   dot_block<kRows, kCols>(acc, dw, v, k80, [&](int j) { return load_a_words(ab + j * lda); });
 }
 
-// Chunk c (blocks 8c .. 8c + 7) of each row, rows and A 16-byte aligned
-// (kAVec) or A only 4-byte aligned.
-template <int kRows, int kCols, bool kAVec>
-__device__ __forceinline__ void dot_chunk(float (&acc)[kRows][kCols], const uint8_t* const (&wrow)[kRows],
-                                          const uint8_t* a, int64_t lda, int64_t c, uint32_t k80) {
-  // All 9 x kRows loads first: 144 * kRows bytes in flight per lane.
-  uint32_t w[kRows][36];
+// Chunk c (blocks 8c .. 8c + 7) of each of a lane's rows (16-byte aligned):
+// 9 16-byte loads a row.
+template <int kRows>
+__device__ __forceinline__ void load_w_chunk(uint32_t (&w)[kRows][36], const uint8_t* const (&wrow)[kRows],
+                                             int64_t c) {
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const uint8_t* p = wrow[r] + c * kWChunkBytes;
@@ -214,6 +213,13 @@ __device__ __forceinline__ void dot_chunk(float (&acc)[kRows][kCols], const uint
       w[r][4 * i] = x.x, w[r][4 * i + 1] = x.y, w[r][4 * i + 2] = x.z, w[r][4 * i + 3] = x.w;
     }
   }
+}
+
+// The loaded chunk's 8 blocks against A's, A rows 16-byte aligned (kAVec) or
+// only 4-byte aligned.
+template <int kRows, int kCols, bool kAVec>
+__device__ __forceinline__ void dot_loaded_chunk(float (&acc)[kRows][kCols], const uint32_t (&w)[kRows][36],
+                                                 const uint8_t* a, int64_t lda, int64_t c, uint32_t k80) {
   const uint8_t* ac = a + c * kAChunkBytes;
   static_for<0, kChunkBlocks>([&](auto tc) {
     constexpr int t = decltype(tc)::value;
@@ -245,7 +251,7 @@ __device__ __forceinline__ void dot_chunk(float (&acc)[kRows][kCols], const uint
 }
 
 template <int kCols, bool kWVec, bool kAVec>
-__global__ void __launch_bounds__(32 * kMaxWarps, rows_per_lane<kCols>() == 1 ? 3 : 2)
+__global__ void __launch_bounds__(32 * kMaxWarps, 2)
 gemm_mmvq_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a, EpilogueParams ep,
                  int64_t m, int64_t nb, int64_t ldw, int64_t lda, uint32_t k80) {
   constexpr int kRows = rows_per_lane<kCols>();
@@ -272,7 +278,27 @@ gemm_mmvq_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a, E
     int64_t b0 = 0;  // first block of the per-block path
     if constexpr (kWVec) {
       const int64_t chunks = nb / kChunkBlocks;
-      for (int64_t c = kpos; c < chunks; c += stride) dot_chunk<kRows, kCols, kAVec>(acc, wrow, a, lda, c, k80);
+      if constexpr (kRows == 1) {
+        // Two chunks' loads (288 bytes) in flight per lane before either is
+        // used: a lane owns only a few chunks, and with one in flight it
+        // waited a full memory latency per chunk (Nsight Compute: most
+        // stalls on the first use of W). Same order of accumulation.
+        for (int64_t c = kpos; c < chunks; c += 2 * stride) {
+          uint32_t w0[kRows][36], w1[kRows][36];
+          const bool two = c + stride < chunks;
+          load_w_chunk<kRows>(w0, wrow, c);
+          if (two) load_w_chunk<kRows>(w1, wrow, c + stride);
+          dot_loaded_chunk<kRows, kCols, kAVec>(acc, w0, a, lda, c, k80);
+          if (two) dot_loaded_chunk<kRows, kCols, kAVec>(acc, w1, a, lda, c + stride, k80);
+        }
+      } else {
+        // All 9 x kRows loads of a chunk first: 288 bytes in flight per lane.
+        for (int64_t c = kpos; c < chunks; c += stride) {
+          uint32_t w[kRows][36];
+          load_w_chunk<kRows>(w, wrow, c);
+          dot_loaded_chunk<kRows, kCols, kAVec>(acc, w, a, lda, c, k80);
+        }
+      }
       b0 = chunks * kChunkBlocks;
     }
     for (int64_t b = b0 + kpos; b < nb; b += stride) dot_block_any<kRows, kCols>(acc, wrow, a, lda, b, k80);
