@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // test_gemm_cpu.cpp: qg's GEMM on the CPU. The shared suite (test_util.h,
 // qgtest::gemm_suite) runs on every CPU kernel registered for q4_0 x q8_1
-// (cpu_avx2, cpu_scalar: each forced through the registry by name) and on the
+// (cpu_avx512_vnni, cpu_avx2, cpu_scalar: each forced through the registry by name) and on the
 // public qg::gemm, against a float64 reference built from the same codes
 // (Tier A), the quantization-quality check of reliability.md §9 (Tier B), the
 // epilogue, and the Inf-scale block. Then what is CPU-only: thread counts, the
@@ -74,11 +74,12 @@ INSTANTIATE_TEST_SUITE_P(Kernels, GemmCpuKernel,
                          qgtest::param_name);
 
 // ------------------------------------------------------------------ the registry
-TEST(GemmCpuRegistry, ListsAvx2ThenScalar) {
+TEST(GemmCpuRegistry, ListsAvx512VnniThenAvx2ThenScalar) {
   const qg::detail::Registry& r = qg::detail::cpu::registry();
-  ASSERT_EQ(r.gemm.size(), 2u);
-  EXPECT_STREQ(r.gemm[0].name, "cpu_avx2");
-  EXPECT_STREQ(r.gemm[1].name, "cpu_scalar");
+  ASSERT_EQ(r.gemm.size(), 3u);
+  EXPECT_STREQ(r.gemm[0].name, "cpu_avx512_vnni");
+  EXPECT_STREQ(r.gemm[1].name, "cpu_avx2");
+  EXPECT_STREQ(r.gemm[2].name, "cpu_scalar");
   for (const qg::detail::GemmKernel& k : r.gemm) {
     SCOPED_TRACE(k.name);
     EXPECT_EQ(k.a_format, qg::Format::q4_0);
@@ -86,24 +87,35 @@ TEST(GemmCpuRegistry, ListsAvx2ThenScalar) {
     EXPECT_EQ(k.epilogue_caps, static_cast<uint32_t>(qg::detail::kEpiAll)) << "CPU kernels implement the whole epilogue";
   }
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
-            (std::vector<std::string>{"cpu_avx2", "cpu_scalar", "dispatch"}));
+            (std::vector<std::string>{"cpu_avx512_vnni", "cpu_avx2", "cpu_scalar", "dispatch"}));
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q8_0, qg::Format::q8_1), (std::vector<std::string>{"dispatch"}));
 
-  // The ISA a kernel needs is its arch window: AVX2 kernels need avx2+fma+f16c,
-  // the scalar kernel nothing, so it is available on every CPU.
+  // The ISA a kernel needs is its arch window: the AVX-512 VNNI kernel needs
+  // avx512_vnni and (its driver) avx2+fma+f16c, the AVX2 kernel
+  // avx2+fma+f16c, the scalar kernel nothing, so it is available on every CPU.
   const uint32_t avx2 = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
-  EXPECT_EQ(r.gemm[0].arch.cpu_features & avx2, avx2);
-  EXPECT_EQ(r.gemm[1].arch.cpu_features, 0u);
+  EXPECT_EQ(r.gemm[0].arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni);
+  EXPECT_EQ(r.gemm[1].arch.cpu_features & avx2, avx2);
+  EXPECT_EQ(r.gemm[1].arch.cpu_features & qg::detail::kCpuAvx512Vnni, 0u);
+  EXPECT_EQ(r.gemm[2].arch.cpu_features, 0u);
   qg::detail::DeviceCaps none;  // a CPU without any extension
   std::string why;
-  EXPECT_TRUE(qg::detail::arch_admits(r.gemm[1].arch, qg::Device::cpu(), none, &why)) << why;
-  EXPECT_FALSE(qg::detail::arch_admits(r.gemm[0].arch, qg::Device::cpu(), none, &why));
+  EXPECT_TRUE(qg::detail::arch_admits(r.gemm[2].arch, qg::Device::cpu(), none, &why)) << why;
+  EXPECT_FALSE(qg::detail::arch_admits(r.gemm[1].arch, qg::Device::cpu(), none, &why));
   EXPECT_NE(why.find("avx2"), std::string::npos) << why;
+  qg::detail::DeviceCaps only_avx2;  // e.g. AMD Zen 3, or Intel client cores
+  only_avx2.cpu_features = avx2;
+  EXPECT_TRUE(qg::detail::arch_admits(r.gemm[1].arch, qg::Device::cpu(), only_avx2, &why)) << why;
+  EXPECT_FALSE(qg::detail::arch_admits(r.gemm[0].arch, qg::Device::cpu(), only_avx2, &why));
+  EXPECT_EQ(why.find("needs avx512_vnni,"), 0u) << why;
+  qg::detail::DeviceCaps vnni_only;  // never offered alone, but the window asks for the driver's AVX2 too
+  vnni_only.cpu_features = qg::detail::kCpuAvx512Vnni;
+  EXPECT_FALSE(qg::detail::arch_admits(r.gemm[0].arch, qg::Device::cpu(), vnni_only, &why));
   qg::GemmArgs probe;
   probe.a = qg::packed_operand(nullptr, qg::Format::q4_0, 1, 32);
   probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, 1, 32);
   probe.device = qg::Device::cpu();
-  EXPECT_TRUE(r.gemm[1].can_run(probe, &why)) << "the scalar kernel takes any shape: " << why;
+  EXPECT_TRUE(r.gemm[2].can_run(probe, &why)) << "the scalar kernel takes any shape: " << why;
 
   // A CUDA device is served by the CUDA registry, never by CPU kernels.
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cpu()), &r);
@@ -121,7 +133,8 @@ TEST(GemmCpuRegistry, ListsAvx2ThenScalar) {
   EXPECT_EQ(r.dequantize[0].formats, qg::detail::kAllFormats);
 }
 
-// Dispatch picks the first kernel the CPU admits: cpu_avx2 where present.
+// Dispatch picks the first kernel the CPU admits: cpu_avx512_vnni where
+// present, else cpu_avx2 where present.
 TEST(GemmCpuRegistry, DispatchChoosesTheFirstAdmittedKernel) {
   std::vector<uint8_t> w(2 * 36), a(3 * 72);
   qg::GemmArgs g;
@@ -131,8 +144,10 @@ TEST(GemmCpuRegistry, DispatchChoosesTheFirstAdmittedKernel) {
   qg::Explanation e;
   ASSERT_TRUE(qg::explain(g, &e).ok());
   std::string why;
-  const bool avx2 = qgtest::gemm_kernel_runs_on(qg::detail::cpu::registry().gemm[0], qg::Device::cpu(), &why);
-  EXPECT_EQ(e.chosen, avx2 ? "cpu_avx2" : "cpu_scalar") << why;
+  const auto& r = qg::detail::cpu::registry();
+  const bool vnni = qgtest::gemm_kernel_runs_on(r.gemm[0], qg::Device::cpu(), &why);
+  const bool avx2 = qgtest::gemm_kernel_runs_on(r.gemm[1], qg::Device::cpu(), &why);
+  EXPECT_EQ(e.chosen, vnni ? "cpu_avx512_vnni" : avx2 ? "cpu_avx2" : "cpu_scalar") << why;
   EXPECT_EQ(e.op, "qg.gemm");
   EXPECT_EQ(e.problem, "q4_0 x q8_1 on cpu");
 }

@@ -528,7 +528,7 @@ TEST_F(GemmRawValidation, ZeroSizeWritesNothing) {
 }
 
 // ================================================================== explain
-TEST(Explain, GemmOnCpuNamesTheChosenKernelAndBothCandidates) {
+TEST(Explain, GemmOnCpuNamesTheChosenKernelAndEveryCandidate) {
   Buffers b;
   qg::GemmArgs g = gemm_args(b.w.data(), b.a.data(), nullptr, 4, 3, 64, 36, 72, 3);  // no output needed to explain
   qg::Explanation e;
@@ -537,18 +537,25 @@ TEST(Explain, GemmOnCpuNamesTheChosenKernelAndBothCandidates) {
   const auto feats = qg::build_info().cpu_features;
   auto has = [&](const char* f) { return std::find(feats.begin(), feats.end(), f) != feats.end(); };
   const bool avx2 = has("avx2") && has("fma") && has("f16c");
+  const bool vnni = avx2 && has("avx512_vnni");
   std::cout << "[  explain ] " << e.op << ": " << e.problem << ": chosen " << e.chosen << "\n";
   for (const auto& c : e.candidates) std::cout << "[  explain ]   " << c << "\n";
   EXPECT_EQ(e.op, "qg.gemm_q4_0_q8_1");
   EXPECT_EQ(e.problem, "q4_0 x q8_1 on cpu");
-  EXPECT_EQ(e.chosen, avx2 ? "cpu_avx2" : "cpu_scalar");
-  ASSERT_EQ(e.candidates.size(), 2u);
-  if (avx2) {
-    EXPECT_EQ(e.candidates[0], "cpu_avx2: chosen");
-    EXPECT_EQ(e.candidates[1].rfind("cpu_scalar: not tried", 0), 0u) << e.candidates[1];
+  EXPECT_EQ(e.chosen, vnni ? "cpu_avx512_vnni" : avx2 ? "cpu_avx2" : "cpu_scalar");
+  ASSERT_EQ(e.candidates.size(), 3u);
+  if (vnni) {
+    EXPECT_EQ(e.candidates[0], "cpu_avx512_vnni: chosen");
+    EXPECT_EQ(e.candidates[1].rfind("cpu_avx2: not tried", 0), 0u) << e.candidates[1];
+    EXPECT_EQ(e.candidates[2].rfind("cpu_scalar: not tried", 0), 0u) << e.candidates[2];
+  } else if (avx2) {
+    EXPECT_EQ(e.candidates[0].rfind("cpu_avx512_vnni: skipped (needs avx512_vnni,", 0), 0u) << e.candidates[0];
+    EXPECT_EQ(e.candidates[1], "cpu_avx2: chosen");
+    EXPECT_EQ(e.candidates[2].rfind("cpu_scalar: not tried", 0), 0u) << e.candidates[2];
   } else {
-    EXPECT_EQ(e.candidates[0].rfind("cpu_avx2: skipped (", 0), 0u) << e.candidates[0];
-    EXPECT_EQ(e.candidates[1], "cpu_scalar: chosen");
+    EXPECT_EQ(e.candidates[0].rfind("cpu_avx512_vnni: skipped (", 0), 0u) << e.candidates[0];
+    EXPECT_EQ(e.candidates[1].rfind("cpu_avx2: skipped (", 0), 0u) << e.candidates[1];
+    EXPECT_EQ(e.candidates[2], "cpu_scalar: chosen");
   }
   EXPECT_TRUE(b.c_untouched());
 

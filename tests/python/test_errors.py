@@ -311,7 +311,7 @@ def test_explain_gemm(wa):
     assert e.op == "qg.gemm_q4_0_q8_1"
     names = _candidate_names(e)
     assert e.chosen in names
-    assert e.chosen in ("cpu_avx2", "cpu_scalar"), e.chosen
+    assert e.chosen in ("cpu_avx512_vnni", "cpu_avx2", "cpu_scalar"), e.chosen
     text = str(e)
     assert text.splitlines()[0] == f"qg.gemm_q4_0_q8_1 (q4_0 x q8_1 on cpu): {e.chosen}"
     assert e.problem == "q4_0 x q8_1 on cpu"
@@ -339,7 +339,7 @@ def test_explain_framework_arrays(fw, wa):
     if fw.is_cuda:
         assert e.chosen in ("cuda_mmvq", "cuda_mma", "cuda_dp4a_tiled", "cuda_generic"), e.chosen
     else:
-        assert e.chosen in ("cpu_avx2", "cpu_scalar"), e.chosen
+        assert e.chosen in ("cpu_avx512_vnni", "cpu_avx2", "cpu_scalar"), e.chosen
 
 
 def _same_error(call, explain_call):

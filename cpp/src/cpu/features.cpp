@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // features.cpp: which ISA extensions this CPU has, asked once at run time, so
-// one binary runs the AVX2 kernels where they exist and scalar code elsewhere.
+// one binary runs the AVX-512 or AVX2 kernels where they exist and scalar code
+// elsewhere.
 #include "cpu/features.h"
 
 #include "backend.h"
@@ -8,9 +9,30 @@
 #include <cstdlib>
 #include <cstring>
 
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
 namespace qg::detail::cpu {
 
 namespace {
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+// Whether the OS saves the whole AVX-512 state on context switches (XCR0: SSE,
+// AVX, opmask, ZMM_Hi256, Hi16_ZMM): a CPU with AVX-512 under an OS or
+// hypervisor that does not enable it faults on the first zmm instruction.
+// libgcc's __builtin_cpu_supports checks this too; asked here as well so the
+// kernel's safety does not rest on one runtime library's version. xgetbv by
+// opcode bytes: this file is compiled without -mxsave.
+bool os_saves_zmm_state() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return false;  // OSXSAVE
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(lo), "=d"(hi) : "c"(0));  // xgetbv
+  return (lo & 0xE6u) == 0xE6u;
+}
+#endif
+
 CpuFeatures detect() {
   CpuFeatures f;
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -18,10 +40,17 @@ CpuFeatures detect() {
   f.avx2 = __builtin_cpu_supports("avx2");
   f.fma = __builtin_cpu_supports("fma");
   f.f16c = __builtin_cpu_supports("f16c");
-  f.avx512_vnni = __builtin_cpu_supports("avx512vnni");
+  // avx512_vnni stands for what the AVX-512 VNNI kernel is compiled with:
+  // AVX-512 F, BW (vpsrlw on zmm), VL and VNNI (vpdpbusd), usable by the OS.
+  f.avx512_vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && os_saves_zmm_state();
 #endif
-  // QG_CPU_ISA=scalar forces the portable kernels (for tests and comparisons).
-  if (const char* isa = std::getenv("QG_CPU_ISA"); isa && std::strcmp(isa, "scalar") == 0) f = CpuFeatures{};
+  // QG_CPU_ISA=scalar forces the portable kernels, QG_CPU_ISA=avx2 the AVX2
+  // ones where AVX-512 is present (for tests and comparisons).
+  if (const char* isa = std::getenv("QG_CPU_ISA")) {
+    if (std::strcmp(isa, "scalar") == 0) f = CpuFeatures{};
+    if (std::strcmp(isa, "avx2") == 0) f.avx512_vnni = false;
+  }
   return f;
 }
 }  // namespace

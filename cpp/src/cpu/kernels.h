@@ -19,6 +19,10 @@ bool quantize_codes_q8_avx2(const float* x, int8_t* qs, float* d, int* code_sum)
 Status gemm_q4_0_q8_1_scalar(const GemmArgs& args);
 // AVX2 + FMA; callable only where cpu_features().avx2 && .fma.
 Status gemm_q4_0_q8_1_avx2(const GemmArgs& args);
+// AVX-512 F/BW/VL + VNNI (vpdpbusd); callable only where
+// cpu_features().avx512_vnni and the AVX2 kernel's features. Same results as
+// the AVX2 kernel. Both: gemm_q4_0_q8_1_simd.cpp with their own tiles.
+Status gemm_q4_0_q8_1_avx512vnni(const GemmArgs& args);
 
 // How the GEMM is cut into pool tasks: tiles of kTileM rows of W by kTileN
 // rows of A, so a tile's W rows stay in L2 while its A rows stream past.

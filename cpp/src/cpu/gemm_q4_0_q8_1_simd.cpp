@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: MIT
+// gemm_q4_0_q8_1_simd.cpp: the driver shared by the x86 SIMD GEMM kernels
+// (gemm_q4_0_q8_1_simd.h), compiled with -mavx2 -mfma -mf16c: every kernel
+// it drives needs at least that (their arch windows, registry.cpp).
+//
+// Per call: the A side data (prepare_a_rows) once for every A block, then
+// pool tasks of W rows x A rows, each task walking its rows in the kernel's
+// tile (tile_rows W rows x up to four A rows), or, for N = 1, in 64-row tasks
+// of step_rows rows each. The kernels scale each int32 lane of a block's dot
+// product by d = fp32(d_w) * fp32(d_a) and accumulate in fp32, one FMA per
+// block and lane. That equals d * (the block's integer sum) except when d is
+// not finite: Inf * a lane that is 0 gives NaN where the block's whole sum,
+// and so the documented result, is +-Inf. A non-finite d always leaves a
+// non-finite accumulator (nothing finite cancels Inf or NaN), and finite
+// scales cannot overflow a sum (|d| < 2^32, |block sum| <= 2^15), so an output
+// that comes out non-finite, and only such an output, is computed again block
+// by block (exact_element), off the fast path. Each output is made by one
+// task in a fixed order: the result does not depend on the thread count.
+#include "cpu/gemm_q4_0_q8_1_simd.h"
+
+#include "cpu/kernels.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include <cstring>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+#include "epilogue.h"
+#include "quant_block.h"
+
+namespace qg::detail::cpu {
+
+namespace {
+
+using namespace q4q8;
+
+// Tasks: kRowsPerTask rows of W by kColsPerTask rows of A. The task's W rows
+// (16 x 8 KiB at K = 14336) stay in L2 while its A rows pass by in groups of
+// four (64 KiB, also L2), each group reused by all the task's row tiles.
+constexpr int64_t kRowsPerTask = 16;
+constexpr int64_t kColsPerTask = 64;
+
+// Rows per pool task at N = 1: big enough that the per-task cost (an atomic
+// and an indirect call) is lost in the stream, small enough that two threads
+// still balance when one is briefly disturbed.
+constexpr int64_t kRowsPerTaskN1 = 64;
+
+// corr and d_a (gemm_q4_0_q8_1_simd.h) for A rows n0..n1-1.
+void prepare_a_rows(const uint8_t* A, int64_t row_stride, int64_t nb, int64_t n0, int64_t n1, int32_t* corr,
+                    float* d) {
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* ab = A + n * row_stride;
+    int32_t* cn = corr + n * nb * 4;
+    float* dn = d + n * nb;
+    for (int64_t b = 0; b < nb; ++b, ab += kQ8Bytes) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab + 4));
+      // Sums of four consecutive codes: [0..3, .., 12..15 | 16..19, .., 28..31].
+      const __m256i quads = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
+      const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(quads), _mm256_extracti128_si256(quads, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(cn + b * 4), _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(s, 3)));
+      uint16_t h;
+      std::memcpy(&h, ab, 2);
+      dn[b] = _cvtsh_ss(h);
+    }
+  }
+}
+
+// Output (r, j) of the tile, from scratch, as the scalar kernel computes it:
+// sum_b d * (exact integer sum). Only for outputs that came out non-finite.
+float exact_element(const uint8_t* w, const uint8_t* a, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    block_q4_0 wb;
+    block_q8_1 ab;
+    std::memcpy(&wb, w + b * kQ4Bytes, sizeof wb);
+    std::memcpy(&ab, a + b * kQ8Bytes, sizeof ab);
+    acc += fp16_to_fp32(wb.d) * fp16_to_fp32(ab.d) * static_cast<float>(dot_block_q4_0_q8_1(&wb, &ab));
+  }
+  return acc;
+}
+
+// The per-call A side data (20 bytes per A block). Up to kKeptPrepBytes it is
+// kept per calling thread and only grown, so a steady stream of calls
+// (decode) allocates nothing; a larger one lives for its call only, so a
+// single prefill does not pin tens of MiB for the life of the thread.
+constexpr size_t kKeptPrepBytes = size_t{4} << 20;
+std::vector<uint8_t>& kept_prep_buffer() {
+  thread_local std::vector<uint8_t> buf;
+  return buf;
+}
+
+Status gemm_tiled(const GemmArgs& g, const TileKernels& k) {
+  const int64_t m_rows = g.a.rows, n_rows = g.b.rows, nb = g.a.k / 32;
+  if (m_rows == 0 || n_rows == 0) return {};
+  const EpilogueParams ep = epilogue_params(g);
+  const auto* W = static_cast<const uint8_t*>(g.a.data);
+  const auto* A = static_cast<const uint8_t*>(g.b.data);
+
+  const size_t corr_bytes = static_cast<size_t>(n_rows * nb) * 16;
+  const size_t need = corr_bytes + static_cast<size_t>(n_rows * nb) * 4 + 16;
+  std::vector<uint8_t> own;
+  std::vector<uint8_t>& buf = need <= kKeptPrepBytes ? kept_prep_buffer() : own;
+  if (buf.size() < need) buf.resize(need);
+  auto* corr = reinterpret_cast<int32_t*>(buf.data());
+  auto* da = reinterpret_cast<float*>(buf.data() + corr_bytes);
+  {
+    const int64_t per = 8;
+    run_tiles((n_rows + per - 1) / per, n_rows * g.a.k, [&](int64_t t) {
+      const int64_t n0 = t * per, n1 = n0 + per < n_rows ? n0 + per : n_rows;
+      prepare_a_rows(A, g.b.row_stride, nb, n0, n1, corr, da);
+    });
+  }
+
+  if (n_rows == 1) {
+    const int64_t step = k.step_rows;
+    const int64_t tasks = (m_rows + kRowsPerTaskN1 - 1) / kRowsPerTaskN1;
+    run_tiles(tasks, m_rows * g.a.k, [&](int64_t t) {
+      const int64_t m0 = t * kRowsPerTaskN1, m1 = m0 + kRowsPerTaskN1 < m_rows ? m0 + kRowsPerTaskN1 : m_rows;
+      for (int64_t m = m0; m < m1; m += step) {
+        const int rows = static_cast<int>(m1 - m < step ? m1 - m : step);
+        const uint8_t* w[4];
+        for (int r = 0; r < step; ++r) w[r] = W + (m + (r < rows ? r : rows - 1)) * g.a.row_stride;
+        // The task's next group, or (last group) none: the prefetches past
+        // the task's end then go back over lines already read.
+        const int64_t next = m + step < m1 ? step * g.a.row_stride : 0;
+        float out[4];
+        k.one_col(w, next, A, corr, da, nb, out);
+        for (int r = 0; r < rows; ++r) {
+          float v = out[r];
+          if (!is_finite(v)) v = exact_element(w[r], A, nb);
+          epilogue_store(ep, m + r, 0, v);
+        }
+      }
+    });
+    return {};
+  }
+
+  const int64_t step = k.tile_rows;
+  const int64_t tiles_m = (m_rows + kRowsPerTask - 1) / kRowsPerTask;
+  const int64_t tiles_n = (n_rows + kColsPerTask - 1) / kColsPerTask;
+  run_tiles(tiles_m * tiles_n, m_rows * n_rows * g.a.k, [&](int64_t t) {
+    const int64_t m0 = (t / tiles_n) * kRowsPerTask, n0 = (t % tiles_n) * kColsPerTask;
+    const int64_t m1 = m0 + kRowsPerTask < m_rows ? m0 + kRowsPerTask : m_rows;
+    const int64_t n1 = n0 + kColsPerTask < n_rows ? n0 + kColsPerTask : n_rows;
+    for (int64_t n = n0; n < n1; n += 4) {
+      const int cols = static_cast<int>(n1 - n < 4 ? n1 - n : 4);
+      const uint8_t* a[4];
+      const int32_t* c[4];
+      const float* d[4];
+      for (int j = 0; j < 4; ++j) {
+        const int64_t col = n + (j < cols ? j : 0);
+        a[j] = A + col * g.b.row_stride;
+        c[j] = corr + col * nb * 4;
+        d[j] = da + col * nb;
+      }
+      const TileFn tile = k.tiles[n == n0][cols];
+      float out[4][4];
+      for (int64_t m = m0; m < m1; m += step) {
+        const int rows = static_cast<int>(m1 - m < step ? m1 - m : step);
+        const uint8_t* w[4];
+        for (int r = 0; r < step; ++r) w[r] = W + (m + (r < rows ? r : rows - 1)) * g.a.row_stride;
+        tile(w, a, c, d, nb, m + step < m1 ? step * g.a.row_stride : 0, out);
+        for (int r = 0; r < rows; ++r)
+          for (int j = 0; j < cols; ++j) {
+            float v = out[r][j];
+            if (!is_finite(v)) v = exact_element(w[r], a[j], nb);
+            epilogue_store(ep, m + r, n + j, v);
+          }
+      }
+    }
+  });
+  return {};
+}
+
+Status run_or_unsupported(const GemmArgs& g, const TileKernels& k, const char* what) {
+  if (!k.one_col)
+    return Status(StatusCode::unsupported, std::string("qg.gemm_q4_0_q8_1: the ") + what + " kernel was not compiled in");
+  return gemm_tiled(g, k);
+}
+
+}  // namespace
+
+Status gemm_q4_0_q8_1_avx2(const GemmArgs& g) { return run_or_unsupported(g, q4q8::kAvx2Tiles, "AVX2"); }
+
+Status gemm_q4_0_q8_1_avx512vnni(const GemmArgs& g) {
+  return run_or_unsupported(g, q4q8::kAvx512VnniTiles, "AVX-512 VNNI");
+}
+
+}  // namespace qg::detail::cpu
+
+#else  // not compiled for AVX2 (non-x86 host): the arch windows keep these from being chosen
+
+namespace qg::detail::cpu {
+Status gemm_q4_0_q8_1_avx2(const GemmArgs&) {
+  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX2 kernel was not compiled in");
+}
+Status gemm_q4_0_q8_1_avx512vnni(const GemmArgs&) {
+  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-512 VNNI kernel was not compiled in");
+}
+}  // namespace qg::detail::cpu
+
+#endif

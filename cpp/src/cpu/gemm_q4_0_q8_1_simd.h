@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: MIT
+// gemm_q4_0_q8_1_simd.h: what the x86 SIMD GEMM kernels (AVX2, AVX-512 VNNI)
+// share. Each kernel file holds only its register tiles, compiled for its ISA,
+// and hands them over as a TileKernels table; one driver (..._simd.cpp,
+// compiled for AVX2, which every one of these kernels' arch windows includes)
+// does the rest once for all: the per-call A preparation, the split into pool
+// tasks, the exact recompute of non-finite outputs and the epilogue.
+//
+// This header holds declarations and constants only, no inline functions:
+// a kernel file compiled with -mavx512* must not emit out-of-line copies of
+// functions (COMDAT) that the linker could pick for code running on CPUs
+// without AVX-512.
+#pragma once
+
+#include <cstdint>
+
+namespace qg::detail::cpu::q4q8 {
+
+constexpr int64_t kQ4Bytes = 18;  // block_q4_0: fp16 d, 16 code bytes
+constexpr int64_t kQ8Bytes = 36;  // block_q8_1: fp16 d, fp16 s, 32 codes
+
+// Software prefetch distance per W row, used where a pass streams W from
+// memory (N = 1 always; the first column group of a task otherwise).
+constexpr int64_t kPrefetchBytes = 1536;
+
+// The A side data the driver makes once per call (prepare_a_rows), for every
+// A block: corr[4], the int32 lane layout of the kernels' block dot products,
+// where lane i covers elements 4i..4i+3 and 16+4i..19+4i:
+//   corr[i] = -8 * (a[4i] + .. + a[4i+3] + a[16+4i] + .. + a[19+4i]),
+// so that a lane's sum of w*a over its eight unsigned nibbles w in 0..15 plus
+// corr[i] is the lane's share of sum (w-8)*a, exact for every byte value
+// (a = -128 included); and d_a as fp32. corr is [n][nb][4], d is [n][nb].
+//
+// A tile function computes rows w[0..R-1] of W (R = TileKernels::tile_rows;
+// the driver repeats the last row where fewer are left) against `cols` rows
+// a[j] of A (their corr[j], da[j] as above); out[r][j] gets row r's sum for
+// column j (out has four columns whatever cols is). `next`: how far past
+// each w[r] the task's next rows start (0: none), where the prefetches go
+// once they run past the end of the rows (PF variants only).
+using TileFn = void (*)(const uint8_t* const* w, const uint8_t* const* a, const int32_t* const* corr,
+                        const float* const* da, int64_t nb, int64_t next, float (*out)[4]);
+// N = 1: rows w[0..R-1] (R = step_rows) against the one A row; out[r] is row
+// r's sum. Always prefetches (N = 1 streams W from memory).
+using RowsFn = void (*)(const uint8_t* const* w, int64_t next, const uint8_t* a, const int32_t* corr,
+                        const float* da, int64_t nb, float* out);
+
+struct TileKernels {
+  int tile_rows;       // W rows per TileFn call (at most 4)
+  TileFn tiles[2][5];  // [prefetching first pass of a task][cols 1..4]; [.][0] unused
+  int step_rows;       // W rows per RowsFn call (at most 4)
+  RowsFn one_col;      // null where the kernel file was not compiled for its ISA
+};
+
+// Defined by the kernel files; all null where their ISA was not compiled in
+// (non-x86 hosts), which the entry points (..._simd.cpp) report.
+extern const TileKernels kAvx2Tiles;
+extern const TileKernels kAvx512VnniTiles;
+
+}  // namespace qg::detail::cpu::q4q8

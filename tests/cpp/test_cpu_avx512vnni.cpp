@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: MIT
+// test_cpu_avx512vnni.cpp: the AVX-512 VNNI GEMM kernel (cpu_avx512_vnni),
+// beyond the shared GEMM suite (test_gemm_cpu.cpp runs that on it too): every
+// tail of its register tile (four W rows by up to four A rows) and of its
+// 16 x 64 tasks, padded rows and strided C, a non-finite scale in each
+// position of the tile, the N = 1 path (four W rows per step, 64-row tasks,
+// prefetching into the next row group), the byte extremes where vpdpbusd's
+// operand order matters (unsigned nibbles 0/15 against signed codes -128/127),
+// and bit-identity with cpu_avx2, which the kernel is built to give (same
+// int32 lanes, same FMA order, same fold).
+// Every test is skipped where the CPU (or QG_CPU_ISA) lacks AVX-512
+// F + BW + VL + VNNI with ZMM state enabled by the OS.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "cpu/features.h"
+#include "qg/qg.h"
+#include "test_util.h"
+
+namespace {
+
+using qgtest::GemmCase;
+
+class CpuAvx512Vnni : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cpu::registry(), "cpu_avx512_vnni");
+    ASSERT_NE(k, nullptr) << "the CPU registry has no kernel named cpu_avx512_vnni";
+    std::string why;
+    if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why))
+      GTEST_SKIP() << "this CPU (or QG_CPU_ISA) has no AVX-512 VNNI (avx512f+bw+vl+vnni, ZMM state enabled by "
+                      "the OS): cpu_avx512_vnni cannot run here (" << why << ")";
+  }
+  qgtest::HostMemory mem_;
+  qgtest::GemmKernelTester gemm_{qg::detail::cpu::registry(), "cpu_avx512_vnni", mem_};
+  qgtest::GemmKernelTester avx2_{qg::detail::cpu::registry(), "cpu_avx2", mem_};
+
+  // Runs c on cpu_avx512_vnni, checks it against the float64 reference, and
+  // against cpu_avx2 bit for bit (every byte of C, guards and gaps included).
+  void run_check_and_compare(const GemmCase& c) {
+    GemmCase v = c, a = c;
+    ASSERT_TRUE(gemm_.run_and_check(v)) << gemm_.refusals();
+    ASSERT_TRUE(avx2_.run(a)) << avx2_.refusals();
+    ASSERT_EQ(v.c_out.size(), a.c_out.size());
+    if (v.c_out == a.c_out) return;
+    int bad = 0;
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j)
+        if (std::memcmp(&v.c_out[v.elem_offset(i, j)], &a.c_out[a.elem_offset(i, j)],
+                        qg::dtype_size(c.c_dtype)) != 0 &&
+            ++bad <= 3)
+          ADD_FAILURE() << "C[" << i << ", " << j << "] = " << v.out(i, j) << ", cpu_avx2 gives " << a.out(i, j);
+    ADD_FAILURE() << bad << " outputs differ from cpu_avx2 (" << c.describe() << ")";
+  }
+};
+
+// M from 1 to 9 covers every remainder of the four-row tile, 17, 33 and 65
+// the 16-row task edges; N from 1 to 9 every column-group remainder, 15..17,
+// 63..65 and 129 the 64-column task edges; K = 32 is one block, 96 an odd
+// count. N = 1 goes to its own path (four_rows_times_one).
+TEST_F(CpuAvx512Vnni, GemmEveryTileTail) {
+  const std::vector<int64_t> ms = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 65};
+  const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 63, 64, 65, 129};
+  uint64_t salt = 0;
+  for (int64_t k : {32, 64, 96})
+    for (int64_t m : ms)
+      for (int64_t n : ns) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+        QG_SEEDED_RNG(rng, 3000 + ++salt);
+        run_check_and_compare(qgtest::random_case(rng, m, n, k));
+        if (HasFailure()) return;
+      }
+}
+
+// K = 4096: long rows, so the first pass of each task prefetches past the end
+// of its four rows into the task's next four.
+TEST_F(CpuAvx512Vnni, GemmTileTailsLongRows) {
+  uint64_t salt = 0;
+  for (int64_t m : {1, 3, 4, 5, 17, 33, 65})
+    for (int64_t n : {2, 5, 16, 17, 65}) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n));
+      QG_SEEDED_RNG(rng, 3100 + ++salt);
+      run_check_and_compare(qgtest::random_case(rng, m, n, 4096));
+      if (HasFailure()) return;
+    }
+}
+
+// Odd row strides (every block load is unaligned) and a strided C of each
+// output type: only each row's blocks are read, only C's elements written.
+TEST_F(CpuAvx512Vnni, GemmTailsWithPaddedRowsAndStridedC) {
+  uint64_t salt = 0;
+  for (int64_t m : {1, 3, 6, 9})
+    for (int64_t n : {1, 2, 5, 7, 17})
+      for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16}) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " " + qg::dtype_name(dt));
+        QG_SEEDED_RNG(rng, 3200 + ++salt);
+        GemmCase c = qgtest::random_case(rng, m, n, 160, /*a_pad=*/7, /*b_pad=*/13);
+        qgtest::set_c_layout(c, dt, 1, m + 3);  // transposed, with gaps
+        run_check_and_compare(c);
+        if (HasFailure()) return;
+      }
+}
+
+// Enough A rows that the per-call A side data (20 bytes a block) outgrows the
+// buffer kept per thread and lives for the call only.
+TEST_F(CpuAvx512Vnni, GemmWithLargeAScratch) {
+  QG_SEEDED_RNG(rng, 3250);
+  run_check_and_compare(qgtest::random_case(rng, 5, 1700, 4096));
+}
+
+// A +-Inf or NaN scale in one W row (or one A row) in the first, a middle or
+// the last block, at every position of the 4 x 4 tile (M = 9: two full row
+// tiles and a one-row tail; N = 7: a full column group and a three-column
+// tail): that row's (column's) outputs are +-Inf or NaN as the float64
+// reference says, and no other output is touched by it.
+TEST_F(CpuAvx512Vnni, GemmNonFiniteScaleInEveryTilePosition) {
+  const int64_t m = 9, n = 7, k = 96;
+  for (int side = 0; side < 2; ++side)
+    for (int64_t row = 0; row < (side == 0 ? m : n); ++row)
+      for (int64_t blk : {0, 1, 2})
+        for (uint16_t bits : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}}) {
+          SCOPED_TRACE((side == 0 ? "W row " : "A row ") + std::to_string(row) + " block " + std::to_string(blk) +
+                       " scale bits " + std::to_string(bits));
+          QG_SEEDED_RNG(rng, 3300 + side * 100 + row * 3 + blk);
+          GemmCase c = qgtest::random_case(rng, m, n, k);
+          qgtest::store_u16(side == 0 ? c.w_block(row, blk) : c.a_block(row, blk), bits);
+          run_check_and_compare(c);
+          GemmCase v = c;
+          ASSERT_TRUE(gemm_.run(v));
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j)
+              EXPECT_EQ(std::isfinite(v.out(i, j)), (side == 0 ? i : j) != row) << "C[" << i << ", " << j << "]";
+          if (HasFailure()) return;
+        }
+}
+
+// N = 1 (decode): four W rows per step in 64-row tasks. M from 1 to 9 covers
+// every row-group remainder, 17, 63..65 and 129 the task edges; K = 32 and 64
+// leave the two-block loop empty, 96 and 160 end on one block; K = 4096 runs
+// the prefetches past the end of each row group into the next.
+TEST_F(CpuAvx512Vnni, GemmSingleActivationRowTails) {
+  uint64_t salt = 0;
+  for (int64_t k : {32, 64, 96, 160, 4096})
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 63, 64, 65, 129}) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " K=" + std::to_string(k));
+      QG_SEEDED_RNG(rng, 3400 + ++salt);
+      run_check_and_compare(qgtest::random_case(rng, m, 1, k));
+      if (HasFailure()) return;
+    }
+}
+
+// The N = 1 path with padded rows of W and A (unaligned, odd strides) and a
+// strided C: it must read only each row's blocks and write only C[i, 0].
+TEST_F(CpuAvx512Vnni, GemmSingleActivationRowStrided) {
+  uint64_t salt = 0;
+  for (int64_t m : {1, 3, 5, 9, 70})
+    for (int64_t k : {32, 96, 1024}) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " K=" + std::to_string(k));
+      QG_SEEDED_RNG(rng, 3500 + ++salt);
+      GemmCase c = qgtest::random_case(rng, m, 1, k, /*a_pad=*/7, /*b_pad=*/13);
+      qgtest::set_c_layout(c, qg::DType::f32, 3, 1);
+      run_check_and_compare(c);
+      if (HasFailure()) return;
+    }
+}
+
+// A column of A alone (the N = 1 path) gives the same bits as with other
+// columns (the 4 x 4 tile): both accumulate the same lanes in the same order
+// and fold them alike.
+TEST_F(CpuAvx512Vnni, GemmSingleActivationRowMatchesWiderCall) {
+  const int64_t n = 5;
+  for (int64_t m : {1, 6, 67})
+    for (int64_t k : {32, 96, 4096}) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " K=" + std::to_string(k));
+      QG_SEEDED_RNG(rng, 3600 + m + k);
+      GemmCase wide = qgtest::random_case(rng, m, n, k);
+      ASSERT_TRUE(gemm_.run(wide));
+      for (int64_t j = 0; j < n; ++j) {
+        GemmCase one = wide;
+        one.n = 1;
+        one.b.assign(wide.b.begin() + j * wide.b_stride, wide.b.begin() + (j + 1) * wide.b_stride);
+        qgtest::set_c_layout(one, qg::DType::f32, 1, 1);
+        ASSERT_TRUE(gemm_.run(one));
+        for (int64_t i = 0; i < m; ++i)
+          ASSERT_EQ(qgtest::f2u(static_cast<float>(one.out(i, 0))), qgtest::f2u(static_cast<float>(wide.out(i, j))))
+              << "C[" << i << ", " << j << "]";
+      }
+    }
+}
+
+// A +-Inf or NaN scale in one W row, at every position of the four-row group
+// and its tails, or in the A row: that row's output (every output) is +-Inf
+// or NaN as the float64 reference says, and no other output is touched.
+TEST_F(CpuAvx512Vnni, GemmSingleActivationRowNonFiniteScales) {
+  const int64_t m = 9, k = 4096;
+  for (int64_t row = -1; row < m; ++row)
+    for (uint16_t bits : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}}) {
+      SCOPED_TRACE((row < 0 ? std::string("A row") : "W row " + std::to_string(row)) + " scale bits " +
+                   std::to_string(bits));
+      QG_SEEDED_RNG(rng, 3700 + row);
+      GemmCase c = qgtest::random_case(rng, m, 1, k);
+      qgtest::store_u16(row < 0 ? c.a_block(0, 77) : c.w_block(row, 77), bits);
+      run_check_and_compare(c);
+      GemmCase v = c;
+      ASSERT_TRUE(gemm_.run(v));
+      for (int64_t i = 0; i < m; ++i) EXPECT_EQ(std::isfinite(v.out(i, 0)), row >= 0 && i != row) << "C[" << i << "]";
+      if (HasFailure()) return;
+    }
+}
+
+// The byte extremes, mixed within each int32 lane of vpdpbusd (four
+// consecutive codes) and across lanes, rows and columns: nibbles 0, 8 and 15
+// against codes -128, -127, 0 and 127, with unit scales so every output is an
+// integer the kernel must hit exactly. A swapped operand order (signed
+// nibbles, unsigned codes) or a saturating vpdpbusds would be off here by
+// whole multiples of 256 (code -128 read as 128) or clipped sums.
+TEST_F(CpuAvx512Vnni, GemmExtremeCodesExact) {
+  const uint8_t nibbles[] = {0, 8, 15};
+  const int8_t codes[] = {-128, -127, 0, 127};
+  uint64_t salt = 0;
+  for (int64_t k : {32, 96, 4096})
+    for (int64_t m : {1, 4, 5, 9})
+      for (int64_t n : {1, 3, 4, 6}) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+        QG_SEEDED_RNG(rng, 3800 + ++salt);
+        GemmCase c = qgtest::random_case(rng, m, n, k);
+        qgtest::set_all_scales(c, 0x3C00);
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t blk = 0; blk < k / 32; ++blk)
+            for (int i = 0; i < 16; ++i)
+              c.w_block(r, blk)[2 + i] = static_cast<uint8_t>(nibbles[rng() % 3] | nibbles[rng() % 3] << 4);
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t blk = 0; blk < k / 32; ++blk) {
+            qgtest::store_u16(c.a_block(r, blk) + 2, 0x7E00);  // s = NaN: must not be read
+            for (int i = 0; i < 32; ++i) c.a_block(r, blk)[4 + i] = static_cast<uint8_t>(codes[rng() % 4]);
+          }
+        GemmCase v = c;
+        ASSERT_TRUE(gemm_.run(v));
+        qgtest::expect_gemm_exact(v);
+        run_check_and_compare(c);
+        if (HasFailure()) return;
+      }
+  // The largest lane sums of either sign: every nibble 15 (w - 8 = 7) or 0
+  // (-8) against every code -128 or 127, in every position.
+  for (uint8_t nib : {uint8_t{0}, uint8_t{15}})
+    for (int8_t code : {int8_t{-128}, int8_t{127}}) {
+      SCOPED_TRACE("nibble " + std::to_string(nib) + " code " + std::to_string(code));
+      QG_SEEDED_RNG(rng, 3900 + nib + code);
+      GemmCase c = qgtest::random_case(rng, 5, 6, 4096);
+      qgtest::set_all_scales(c, 0x3C00);
+      for (int64_t r = 0; r < c.m; ++r)
+        for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.w_block(r, blk) + 2, nib | nib << 4, 16);
+      for (int64_t r = 0; r < c.n; ++r)
+        for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.a_block(r, blk) + 4, static_cast<uint8_t>(code), 32);
+      for (int64_t n : {int64_t{6}, int64_t{1}}) {
+        GemmCase v = c;
+        if (n == 1) {
+          v.n = 1;
+          v.b.resize(static_cast<size_t>(v.b_stride));
+          qgtest::set_c_layout(v, qg::DType::f32, 1, 1);
+        }
+        ASSERT_TRUE(gemm_.run(v));
+        qgtest::expect_gemm_exact(v);
+        EXPECT_EQ(v.out(0, 0), (nib - 8.0) * code * c.k);
+      }
+    }
+}
+
+// Where the CPU has it, qg::gemm chooses the VNNI kernel over cpu_avx2.
+TEST_F(CpuAvx512Vnni, DispatchChoosesIt) {
+  std::vector<uint8_t> w(2 * 36), a(3 * 72);
+  qg::GemmArgs g;
+  g.a = qg::packed_operand(w.data(), qg::Format::q4_0, 2, 64);
+  g.b = qg::packed_operand(a.data(), qg::Format::q8_1, 3, 64);
+  g.device = qg::Device::cpu();
+  qg::Explanation e;
+  ASSERT_TRUE(qg::explain(g, &e).ok());
+  EXPECT_EQ(e.chosen, "cpu_avx512_vnni");
+  const qg::detail::cpu::CpuFeatures& f = qg::detail::cpu::cpu_features();
+  EXPECT_TRUE(f.avx512_vnni && f.avx2 && f.fma && f.f16c);
+}
+
+}  // namespace
