@@ -3,7 +3,7 @@
 //   C[m, n] = sum_b fp32(d_w[m, b]) * fp32(d_a[n, b]) * sum_i (w_i - 8) * a_i
 // (quant_block.h's dot_block_q4_0_q8_1; the Q8_1 sum s is not read).
 // One .cu per implementation, so they compile in parallel; the dispatch list
-// is in gemm_q4_0_q8_1.cu.
+// is in registry.cu.
 #pragma once
 
 #include <cstdint>

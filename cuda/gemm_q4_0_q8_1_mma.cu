@@ -28,8 +28,10 @@
 // values) per pipeline stage. Its warps form WM x WN x WK: WK > 1 splits each
 // stage's blocks between warps, which then add their partial tiles in shared
 // memory in a fixed order (results are deterministic). Small N gets narrow
-// tiles and a K split so that there are enough CTAs to keep every SM streaming
-// W; large N gets 128 x 128 tiles. The choice is in pick_config().
+// tiles, large N 128 x 128 ones (the choice is in launch()); where the tiles
+// are too few to fill the GPU, the CTAs of an sm_90 cluster split K between
+// them and add their tiles through distributed shared memory
+// (cluster_reduce_store, sized in launch_tile()).
 //
 // Copies: 16-byte cp.async when both operands' rows are 16-byte aligned (K a
 // multiple of 256 with packed rows, the usual case), else 4-byte cp.async. A
