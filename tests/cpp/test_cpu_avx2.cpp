@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 #include "cpu/features.h"
 #include "cpu/kernels.h"
 #include "quant_block.h"
+#include "cpu_simd_cases.h"
 #include "test_util.h"
 
 namespace {
@@ -38,6 +40,11 @@ class CpuAvx2 : public ::testing::Test {
   }
   qgtest::HostMemory mem_;
   qgtest::GemmKernelTester gemm_{qg::detail::cpu::registry(), "cpu_avx2", mem_};
+  // Runs a case on cpu_avx2 and checks it against the float64 reference.
+  std::function<void(const GemmCase&)> check_ = [this](const GemmCase& c) {
+    GemmCase v = c;
+    ASSERT_TRUE(gemm_.run_and_check(v)) << gemm_.refusals();
+  };
 };
 
 // M and N from 1 to 9 cover every row-pair and column-group remainder; 15..17
@@ -95,72 +102,11 @@ TEST_F(CpuAvx2, GemmNonFiniteScaleInEveryTilePosition) {
 }
 
 // N = 1 (decode) has its own path: four W rows per step in 64-row tasks.
-// M from 1 to 9 covers every row-group remainder, 63..65 and 129 the task
-// edges; K = 32 and 64 leave the two-block loop empty, 96 and 160 end on one
-// block; K = 4096 runs the prefetches past the end of each row group into the
-// next.
-TEST_F(CpuAvx2, GemmSingleActivationRowTails) {
-  uint64_t salt = 0;
-  for (int64_t k : {32, 64, 96, 160, 4096})
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 63, 64, 65, 129}) {
-      QG_SEEDED_RNG(rng, 1400 + ++salt);
-      GemmCase c = qgtest::random_case(rng, m, 1, k);
-      ASSERT_TRUE(gemm_.run_and_check(c));
-      if (HasFailure()) return;
-    }
-}
-
-// The N = 1 path with padded rows of W and A (unaligned, odd strides) and a
-// strided C: it must read only each row's blocks and write only C[i, 0].
-TEST_F(CpuAvx2, GemmSingleActivationRowStrided) {
-  uint64_t salt = 0;
-  for (int64_t m : {1, 3, 5, 9, 70})
-    for (int64_t k : {32, 96, 1024}) {
-      QG_SEEDED_RNG(rng, 1500 + ++salt);
-      GemmCase c = qgtest::random_case(rng, m, 1, k, /*a_pad=*/7, /*b_pad=*/13);
-      qgtest::set_c_layout(c, qg::DType::f32, 3, 1);
-      ASSERT_TRUE(gemm_.run_and_check(c));
-    }
-}
-
-// A column of A alone (the N = 1 path) gives the same bits as with other
-// columns (the 2 x 4 tile): both fold the same lanes in the same order.
-TEST_F(CpuAvx2, GemmSingleActivationRowMatchesWiderCall) {
-  const int64_t n = 5;
-  for (int64_t m : {1, 6, 67})
-    for (int64_t k : {32, 96, 4096}) {
-      SCOPED_TRACE("M=" + std::to_string(m) + " K=" + std::to_string(k));
-      QG_SEEDED_RNG(rng, 1600 + m + k);
-      GemmCase wide = qgtest::random_case(rng, m, n, k);
-      ASSERT_TRUE(gemm_.run(wide));
-      for (int64_t j = 0; j < n; ++j) {
-        GemmCase one = wide;
-        one.n = 1;
-        one.b.assign(wide.b.begin() + j * wide.b_stride, wide.b.begin() + (j + 1) * wide.b_stride);
-        qgtest::set_c_layout(one, qg::DType::f32, 1, 1);
-        ASSERT_TRUE(gemm_.run(one));
-        for (int64_t i = 0; i < m; ++i)
-          ASSERT_EQ(qgtest::f2u(static_cast<float>(one.out(i, 0))), qgtest::f2u(static_cast<float>(wide.out(i, j))))
-              << "C[" << i << ", " << j << "]";
-      }
-    }
-}
-
-// A +-Inf or NaN scale in one W row, at every position of the four-row group
-// and its tails, or in the A row: that row's output (every output) is +-Inf
-// or NaN as the float64 reference says, and no other output is touched.
+TEST_F(CpuAvx2, GemmSingleActivationRowTails) { qgtest::cpu_simd::single_row_tails(check_, 1400); }
+TEST_F(CpuAvx2, GemmSingleActivationRowStrided) { qgtest::cpu_simd::single_row_strided(check_, 1500); }
+TEST_F(CpuAvx2, GemmSingleActivationRowMatchesWiderCall) { qgtest::cpu_simd::single_row_matches_wider(gemm_, 1600); }
 TEST_F(CpuAvx2, GemmSingleActivationRowNonFiniteScales) {
-  const int64_t m = 9, k = 4096;
-  for (int64_t row = -1; row < m; ++row)
-    for (uint16_t bits : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}}) {
-      SCOPED_TRACE((row < 0 ? std::string("A row") : "W row " + std::to_string(row)) + " scale bits " +
-                   std::to_string(bits));
-      QG_SEEDED_RNG(rng, 1700 + row);
-      GemmCase c = qgtest::random_case(rng, m, 1, k);
-      qgtest::store_u16(row < 0 ? c.a_block(0, 77) : c.w_block(row, 77), bits);
-      ASSERT_TRUE(gemm_.run_and_check(c));
-      for (int64_t i = 0; i < m; ++i) EXPECT_EQ(std::isfinite(c.out(i, 0)), row >= 0 && i != row) << "C[" << i << "]";
-    }
+  qgtest::cpu_simd::single_row_non_finite_scales(gemm_, check_, 1700);
 }
 
 // The quantizer's AVX2 block code against quant_block.h's, on blocks built to

@@ -20,8 +20,7 @@
 #include <vector>
 
 #include "backend.h"
-#include "cpu/features.h"
-#include "qg/qg.h"
+#include "cpu_simd_cases.h"
 #include "test_util.h"
 
 namespace {
@@ -141,78 +140,20 @@ TEST_F(CpuAvx512Vnni, GemmNonFiniteScaleInEveryTilePosition) {
         }
 }
 
-// N = 1 (decode): four W rows per step in 64-row tasks. M from 1 to 9 covers
-// every row-group remainder, 17, 63..65 and 129 the task edges; K = 32 and 64
-// leave the two-block loop empty, 96 and 160 end on one block; K = 4096 runs
-// the prefetches past the end of each row group into the next.
+// N = 1 (decode): four W rows per step in 64-row tasks, checked against the
+// reference and cpu_avx2.
 TEST_F(CpuAvx512Vnni, GemmSingleActivationRowTails) {
-  uint64_t salt = 0;
-  for (int64_t k : {32, 64, 96, 160, 4096})
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 63, 64, 65, 129}) {
-      SCOPED_TRACE("M=" + std::to_string(m) + " K=" + std::to_string(k));
-      QG_SEEDED_RNG(rng, 3400 + ++salt);
-      run_check_and_compare(qgtest::random_case(rng, m, 1, k));
-      if (HasFailure()) return;
-    }
+  qgtest::cpu_simd::single_row_tails([this](const GemmCase& c) { run_check_and_compare(c); }, 3400);
 }
-
-// The N = 1 path with padded rows of W and A (unaligned, odd strides) and a
-// strided C: it must read only each row's blocks and write only C[i, 0].
 TEST_F(CpuAvx512Vnni, GemmSingleActivationRowStrided) {
-  uint64_t salt = 0;
-  for (int64_t m : {1, 3, 5, 9, 70})
-    for (int64_t k : {32, 96, 1024}) {
-      SCOPED_TRACE("M=" + std::to_string(m) + " K=" + std::to_string(k));
-      QG_SEEDED_RNG(rng, 3500 + ++salt);
-      GemmCase c = qgtest::random_case(rng, m, 1, k, /*a_pad=*/7, /*b_pad=*/13);
-      qgtest::set_c_layout(c, qg::DType::f32, 3, 1);
-      run_check_and_compare(c);
-      if (HasFailure()) return;
-    }
+  qgtest::cpu_simd::single_row_strided([this](const GemmCase& c) { run_check_and_compare(c); }, 3500);
 }
-
-// A column of A alone (the N = 1 path) gives the same bits as with other
-// columns (the 4 x 4 tile): both accumulate the same lanes in the same order
-// and fold them alike.
 TEST_F(CpuAvx512Vnni, GemmSingleActivationRowMatchesWiderCall) {
-  const int64_t n = 5;
-  for (int64_t m : {1, 6, 67})
-    for (int64_t k : {32, 96, 4096}) {
-      SCOPED_TRACE("M=" + std::to_string(m) + " K=" + std::to_string(k));
-      QG_SEEDED_RNG(rng, 3600 + m + k);
-      GemmCase wide = qgtest::random_case(rng, m, n, k);
-      ASSERT_TRUE(gemm_.run(wide));
-      for (int64_t j = 0; j < n; ++j) {
-        GemmCase one = wide;
-        one.n = 1;
-        one.b.assign(wide.b.begin() + j * wide.b_stride, wide.b.begin() + (j + 1) * wide.b_stride);
-        qgtest::set_c_layout(one, qg::DType::f32, 1, 1);
-        ASSERT_TRUE(gemm_.run(one));
-        for (int64_t i = 0; i < m; ++i)
-          ASSERT_EQ(qgtest::f2u(static_cast<float>(one.out(i, 0))), qgtest::f2u(static_cast<float>(wide.out(i, j))))
-              << "C[" << i << ", " << j << "]";
-      }
-    }
+  qgtest::cpu_simd::single_row_matches_wider(gemm_, 3600);
 }
-
-// A +-Inf or NaN scale in one W row, at every position of the four-row group
-// and its tails, or in the A row: that row's output (every output) is +-Inf
-// or NaN as the float64 reference says, and no other output is touched.
 TEST_F(CpuAvx512Vnni, GemmSingleActivationRowNonFiniteScales) {
-  const int64_t m = 9, k = 4096;
-  for (int64_t row = -1; row < m; ++row)
-    for (uint16_t bits : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}}) {
-      SCOPED_TRACE((row < 0 ? std::string("A row") : "W row " + std::to_string(row)) + " scale bits " +
-                   std::to_string(bits));
-      QG_SEEDED_RNG(rng, 3700 + row);
-      GemmCase c = qgtest::random_case(rng, m, 1, k);
-      qgtest::store_u16(row < 0 ? c.a_block(0, 77) : c.w_block(row, 77), bits);
-      run_check_and_compare(c);
-      GemmCase v = c;
-      ASSERT_TRUE(gemm_.run(v));
-      for (int64_t i = 0; i < m; ++i) EXPECT_EQ(std::isfinite(v.out(i, 0)), row >= 0 && i != row) << "C[" << i << "]";
-      if (HasFailure()) return;
-    }
+  qgtest::cpu_simd::single_row_non_finite_scales(gemm_, [this](const GemmCase& c) { run_check_and_compare(c); },
+                                                 3700);
 }
 
 // The byte extremes, mixed within each int32 lane of vpdpbusd (four
@@ -271,20 +212,6 @@ TEST_F(CpuAvx512Vnni, GemmExtremeCodesExact) {
         EXPECT_EQ(v.out(0, 0), (nib - 8.0) * code * c.k);
       }
     }
-}
-
-// Where the CPU has it, qg::gemm chooses the VNNI kernel over cpu_avx2.
-TEST_F(CpuAvx512Vnni, DispatchChoosesIt) {
-  std::vector<uint8_t> w(2 * 36), a(3 * 72);
-  qg::GemmArgs g;
-  g.a = qg::packed_operand(w.data(), qg::Format::q4_0, 2, 64);
-  g.b = qg::packed_operand(a.data(), qg::Format::q8_1, 3, 64);
-  g.device = qg::Device::cpu();
-  qg::Explanation e;
-  ASSERT_TRUE(qg::explain(g, &e).ok());
-  EXPECT_EQ(e.chosen, "cpu_avx512_vnni");
-  const qg::detail::cpu::CpuFeatures& f = qg::detail::cpu::cpu_features();
-  EXPECT_TRUE(f.avx512_vnni && f.avx2 && f.fma && f.f16c);
 }
 
 }  // namespace

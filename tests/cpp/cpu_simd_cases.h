@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: MIT
+// cpu_simd_cases.h: the N = 1 (decode) cases that every SIMD CPU kernel with a
+// dedicated single-row path must pass (cpu_avx2, cpu_avx512_vnni). `check`
+// runs a case on the kernel under test and checks it against the float64
+// reference (and whatever else that kernel's file compares it with).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "test_util.h"
+
+namespace qgtest::cpu_simd {
+
+// M from 1 to 9 covers every four-row remainder, 17, 63..65 and 129 the
+// 64-row task edges; K = 32 and 64 leave the two-block loop empty, 96 and 160
+// end on one block; K = 4096 runs the prefetches past the end of each row
+// group into the next.
+template <class Check>
+void single_row_tails(Check&& check, uint64_t seed_base) {
+  uint64_t salt = 0;
+  for (int64_t k : {32, 64, 96, 160, 4096})
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 63, 64, 65, 129}) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " K=" + std::to_string(k));
+      QG_SEEDED_RNG(rng, seed_base + ++salt);
+      check(random_case(rng, m, 1, k));
+      if (::testing::Test::HasFailure()) return;
+    }
+}
+
+// Padded rows of W and A (unaligned, odd strides) and a strided C: the path
+// must read only each row's blocks and write only C[i, 0].
+template <class Check>
+void single_row_strided(Check&& check, uint64_t seed_base) {
+  uint64_t salt = 0;
+  for (int64_t m : {1, 3, 5, 9, 70})
+    for (int64_t k : {32, 96, 1024}) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " K=" + std::to_string(k));
+      QG_SEEDED_RNG(rng, seed_base + ++salt);
+      GemmCase c = random_case(rng, m, 1, k, /*a_pad=*/7, /*b_pad=*/13);
+      set_c_layout(c, qg::DType::f32, 3, 1);
+      check(c);
+      if (::testing::Test::HasFailure()) return;
+    }
+}
+
+// A column of A alone gives the same bits as in a wider call: the N = 1 path
+// accumulates the same lanes in the same order and folds them as the wider
+// tile does.
+inline void single_row_matches_wider(GemmKernelTester& t, uint64_t seed_base) {
+  const int64_t n = 5;
+  for (int64_t m : {1, 6, 67})
+    for (int64_t k : {32, 96, 4096}) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " K=" + std::to_string(k));
+      QG_SEEDED_RNG(rng, seed_base + m + k);
+      GemmCase wide = random_case(rng, m, n, k);
+      ASSERT_TRUE(t.run(wide));
+      for (int64_t j = 0; j < n; ++j) {
+        GemmCase one = wide;
+        one.n = 1;
+        one.b.assign(wide.b.begin() + j * wide.b_stride, wide.b.begin() + (j + 1) * wide.b_stride);
+        set_c_layout(one, qg::DType::f32, 1, 1);
+        ASSERT_TRUE(t.run(one));
+        for (int64_t i = 0; i < m; ++i)
+          ASSERT_EQ(f2u(static_cast<float>(one.out(i, 0))), f2u(static_cast<float>(wide.out(i, j))))
+              << "C[" << i << ", " << j << "]";
+      }
+    }
+}
+
+// A +-Inf or NaN scale in one W row, at every position of the four-row group
+// and its tails, or in the A row: that row's output (every output) is +-Inf
+// or NaN as the float64 reference says, and no other output is touched.
+template <class Check>
+void single_row_non_finite_scales(GemmKernelTester& t, Check&& check, uint64_t seed_base) {
+  const int64_t m = 9, k = 4096;
+  for (int64_t row = -1; row < m; ++row)
+    for (uint16_t bits : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}}) {
+      SCOPED_TRACE((row < 0 ? std::string("A row") : "W row " + std::to_string(row)) + " scale bits " +
+                   std::to_string(bits));
+      QG_SEEDED_RNG(rng, seed_base + row);
+      GemmCase c = random_case(rng, m, 1, k);
+      store_u16(row < 0 ? c.a_block(0, 77) : c.w_block(row, 77), bits);
+      check(c);
+      GemmCase v = c;
+      ASSERT_TRUE(t.run(v));
+      for (int64_t i = 0; i < m; ++i) EXPECT_EQ(std::isfinite(v.out(i, 0)), row >= 0 && i != row) << "C[" << i << "]";
+      if (::testing::Test::HasFailure()) return;
+    }
+}
+
+}  // namespace qgtest::cpu_simd
