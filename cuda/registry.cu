@@ -22,13 +22,13 @@ constexpr ArchWindow kMmaS8{80, 0, false, 0};
 Registry make_registry() {
   Registry r;
   r.gemm = {
-      {"cuda_mmvq", Format::q4_0, Format::q8_1, kDp4a, kEpiAll, gemm_mmvq_can_run, gemm_mmvq_run},
-      {"cuda_mma", Format::q4_0, Format::q8_1, kMmaS8, kEpiAll, gemm_mma_can_run, gemm_mma_run},
-      {"cuda_dp4a_tiled", Format::q4_0, Format::q8_1, kDp4a, kEpiAll, gemm_dp4a_tiled_can_run, gemm_dp4a_tiled_run},
-      {"cuda_generic", Format::q4_0, Format::q8_1, kAnyGpu, kEpiAll, gemm_generic_can_run, gemm_generic_run},
+      {"cuda_mmvq", Format::q4_0, Format::q8_1, kDp4a, kEpiFloatAll, gemm_mmvq_can_run, gemm_mmvq_run},
+      {"cuda_mma", Format::q4_0, Format::q8_1, kMmaS8, kEpiFloatAll, gemm_mma_can_run, gemm_mma_run},
+      {"cuda_dp4a_tiled", Format::q4_0, Format::q8_1, kDp4a, kEpiFloatAll, gemm_dp4a_tiled_can_run, gemm_dp4a_tiled_run},
+      {"cuda_generic", Format::q4_0, Format::q8_1, kAnyGpu, kEpiFloatAll, gemm_generic_can_run, gemm_generic_run},
   };
-  r.quantize = {{"cuda_warp_staged", kAllFormats, kAnyGpu, quantize_can_run, quantize_run}};
-  r.dequantize = {{"cuda_warp_staged", kAllFormats, kAnyGpu, dequantize_can_run, dequantize_run}};
+  r.quantize = {{"cuda_warp_staged", kGgmlFormats, kAnyGpu, quantize_can_run, quantize_run}};
+  r.dequantize = {{"cuda_warp_staged", kGgmlFormats, kAnyGpu, dequantize_can_run, dequantize_run}};
   return r;
 }
 }  // namespace

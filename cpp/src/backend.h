@@ -47,7 +47,10 @@ enum EpilogueCap : uint32_t {
   kEpiOutF16 = 1u << 5,
   kEpiOutBf16 = 1u << 6,
   kEpiStridedC = 1u << 7,  // ldc_n != 1
-  kEpiAll = (1u << 8) - 1,
+  kEpiZeroPoints = 1u << 8,  // row / column zero points of integer operands
+  kEpiOutI32 = 1u << 9,      // int32 output (the exact integer sum)
+  kEpiAll = (1u << 10) - 1,
+  kEpiFloatAll = kEpiAll & ~(kEpiZeroPoints | kEpiOutI32),  // everything a float-accumulating kernel can do
 };
 // The features a call needs, and their names ("bias, relu") for messages.
 uint32_t epilogue_needs(const GemmArgs& args);
@@ -74,6 +77,8 @@ struct ConvertKernel {
 
 constexpr uint32_t format_bit(Format f) { return 1u << static_cast<int>(f); }
 constexpr uint32_t kAllFormats = (1u << kFormatCount) - 1;
+constexpr uint32_t kGgmlFormats = format_bit(Format::q4_0) | format_bit(Format::q8_0) | format_bit(Format::q8_1);
+constexpr uint32_t kIntegerFormats = format_bit(Format::i8) | format_bit(Format::i4) | format_bit(Format::i4x8);
 
 struct Registry {
   std::vector<GemmKernel> gemm;

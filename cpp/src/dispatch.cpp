@@ -69,14 +69,16 @@ uint32_t epilogue_needs(const GemmArgs& a) {
   if (a.c_dtype == DType::f16) need |= kEpiOutF16;
   if (a.c_dtype == DType::bf16) need |= kEpiOutBf16;
   if (a.ldc_n != 1) need |= kEpiStridedC;
+  if (e.row_zero_point || e.col_zero_point) need |= kEpiZeroPoints;
+  if (a.c_dtype == DType::i32) need |= kEpiOutI32;
   return need;
 }
 
 std::string epilogue_cap_names(uint32_t caps) {
   static const char* names[] = {"alpha", "row/column scales", "beta", "bias", "relu",
-                                "float16 output", "bfloat16 output", "strided C"};
+                                "float16 output", "bfloat16 output", "strided C", "zero points", "int32 output"};
   std::string s;
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < 10; ++i)
     if (caps & (1u << i)) s += (s.empty() ? "" : ", ") + std::string(names[i]);
   return s;
 }

@@ -25,6 +25,11 @@ struct EpilogueParams {
   float alpha = 1.0f, beta = 0.0f;
   const float* row_scale = nullptr;
   const float* col_scale = nullptr;
+  int64_t row_scale_step = 1, col_scale_step = 1;  // 0: one value for all
+  const int32_t* row_zp = nullptr;
+  const int32_t* col_zp = nullptr;
+  int64_t row_zp_step = 1, col_zp_step = 1;
+  int64_t k = 0;  // the GEMM's K, for the zero-point term K * za * zb
   const uint8_t* bias = nullptr;
   DType bias_dtype = DType::f32;
   bool relu = false;
@@ -41,11 +46,18 @@ inline EpilogueParams epilogue_params(const GemmArgs& g) {
   p.beta = g.epilogue.beta;
   p.row_scale = g.epilogue.row_scale;
   p.col_scale = g.epilogue.col_scale;
+  p.row_scale_step = g.epilogue.row_scale_scalar ? 0 : 1;
+  p.col_scale_step = g.epilogue.col_scale_scalar ? 0 : 1;
+  p.row_zp = g.epilogue.row_zero_point;
+  p.col_zp = g.epilogue.col_zero_point;
+  p.row_zp_step = g.epilogue.row_zero_point_scalar ? 0 : 1;
+  p.col_zp_step = g.epilogue.col_zero_point_scalar ? 0 : 1;
+  p.k = g.a.k;
   p.bias = static_cast<const uint8_t*>(g.epilogue.bias);
   p.bias_dtype = g.epilogue.bias_dtype;
   p.relu = g.epilogue.activation == Activation::relu;
   p.plain = p.alpha == 1.0f && p.beta == 0.0f && !p.row_scale && !p.col_scale && !p.bias && !p.relu &&
-            p.c_dtype == DType::f32;
+            p.c_dtype == DType::f32;  // (zero points are applied before, in epilogue_store_int)
   return p;
 }
 
@@ -116,7 +128,7 @@ QG_HD void store_float_any(uint8_t* p, DType dtype, float v) {
   else store_u16_any(p, fp32_to_bf16(v));
 }
 
-QG_HD int dtype_bytes(DType d) { return d == DType::f32 ? 4 : 2; }
+QG_HD int dtype_bytes(DType d) { return d == DType::f32 || d == DType::i32 ? 4 : 2; }
 
 // The fixed order of ops.h's Epilogue. The scales are applied as two
 // separate multiplies so that alpha = 1 and no scales leave acc bit-exact.
@@ -127,13 +139,42 @@ QG_HD void epilogue_store(const EpilogueParams& p, int64_t m, int64_t n, float a
   }
   float v = acc;
   if (p.alpha != 1.0f) v = mul_rn(v, p.alpha);
-  if (p.row_scale) v = mul_rn(v, bits_float(load_u32_any(reinterpret_cast<const uint8_t*>(p.row_scale + m))));
-  if (p.col_scale) v = mul_rn(v, bits_float(load_u32_any(reinterpret_cast<const uint8_t*>(p.col_scale + n))));
+  if (p.row_scale)
+    v = mul_rn(v, bits_float(load_u32_any(reinterpret_cast<const uint8_t*>(p.row_scale + m * p.row_scale_step))));
+  if (p.col_scale)
+    v = mul_rn(v, bits_float(load_u32_any(reinterpret_cast<const uint8_t*>(p.col_scale + n * p.col_scale_step))));
   uint8_t* dst = p.c + (m * p.ldc + n * p.ldc_n) * dtype_bytes(p.c_dtype);
   if (p.beta != 0.0f) v = add_rn(v, mul_rn(p.beta, load_float_any(dst, p.c_dtype)));
   if (p.bias) v = add_rn(v, load_float_any(p.bias + m * dtype_bytes(p.bias_dtype), p.bias_dtype));
   if (p.relu) v = v < 0.0f ? 0.0f : v;  // NaN is not < 0: it passes through
   store_float_any(dst, p.c_dtype, v);
+}
+
+// Integer operands: acc = sum qa * qb over K (int32, wrapping), sum_a = sum
+// qa over row m's K, sum_b = sum qb over row n's (both needed only with zero
+// points). The zero-point terms are added in wrapping uint32 arithmetic: the
+// true sum fits in int32 (validation bounds K), so the wrapped result is it.
+QG_HD int32_t zero_point_corrected(const EpilogueParams& p, int64_t m, int64_t n, int32_t acc, int32_t sum_a,
+                                   int32_t sum_b) {
+  if (!p.row_zp && !p.col_zp) return acc;
+  const uint32_t za = p.row_zp ? static_cast<uint32_t>(load_u32_any(reinterpret_cast<const uint8_t*>(p.row_zp + m * p.row_zp_step))) : 0u;
+  const uint32_t zb = p.col_zp ? static_cast<uint32_t>(load_u32_any(reinterpret_cast<const uint8_t*>(p.col_zp + n * p.col_zp_step))) : 0u;
+  const uint32_t r = static_cast<uint32_t>(acc) - zb * static_cast<uint32_t>(sum_a) - za * static_cast<uint32_t>(sum_b) +
+                     static_cast<uint32_t>(p.k) * za * zb;
+  return static_cast<int32_t>(r);
+}
+
+// The integer kernels' store: int32 output keeps the exact sum (ReLU is the
+// only epilogue step an int32 result takes); float outputs go through the
+// float epilogue above.
+QG_HD void epilogue_store_int(const EpilogueParams& p, int64_t m, int64_t n, int32_t acc, int32_t sum_a,
+                              int32_t sum_b) {
+  const int32_t v = zero_point_corrected(p, m, n, acc, sum_a, sum_b);
+  if (p.c_dtype == DType::i32) {
+    store_u32_any(p.c + (m * p.ldc + n * p.ldc_n) * 4, static_cast<uint32_t>(p.relu && v < 0 ? 0 : v));
+    return;
+  }
+  epilogue_store(p, m, n, static_cast<float>(v));
 }
 
 }  // namespace qg::detail

@@ -31,7 +31,7 @@ Status check_device(const char* fn, Device device) {
 Status check_rows_k(const char* fn, const char* what, const FormatTraits& t, int64_t rows, int64_t k) {
   if (rows < 0 || k < 0)
     return invalid(fn, std::string(what) + ": rows and K must be >= 0 (got rows=" + num(rows) + ", K=" + num(k) + ")");
-  if (k % t.block_size != 0)
+  if (k % t.block_size != 0 && !t.pads_k)
     return invalid(fn, "K=" + num(k) + " is not a multiple of " + num(t.block_size) + ", the " + t.name +
                            " block size");
   // The last byte addressed must be representable: rows * row bytes < 2^63.
@@ -49,9 +49,13 @@ Status check_outside(const char* fn, const char* arg, const char* what, const Ou
     return invalid(fn, std::string(arg) + " is " + t.name + ", which keeps no outside " + what +
                            "; pass none");
   if (s.data == nullptr) return invalid(fn, std::string(arg) + " " + what + " must not be null");
-  if (!is_float_dtype(s.dtype) && s.dtype != DType::u8 && s.dtype != DType::i8)
-    return type_error(fn, std::string(arg) + " " + what + " must be float32, float16, bfloat16 or 8-bit, got " +
-                              dtype_name(s.dtype));
+  const bool zp = std::string(what) == "zero points";
+  if (zp ? (s.dtype != DType::i8 && s.dtype != DType::i32) : !is_float_dtype(s.dtype))
+    return type_error(fn, std::string(arg) + " " + what + " must be " +
+                              (zp ? "int8 or int32" : "float32, float16 or bfloat16") + ", got " + dtype_name(s.dtype));
+  if (s.granularity != Granularity::group)
+    return invalid(fn, std::string(arg) + " " + what + " on an operand must be group-wise (scales constant along K "
+                           "are the epilogue's row_scale / col_scale)");
   if (s.granularity == Granularity::group) {
     if (s.group_size <= 0 || op.k % s.group_size != 0)
       return invalid(fn, std::string(arg) + " " + what + ": group_size=" + num(s.group_size) +
@@ -73,6 +77,17 @@ Status check_operand(const char* fn, const char* arg, const Operand& op) {
   if (op.rows == 0 || op.k == 0) return {};
   if (op.data == nullptr) return invalid(fn, std::string(arg) + " must not be null");
   const int64_t rb = row_bytes(t, op.k);
+  if (op.block_stride != 0 && op.block_stride != t.bytes_per_block) {
+    // Blocks strided along K (a [K, N] matrix read as N rows): (row, block)
+    // must map to distinct bytes, i.e. one stride steps over the other's extent.
+    const int64_t nb = row_blocks(t, op.k);
+    const bool by_row = op.rows <= 1 || op.row_stride >= (nb - 1) * op.block_stride + t.bytes_per_block;
+    const bool by_block = nb <= 1 || op.block_stride >= (op.rows - 1) * op.row_stride + t.bytes_per_block;
+    if (op.block_stride < 0 || op.row_stride < 0 || (!by_row && !by_block))
+      return invalid(fn, std::string(arg) + ": row stride " + num(op.row_stride) + " and block stride " +
+                             num(op.block_stride) + " bytes make its elements overlap; pass a contiguous array");
+    return {};
+  }
   if (op.rows > 1 && op.row_stride < rb)
     return invalid(fn, std::string(arg) + " row stride " + num(op.row_stride) + " bytes is less than a row of " +
                            t.name + " blocks (" + num(rb) + " bytes for K=" + num(op.k) +
@@ -81,7 +96,47 @@ Status check_operand(const char* fn, const char* arg, const Operand& op) {
 }
 
 Span operand_span(const Operand& op) {
-  return span_of(op.data, op.rows, op.row_stride, row_bytes(format_traits(op.format), op.k));
+  const FormatTraits& t = format_traits(op.format);
+  if (op.block_stride != 0 && op.block_stride != t.bytes_per_block && op.rows > 0 && op.k > 0)
+    return span_of(op.data, 1, 0,
+                   (op.rows - 1) * op.row_stride + (row_blocks(t, op.k) - 1) * op.block_stride + t.bytes_per_block);
+  return span_of(op.data, op.rows, op.row_stride, row_bytes(t, op.k));
+}
+
+// Integer x integer GEMMs accumulate in int32: the largest K whose sum
+// cannot overflow, from the formats' code ranges and the zero points.
+int64_t int_k_limit(const GemmArgs& g) {
+  const int64_t ra = max_abs_code(format_traits(g.a.format), g.epilogue.row_zero_point != nullptr);
+  const int64_t rb = max_abs_code(format_traits(g.b.format), g.epilogue.col_zero_point != nullptr);
+  return ((int64_t{1} << 31) - 1) / (ra * rb);
+}
+
+Status check_gemm_formats(const char* fn, const GemmArgs& g) {
+  const bool ia = is_integer_format(g.a.format), ib = is_integer_format(g.b.format);
+  const Epilogue& e = g.epilogue;
+  if ((e.row_zero_point || e.col_zero_point) && !(ia && ib))
+    return invalid(fn, "row / column zero points are for integer x integer GEMMs; a weight-only GEMM takes "
+                       "group-wise zero points on its weight operand");
+  if (g.c_dtype == DType::i32) {
+    if (!(ia && ib))
+      return type_error(fn, std::string("int32 output is for integer x integer GEMMs (") +
+                                format_traits(g.a.format).name + " x " + format_traits(g.b.format).name +
+                                "); pass out_dtype float32, float16 or bfloat16");
+    if (e.alpha != 1.0f || e.row_scale || e.col_scale || e.beta != 0.0f || e.bias)
+      return invalid(fn, "int32 output is the exact integer sum: scales, alpha, beta and bias are float "
+                         "operations; pass out_dtype float32 (or float16, bfloat16) to apply them");
+  }
+  if (ia && ib && g.a.k > int_k_limit(g))
+    return invalid(fn, "K=" + num(g.a.k) + " is past " + num(int_k_limit(g)) + ", the largest K whose " +
+                           format_traits(g.a.format).name + " x " + format_traits(g.b.format).name +
+                           (e.row_zero_point || e.col_zero_point ? " (with zero points)" : "") +
+                           " sum is exact in int32; split K and add the partial results");
+  if (g.a.scales.data && !is_float_format(g.b.format))
+    return invalid(fn, "group-wise scales on a are for weight-only GEMMs (float activations b); for integer b "
+                       "use per-row scales (row_scale)");
+  if (is_integer_format(g.a.format) && is_float_format(g.b.format) && !g.a.scales.data)
+    return invalid(fn, "a weight-only GEMM needs the weight's group-wise scales");
+  return {};
 }
 
 }  // namespace
@@ -103,9 +158,10 @@ Status check_gemm_args(const GemmArgs& g, bool need_output) {
     return invalid(fn, "a has K=" + num(g.a.k) + " but b has K=" + num(g.b.k) + "; both operands run along one K");
   if (Status s = check_operand(fn, "a", g.a); !s.ok()) return s;
   if (Status s = check_operand(fn, "b", g.b); !s.ok()) return s;
-  if (!is_float_dtype(g.c_dtype))
-    return type_error(fn, std::string("the output dtype must be float32, float16 or bfloat16, got ") +
+  if (!is_float_dtype(g.c_dtype) && g.c_dtype != DType::i32)
+    return type_error(fn, std::string("the output dtype must be float32, float16, bfloat16 or int32, got ") +
                               dtype_name(g.c_dtype));
+  if (Status s = check_gemm_formats(fn, g); !s.ok()) return s;
   const Epilogue& e = g.epilogue;
   if (e.bias && !is_float_dtype(e.bias_dtype))
     return type_error(fn, std::string("bias must be float32, float16 or bfloat16, got ") + dtype_name(e.bias_dtype));
@@ -124,10 +180,35 @@ Status check_gemm_args(const GemmArgs& g, bool need_output) {
   const Span c = span_of(g.c, 1, 0, extent);
   if (overlaps(c, operand_span(g.a)) || overlaps(c, operand_span(g.b)) ||
       overlaps(c, span_of(e.bias, 1, 0, m * dtype_size(e.bias_dtype))) ||
-      overlaps(c, span_of(e.row_scale, 1, 0, m * 4)) || overlaps(c, span_of(e.col_scale, 1, 0, n * 4)))
+      overlaps(c, span_of(e.row_scale, 1, 0, (e.row_scale_scalar ? 1 : m) * 4)) ||
+      overlaps(c, span_of(e.col_scale, 1, 0, (e.col_scale_scalar ? 1 : n) * 4)))
     return invalid(fn, "the output overlaps an input; pass a separate out array");
   return {};
 }
+
+namespace {
+// Scales of formats kept outside the codes: a scope per tensor, row or group.
+int64_t scale_count(Granularity g, int64_t rows, int64_t k, int64_t group_size) {
+  if (g == Granularity::tensor) return 1;
+  if (g == Granularity::row) return rows;
+  return group_size > 0 ? rows * (k / group_size) : 0;
+}
+
+Status check_scopes(const char* fn, const FormatTraits& t, Granularity g, int64_t group_size, int64_t k) {
+  if (t.scale_place != ScalePlace::outside) {
+    if (g != Granularity::none)
+      return invalid(fn, std::string(t.name) + " keeps its scales in its blocks; pass no granularity");
+    return {};
+  }
+  if (g == Granularity::none)
+    return invalid(fn, std::string(t.name) + " keeps its scales outside the codes: pass a granularity "
+                           "(tensor, channel or group)");
+  if (g == Granularity::group && (group_size <= 0 || k % group_size != 0 || group_size % t.block_size != 0))
+    return invalid(fn, "group_size=" + num(group_size) + " must be positive, divide K=" + num(k) +
+                           " and be a multiple of " + num(t.block_size) + " (" + t.name + " codes per storage unit)");
+  return {};
+}
+}  // namespace
 
 Status check_quantize_args(const QuantizeArgs& a, bool need_output) {
   const FormatTraits& t = format_traits(a.format);
@@ -137,9 +218,19 @@ Status check_quantize_args(const QuantizeArgs& a, bool need_output) {
     return type_error(fn, std::string("x must be float32, float16 or bfloat16, got ") + dtype_name(a.x_dtype));
   if (Status s = check_rows_k(fn, "x", t, a.rows, a.k); !s.ok()) return s;
   if (Status s = check_device(fn, a.device); !s.ok()) return s;
+  if (Status s = check_scopes(fn, t, a.granularity, a.group_size, a.k); !s.ok()) return s;
+  const bool outside = t.scale_place == ScalePlace::outside;
+  if (outside && (a.static_zero_points || a.zero_points) && !t.has_zero_point)
+    return invalid(fn, std::string(t.name) + " is symmetric: it takes no zero points");
+  if (outside && a.static_zero_points && !a.static_scales)
+    return invalid(fn, "static zero points need static scales");
+  if (outside && a.static_scales && (a.scales || a.zero_points))
+    return invalid(fn, "pass either static scales (read) or scale outputs (written), not both");
   if (a.rows == 0 || a.k == 0) return {};
   const int64_t rb = row_bytes(t, a.k);
   if (a.x == nullptr) return invalid(fn, "x must not be null");
+  if (outside && !a.static_scales && need_output && !a.scales)
+    return invalid(fn, "dynamic quantization needs somewhere to write its scales (scales must not be null)");
   // A stride of 0 (every row reads the same values) is allowed for inputs.
   if (a.rows > 1 && a.x_row_stride < a.k && a.x_row_stride != 0)
     return invalid(fn, "x row stride " + num(a.x_row_stride) + " is less than K=" + num(a.k) +
@@ -150,8 +241,13 @@ Status check_quantize_args(const QuantizeArgs& a, bool need_output) {
     return invalid(fn, "y row stride " + num(a.y_row_stride) + " bytes is less than a row of blocks (" + num(rb) +
                            " bytes): output rows would overlap");
   const int64_t xsize = dtype_size(a.x_dtype);
-  if (overlaps(span_of(a.x, a.rows, a.x_row_stride * xsize, a.k * xsize), span_of(a.y, a.rows, a.y_row_stride, rb)))
-    return invalid(fn, "the output overlaps the input x; pass a separate out array");
+  const Span xs = span_of(a.x, a.rows, a.x_row_stride * xsize, a.k * xsize);
+  const Span ys = span_of(a.y, a.rows, a.y_row_stride, rb);
+  if (overlaps(xs, ys)) return invalid(fn, "the output overlaps the input x; pass a separate out array");
+  const int64_t ns = scale_count(a.granularity, a.rows, a.k, a.group_size);
+  const Span ss = span_of(a.scales, 1, 0, ns * 4), zs = span_of(a.zero_points, 1, 0, ns * 4);
+  if (overlaps(ss, xs) || overlaps(ss, ys) || overlaps(zs, xs) || overlaps(zs, ys) || overlaps(ss, zs))
+    return invalid(fn, "the scales or zero points overlap x or the codes; pass separate arrays");
   return {};
 }
 
@@ -160,7 +256,11 @@ Status check_dequantize_args(const DequantizeArgs& a, bool need_output) {
   const char* fn = a.fn ? a.fn : t.dequantize_fn;
   if (Status s = check_rows_k(fn, "xq", t, a.rows, a.k); !s.ok()) return s;
   if (Status s = check_device(fn, a.device); !s.ok()) return s;
+  if (Status s = check_scopes(fn, t, a.granularity, a.group_size, a.k); !s.ok()) return s;
+  if (a.zero_points && !t.has_zero_point)
+    return invalid(fn, std::string(t.name) + " is symmetric: it takes no zero points");
   if (a.rows == 0 || a.k == 0) return {};
+  if (t.scale_place == ScalePlace::outside && !a.scales) return invalid(fn, "scales must not be null");
   const int64_t rb = row_bytes(t, a.k);
   if (a.xq == nullptr) return invalid(fn, "xq must not be null");
   if (a.rows > 1 && a.xq_row_stride < rb && a.xq_row_stride != 0)

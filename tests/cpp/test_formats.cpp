@@ -64,7 +64,7 @@ TEST(Formats, TraitsTable) {
       {qg::Format::q8_0, "q8_0", 32, 34, 8, true, 0, qg::Packing::bytes, false},
       {qg::Format::q8_1, "q8_1", 32, 36, 8, true, 0, qg::Packing::bytes, true},
   };
-  ASSERT_EQ(qg::kFormatCount, 3);
+  ASSERT_EQ(qg::kFormatCount, 9);
   for (const auto& e : table) {
     const qg::FormatTraits& t = qg::format_traits(e.f);
     SCOPED_TRACE(e.name);
@@ -87,6 +87,8 @@ TEST(Formats, TraitsTable) {
     // bytes = scale(s) + codes
     EXPECT_EQ(t.bytes_per_block, 2 * (e.sum ? 2 : 1) + t.block_size * t.element_bits / 8);
     EXPECT_EQ(qg::row_bytes(t, 32 * 5), 5 * e.bytes);
+    EXPECT_TRUE(t.blocked_view);
+    EXPECT_EQ(t.storage, qg::DType::u8);
     qg::Format back;
     ASSERT_TRUE(qg::format_from_name(e.name, &back));
     EXPECT_EQ(back, e.f);
@@ -94,6 +96,52 @@ TEST(Formats, TraitsTable) {
   qg::Format f;
   EXPECT_FALSE(qg::format_from_name("q4_1", &f));
   EXPECT_FALSE(qg::format_from_name(nullptr, &f));
+}
+
+// The integer family keeps its scales outside the codes and is viewed as
+// flat rows of its storage dtype (docs/architecture.md).
+TEST(Formats, IntegerAndFloatRows) {
+  struct Expected {
+    qg::Format f;
+    const char* name;
+    int block, bytes, bits, offset;
+    qg::Packing packing;
+    qg::DType storage;
+    bool zp, pads;
+    int64_t k, row_bytes, row_elements;
+  };
+  const Expected table[] = {
+      {qg::Format::i8, "i8", 1, 1, 8, 0, qg::Packing::bytes, qg::DType::i8, true, false, 7, 7, 7},
+      {qg::Format::i4, "i4", 2, 1, 4, 0, qg::Packing::nibbles_pairs, qg::DType::u8, true, true, 7, 4, 4},
+      {qg::Format::i4x8, "i4x8", 8, 4, 4, 8, qg::Packing::nibbles_i32, qg::DType::i32, false, false, 16, 8, 2},
+      {qg::Format::f16, "f16", 1, 2, 16, 0, qg::Packing::native, qg::DType::f16, false, false, 3, 6, 3},
+      {qg::Format::bf16, "bf16", 1, 2, 16, 0, qg::Packing::native, qg::DType::bf16, false, false, 3, 6, 3},
+      {qg::Format::f32, "f32", 1, 4, 32, 0, qg::Packing::native, qg::DType::f32, false, false, 3, 12, 3},
+  };
+  for (const auto& e : table) {
+    const qg::FormatTraits& t = qg::format_traits(e.f);
+    SCOPED_TRACE(e.name);
+    EXPECT_EQ(t.format, e.f);
+    EXPECT_STREQ(t.name, e.name);
+    EXPECT_EQ(t.block_size, e.block);
+    EXPECT_EQ(t.bytes_per_block, e.bytes);
+    EXPECT_EQ(t.element_bits, e.bits);
+    EXPECT_EQ(t.code_offset, e.offset);
+    EXPECT_EQ(t.packing, e.packing);
+    EXPECT_EQ(t.storage, e.storage);
+    EXPECT_EQ(t.has_zero_point, e.zp);
+    EXPECT_EQ(t.pads_k, e.pads);
+    EXPECT_FALSE(t.blocked_view);
+    EXPECT_EQ(qg::row_bytes(t, e.k), e.row_bytes);
+    EXPECT_EQ(qg::row_elements(t, e.k), e.row_elements);
+    EXPECT_EQ(t.scale_place, qg::is_integer_format(e.f) ? qg::ScalePlace::outside : qg::ScalePlace::none);
+  }
+  // int32 accumulation bounds: the largest |code - zero point|.
+  EXPECT_EQ(qg::max_abs_code(qg::format_traits(qg::Format::i8), false), 128);
+  EXPECT_EQ(qg::max_abs_code(qg::format_traits(qg::Format::i8), true), 255);
+  EXPECT_EQ(qg::max_abs_code(qg::format_traits(qg::Format::i4), false), 8);
+  EXPECT_EQ(qg::max_abs_code(qg::format_traits(qg::Format::i4), true), 15);
+  EXPECT_EQ(qg::max_abs_code(qg::format_traits(qg::Format::f16), false), 0);
 }
 
 TEST(Formats, DtypeDeviceAndStatusHelpers) {

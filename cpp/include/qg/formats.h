@@ -8,12 +8,16 @@
 
 #include <cstdint>
 
+#include "qg/tensor.h"
+
 namespace qg {
 
 // A closed enum: adding a format is a new value here, a row in the table
 // (formats.cpp), and kernels registered for it. No plugin registry.
-enum class Format : uint8_t { q4_0, q8_0, q8_1 };
-constexpr int kFormatCount = 3;
+// ggml block formats first, then the integer family (scales outside), then
+// plain floats (the activations of weight-only GEMMs).
+enum class Format : uint8_t { q4_0, q8_0, q8_1, i8, i4, i4x8, f16, bf16, f32 };
+constexpr int kFormatCount = 9;
 
 // How the codes of one block (or one row, for formats without blocks) sit in
 // memory.
@@ -23,6 +27,7 @@ enum class Packing : uint8_t {
   nibbles_pairs,  // two per byte, low nibble first (element 2i low, 2i+1 high)
   nibbles_i32,    // eight per int32, element i in bits 4i..4i+3
   bits_u32,       // 32 per uint32, one bit per element
+  native,         // one float element of the storage dtype
 };
 
 // Where a format keeps its scales.
@@ -50,16 +55,26 @@ struct FormatTraits {
   bool quantizable;        // qg can produce it from float input
   const char* quantize_fn;    // Python-facing names, for messages: "qg.quantize_q4_0"
   const char* dequantize_fn;  // "qg.dequantize_q4_0"
+  DType storage;              // dtype of the array holding a row: u8 (ggml blocks, i4), i8, i32 (i4x8), floats
+  bool blocked_view;          // viewed as [..., K/block, bytes_per_block] (ggml); else flat [..., row elements]
+  bool pads_k;                // K need not be a multiple of block_size: the last block is padded (i4, odd K)
 };
 
 const FormatTraits& format_traits(Format format);
 // The format whose name is `name` ("q4_0"); false if there is none.
 bool format_from_name(const char* name, Format* out);
 
-// Bytes of one row of k elements (k a multiple of the block size).
-inline int64_t row_bytes(const FormatTraits& t, int64_t k) {
-  return k / t.block_size * t.bytes_per_block;
-}
+// Blocks of one row of k elements (the last one padded where the format pads K).
+inline int64_t row_blocks(const FormatTraits& t, int64_t k) { return (k + t.block_size - 1) / t.block_size; }
+// Bytes of one row of k elements.
+inline int64_t row_bytes(const FormatTraits& t, int64_t k) { return row_blocks(t, k) * t.bytes_per_block; }
+// Storage elements of one row (the last dim of a flat view).
+int64_t row_elements(const FormatTraits& t, int64_t k);
+// Integer formats: the largest |value| a code can stand for, without and
+// with a zero point (int8: 128 and 255; int4: 8 and 15). 0 for other formats.
+int max_abs_code(const FormatTraits& t, bool zero_point);
+inline bool is_integer_format(Format f) { return f == Format::i8 || f == Format::i4 || f == Format::i4x8; }
+inline bool is_float_format(Format f) { return f == Format::f16 || f == Format::bf16 || f == Format::f32; }
 
 // ------------------------------------------------------------ block structs
 constexpr int kQK4_0 = 32;

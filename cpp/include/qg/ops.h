@@ -43,7 +43,12 @@ struct OutsideScales {
 };
 
 // One GEMM operand: `rows` rows of `k` elements in `format`, row_stride bytes
-// apart (any value when rows <= 1).
+// apart (any value when rows <= 1). block_stride: bytes between consecutive
+// blocks of a row along K; 0 means contiguous (bytes_per_block). A [K, N]
+// int8 matrix read as N rows along K has row_stride 1 and block_stride N.
+// scales / zero_points: group-wise values that change along K (weight-only
+// GEMMs: granularity group, shape [rows, K / group_size]). Scales constant
+// along K go to the epilogue (row_scale, col_scale, zero points) instead.
 struct Operand {
   const void* data = nullptr;
   Format format = Format::q4_0;
@@ -52,6 +57,7 @@ struct Operand {
   int64_t row_stride = 0;
   OutsideScales scales;
   OutsideScales zero_points;
+  int64_t block_stride = 0;
 };
 
 // A contiguous operand: row_stride is one row of blocks.
@@ -61,6 +67,7 @@ Operand packed_operand(const void* data, Format format, int64_t rows, int64_t k)
 enum class Activation : uint8_t { none, relu };
 
 // Applied to each accumulated element, always in this order:
+//   acc = sum (qa - za[m]) * (qb - zb[n])            integer operands with zero points (exact, int32)
 //   v = acc * alpha * row_scale[m] * col_scale[n]    scales
 //   v = v + beta * C[m, n]                            accumulate into C (C is not read when beta == 0)
 //   v = v + bias[m]                                   bias
@@ -68,8 +75,16 @@ enum class Activation : uint8_t { none, relu };
 //   C[m, n] = cast(v)                                 cast to GemmArgs::c_dtype (round to nearest even)
 struct Epilogue {
   float alpha = 1.0f;
-  const float* row_scale = nullptr;  // [M] (per row of a: output feature) or null
-  const float* col_scale = nullptr;  // [N] (per row of b) or null
+  const float* row_scale = nullptr;  // [M] (per row of a: output feature), [1] if row_scale_scalar, or null
+  const float* col_scale = nullptr;  // [N] (per row of b), [1] if col_scale_scalar, or null
+  bool row_scale_scalar = false;     // one value for every row (a per-tensor scale in device memory)
+  bool col_scale_scalar = false;
+  // Integer operands only: int32 zero points of a's rows and b's rows
+  // ([M] / [N], or [1] when *_scalar), or null.
+  const int32_t* row_zero_point = nullptr;
+  const int32_t* col_zero_point = nullptr;
+  bool row_zero_point_scalar = false;
+  bool col_zero_point_scalar = false;
   float beta = 0.0f;
   const void* bias = nullptr;        // [M] of bias_dtype, or null
   DType bias_dtype = DType::f32;     // f32, f16 or bf16
@@ -85,7 +100,7 @@ struct GemmArgs {
   Operand a;                      // M rows: weights
   Operand b;                      // N rows: activations
   void* c = nullptr;
-  DType c_dtype = DType::f32;     // f32, f16 or bf16
+  DType c_dtype = DType::f32;     // f32, f16, bf16; i32 (integer operands: the exact sum, no scales or bias)
   int64_t ldc = 0;
   int64_t ldc_n = 1;
   Epilogue epilogue;
@@ -114,6 +129,18 @@ struct QuantizeArgs {
   Device device;
   Q8_1Convention q8_1_convention = Q8_1Convention::reference;
   const char* fn = nullptr;        // default: the format's quantize_fn
+  // Formats with outside scales (i8, i4, i4x8). One scope per tensor, row,
+  // or group of group_size elements of K. Dynamic: the kernel computes each
+  // scope's fp32 scale (and int32 zero point when zero_points is given:
+  // asymmetric) and writes them, [1], [rows] or [rows, K / group_size]
+  // contiguous. Static: static_scales (and static_zero_points) of those
+  // shapes are read instead, and scales / zero_points stay unused.
+  Granularity granularity = Granularity::none;
+  int64_t group_size = 0;
+  float* scales = nullptr;
+  int32_t* zero_points = nullptr;
+  const float* static_scales = nullptr;
+  const int32_t* static_zero_points = nullptr;
 };
 
 struct DequantizeArgs {
@@ -126,6 +153,11 @@ struct DequantizeArgs {
   int64_t y_row_stride = 0;        // elements
   Device device;
   const char* fn = nullptr;        // default: the format's dequantize_fn
+  // Formats with outside scales: as QuantizeArgs' static ones.
+  Granularity granularity = Granularity::none;
+  int64_t group_size = 0;
+  const float* scales = nullptr;
+  const int32_t* zero_points = nullptr;
 };
 
 Status quantize(const QuantizeArgs& args, Stream stream = nullptr);
@@ -139,20 +171,43 @@ struct ResultSpec {
   DType dtype = DType::f32;
 };
 
-// x [..., K] float -> [..., K / block, bytes_per_block] uint8.
+// x [..., K] float -> [..., K / block, bytes_per_block] uint8 (ggml formats)
+// or the flat codes [..., row elements] of an integer format (int8 [..., K],
+// uint8 [..., ceil(K/2)], int32 [..., K/8]).
 struct QuantizeViews {
   Format format = Format::q4_0;
   TensorView x;
   Q8_1Convention convention = Q8_1Convention::reference;
   const char* fn = nullptr;
+  // Integer formats: the scope of a scale, asymmetric (zero points), and
+  // given scales / zero points (static; float32 / int32 of scales_spec's shape).
+  Granularity granularity = Granularity::none;
+  int64_t group_size = 0;
+  bool asymmetric = false;
+  const TensorView* static_scales = nullptr;
+  const TensorView* static_zero_points = nullptr;
 };
 
-// xq [..., K / block, bytes_per_block] uint8 -> [..., K] float32. k < 0: inferred.
+// Where a dynamic integer quantization writes its scales (float32) and zero
+// points (int32; asymmetric only), of scales_spec's shape.
+struct QuantizeOutputs {
+  TensorView codes;
+  const TensorView* scales = nullptr;
+  const TensorView* zero_points = nullptr;
+};
+
+// xq [..., K / block, bytes_per_block] uint8 -> [..., K] float32. k < 0: inferred
+// (integer formats: i4 needs k for an odd K). Integer formats take scales and
+// zero points of scales_spec's shape.
 struct DequantizeViews {
   Format format = Format::q4_0;
   TensorView xq;
   int64_t k = -1;
   const char* fn = nullptr;
+  Granularity granularity = Granularity::none;
+  int64_t group_size = 0;
+  const TensorView* scales = nullptr;
+  const TensorView* zero_points = nullptr;
 };
 
 // a [..., K / block, bytes] (M = product of the leading dims), b likewise (N)
@@ -173,12 +228,26 @@ struct GemmViews {
   const char* fn = "qg.gemm";
   const char* a_name = "a";       // argument names, for messages ("weight_q")
   const char* b_name = "b";
+  // Flat (non-ggml) formats. b_k_major: b is a 2-D [K-storage, N] array
+  // (seed 001's B [K, N], seed 003's [K/8, N] words) read as N rows along K.
+  bool b_k_major = false;
+  // row_scale / col_scale of one element apply to every row / column.
+  // Zero points (int32, [1] or [M] / [N]) of integer operands.
+  const TensorView* row_zero_point = nullptr;
+  const TensorView* col_zero_point = nullptr;
+  // Group-wise scales / zero points of a (weight-only GEMMs): [M, K / group_size].
+  const TensorView* a_scales = nullptr;
+  const TensorView* a_zero_points = nullptr;
+  int64_t group_size = 0;
 };
 
 Status result_spec(const QuantizeViews& v, ResultSpec* out);
+// The shape of an integer quantization's scales (and zero points).
+Status scales_spec(const QuantizeViews& v, ResultSpec* out);
 Status result_spec(const DequantizeViews& v, ResultSpec* out);
 Status result_spec(const GemmViews& v, ResultSpec* out);
 Status quantize(const QuantizeViews& v, const TensorView& out, Stream stream = nullptr);
+Status quantize(const QuantizeViews& v, const QuantizeOutputs& out, Stream stream = nullptr);
 Status dequantize(const DequantizeViews& v, const TensorView& out, Stream stream = nullptr);
 Status gemm(const GemmViews& v, const TensorView& out, Stream stream = nullptr);
 

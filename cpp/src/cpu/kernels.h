@@ -9,6 +9,14 @@ namespace qg::detail::cpu {
 
 Status quantize_rows(const QuantizeArgs& args);
 Status dequantize_rows(const DequantizeArgs& args);
+// Integer formats with outside scales (quantize_tensor.cpp).
+Status quantize_tensor_rows(const QuantizeArgs& args);
+Status dequantize_tensor_rows(const DequantizeArgs& args);
+
+// The integer family's readable kernels (gemm_int_reference.cpp): any
+// integer pair, and integer weights with group scales x float activations.
+Status gemm_int_reference(const GemmArgs& args);
+Status gemm_weight_only_reference(const GemmArgs& args);
 
 // The codes and scale of quant_block.h's quantize_codes_q8 for one block of
 // 32 finite floats, with AVX2 (callable only where cpu_features().avx2);

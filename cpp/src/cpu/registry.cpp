@@ -23,20 +23,35 @@ constexpr ArchWindow kAvx512Vnni{0, 0, false, kCpuAvx512Vnni | kCpuAvx2 | kCpuFm
 Registry make_registry() {
   Registry r;
   r.gemm = {
-      {"cpu_avx512_vnni", Format::q4_0, Format::q8_1, kAvx512Vnni, kEpiAll, any_shape<GemmArgs>,
+      {"cpu_avx512_vnni", Format::q4_0, Format::q8_1, kAvx512Vnni, kEpiFloatAll, any_shape<GemmArgs>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avx512vnni(a); }},
-      {"cpu_avx2", Format::q4_0, Format::q8_1, kAvx2, kEpiAll, any_shape<GemmArgs>,
+      {"cpu_avx2", Format::q4_0, Format::q8_1, kAvx2, kEpiFloatAll, any_shape<GemmArgs>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avx2(a); }},
-      {"cpu_scalar", Format::q4_0, Format::q8_1, kAnyCpu, kEpiAll, any_shape<GemmArgs>,
+      {"cpu_scalar", Format::q4_0, Format::q8_1, kAnyCpu, kEpiFloatAll, any_shape<GemmArgs>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_scalar(a); }},
   };
+  // The integer family: every pair of integer formats, and integer weights
+  // with group scales times float activations (weight-only).
+  constexpr Format kInts[] = {Format::i8, Format::i4, Format::i4x8};
+  for (Format fa : kInts)
+    for (Format fb : kInts)
+      r.gemm.push_back({"cpu_int_reference", fa, fb, kAnyCpu, kEpiAll, any_shape<GemmArgs>,
+                        [](const GemmArgs& a, Stream) { return gemm_int_reference(a); }});
+  for (Format fa : {Format::i8, Format::i4})
+    for (Format fb : {Format::f16, Format::bf16, Format::f32})
+      r.gemm.push_back({"cpu_wo_reference", fa, fb, kAnyCpu, kEpiFloatAll, any_shape<GemmArgs>,
+                        [](const GemmArgs& a, Stream) { return gemm_weight_only_reference(a); }});
   r.quantize = {
-      {"cpu_reference", kAllFormats, kAnyCpu, any_shape<QuantizeArgs>,
+      {"cpu_reference", kGgmlFormats, kAnyCpu, any_shape<QuantizeArgs>,
        [](const QuantizeArgs& a, Stream) { return quantize_rows(a); }},
+      {"cpu_reference", kIntegerFormats, kAnyCpu, any_shape<QuantizeArgs>,
+       [](const QuantizeArgs& a, Stream) { return quantize_tensor_rows(a); }},
   };
   r.dequantize = {
-      {"cpu_reference", kAllFormats, kAnyCpu, any_shape<DequantizeArgs>,
+      {"cpu_reference", kGgmlFormats, kAnyCpu, any_shape<DequantizeArgs>,
        [](const DequantizeArgs& a, Stream) { return dequantize_rows(a); }},
+      {"cpu_reference", kIntegerFormats, kAnyCpu, any_shape<DequantizeArgs>,
+       [](const DequantizeArgs& a, Stream) { return dequantize_tensor_rows(a); }},
   };
   return r;
 }
