@@ -316,7 +316,7 @@ Status result_spec(const GemmViews& v, ResultSpec* out) {
   const FormatTraits &ta = format_traits(v.a_format), &tb = format_traits(v.b_format);
   if (!ta.blocked_view || !tb.blocked_view) {
     OperandShape a, b;
-    if (Status s = operand_shape(fn, v.a_name, v.a, v.a_format, v.k, false, false, &a); !s.ok()) return s;
+    if (Status s = operand_shape(fn, v.a_name, v.a, v.a_format, v.k, v.a_k_major, false, &a); !s.ok()) return s;
     if (Status s = operand_shape(fn, v.b_name, v.b, v.b_format, v.k, v.b_k_major, false, &b); !s.ok()) return s;
     if (v.a.device != v.b.device)
       return invalid(fn, std::string(v.a_name) + " is on " + device_name(v.a.device) + " but " + v.b_name +
@@ -502,7 +502,7 @@ Status to_args(const GemmViews& v, const TensorView* out, GemmArgs* g) {
   if (Status s = result_spec(v, &spec); !s.ok()) return s;
   if (!format_traits(v.a_format).blocked_view || !format_traits(v.b_format).blocked_view) {
     OperandShape a, b;
-    if (Status s = operand_shape(fn, v.a_name, v.a, v.a_format, v.k, false, true, &a); !s.ok()) return s;
+    if (Status s = operand_shape(fn, v.a_name, v.a, v.a_format, v.k, v.a_k_major, true, &a); !s.ok()) return s;
     if (Status s = operand_shape(fn, v.b_name, v.b, v.b_format, v.k, v.b_k_major, true, &b); !s.ok()) return s;
     if (out) {
       if (Status s = detail::check_output(fn, *out, spec, v.a.device); !s.ok()) return s;

@@ -228,8 +228,10 @@ struct GemmViews {
   const char* fn = "qg.gemm";
   const char* a_name = "a";       // argument names, for messages ("weight_q")
   const char* b_name = "b";
-  // Flat (non-ggml) formats. b_k_major: b is a 2-D [K-storage, N] array
-  // (seed 001's B [K, N], seed 003's [K/8, N] words) read as N rows along K.
+  // Flat (non-ggml) formats. a_k_major / b_k_major: the operand is a 2-D
+  // [K-storage, rows] array (seed 001's B [K, N], seed 003's [K/8, N] words)
+  // read as rows along K.
+  bool a_k_major = false;
   bool b_k_major = false;
   // row_scale / col_scale of one element apply to every row / column.
   // Zero points (int32, [1] or [M] / [N]) of integer operands.
