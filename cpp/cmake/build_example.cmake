@@ -12,4 +12,4 @@ run(${CMAKE_COMMAND} --install ${QG_BUILD_DIR} --prefix ${QG_PREFIX} --component
 run(${CMAKE_COMMAND} -S ${QG_EXAMPLE_SRC} -B ${QG_PREFIX}-build -G ${QG_GENERATOR}
     -DCMAKE_PREFIX_PATH=${QG_PREFIX})
 run(${CMAKE_COMMAND} --build ${QG_PREFIX}-build)
-run(${QG_PREFIX}-build/gemm_raw)
+run(${QG_PREFIX}-build/${QG_EXAMPLE_BIN})

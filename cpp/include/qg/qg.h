@@ -3,6 +3,7 @@
 #pragma once
 
 #include "qg/formats.h"
+#include "qg/int_ops.h"
 #include "qg/ops.h"
 #include "qg/runtime.h"
 #include "qg/status.h"
