@@ -8,8 +8,12 @@
 //                                                 (left out where it refuses the shape or device;
 //                                                 CPU: N <= --qg_cpu_kernel_max_n)
 //   cublas_fp16/cuda/<mode>/M:/K:/N:              the same product through cuBLAS fp16, beside each
-// C is fp32 row-major, no epilogue; operands are contiguous gaussian rows
-// quantized by qg.
+// C is fp32 row-major (int32 for integer x integer pairs), no epilogue;
+// operands are contiguous gaussian rows quantized by qg (integer formats: per
+// row), float activations are fp16 rows, and weight-only weights carry fp16
+// group scales (group 128). Of the integer family the bench times the pairs
+// that have a fast kernel (i8 x i8, i4 x f16); their reference kernels are
+// left out of the per-kernel cases (seconds per call at these shapes).
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,21 +37,40 @@ std::string op_name(qg::Format a, qg::Format b) {
   return std::string(qg::format_traits(a).name) + "_" + qg::format_traits(b).name;
 }
 
+constexpr int64_t kGroup = 128;  // weight-only group size
+
+bool weight_only(qg::Format fa, qg::Format fb) { return qg::is_integer_format(fa) && qg::is_float_format(fb); }
+
+// The pairs worth a case: the ggml ones, and the integer family's with a fast kernel.
+bool benched(qg::Format fa, qg::Format fb) {
+  if (!qg::is_integer_format(fa) && !qg::is_float_format(fa)) return true;
+  return (fa == qg::Format::i8 && fb == qg::Format::i8) || (fa == qg::Format::i4 && fb == qg::Format::f16);
+}
+
+bool slow_reference(const GemmKernel& k, qg::Format fa) {
+  const std::string name = k.name;
+  return qg::is_integer_format(fa) &&
+         (name.find("reference") != std::string::npos || name.find("generic") != std::string::npos);
+}
+
 Work gemm_work(qg::Format fa, qg::Format fb, int64_t m, int64_t n, int64_t k) {
+  const double scales = weight_only(fa, fb) ? 2.0 * m * (k / kGroup) : 0.0;
   return {2.0 * m * n * k, double(m * qg::row_bytes(qg::format_traits(fa), k)) +
-                               double(n * qg::row_bytes(qg::format_traits(fb), k)) + 4.0 * m * n};
+                               double(n * qg::row_bytes(qg::format_traits(fb), k)) + 4.0 * m * n + scales};
 }
 Work gemm_fp16_work(int64_t m, int64_t n, int64_t k) {
   return {2.0 * m * n * k, 2.0 * m * k + 2.0 * n * k + 2.0 * m * n};
 }
 
 qg::GemmArgs gemm_args(Backend be, qg::Format fa, qg::Format fb, int64_t m, int64_t n, int64_t k, const void* w,
-                       const void* a, void* c) {
+                       const void* a, void* c, const void* scales = nullptr) {
   qg::GemmArgs g;
   g.a = qg::packed_operand(w, fa, m, k);
   g.b = qg::packed_operand(a, fb, n, k);
+  if (weight_only(fa, fb))
+    g.a.scales = {scales ? scales : w, qg::DType::f16, qg::Granularity::group, kGroup, k / kGroup};
   g.c = c;
-  g.c_dtype = qg::DType::f32;
+  g.c_dtype = qg::is_integer_format(fa) && qg::is_integer_format(fb) ? qg::DType::i32 : qg::DType::f32;
   g.ldc = n;
   g.ldc_n = 1;
   g.device = device_of(be);
@@ -59,23 +82,27 @@ qg::GemmArgs gemm_args(Backend be, qg::Format fa, qg::Format fb, int64_t m, int6
 // kernel == nullptr: qg::gemm.
 void bm_gemm(benchmark::State& st, Backend be, qg::Format fa, qg::Format fb, const GemmKernel* kernel, int64_t m,
              int64_t k, int64_t n, bool cold) {
-  RotationPtr w, a, c;
+  RotationPtr w, a, c, s;
+  const bool wo = weight_only(fa, fb);
   std::string err = packed_rows(be, "w", fa, m, k, &w);
-  if (err.empty()) err = packed_rows(be, "a", fb, n, k, &a);
+  if (err.empty()) err = qg::is_float_format(fb) ? f16_rows(be, "a", n, k, &a) : packed_rows(be, "a", fb, n, k, &a);
+  if (err.empty() && wo) err = f16_rows(be, "s", m, k / kGroup, &s);
   if (err.empty()) err = output_buffer(be, m * n * 4, &c);
   if (err.empty()) err = w->prepare(cold);
   if (err.empty()) err = a->prepare(cold);
+  if (err.empty() && wo) err = s->prepare(cold);
   if (err.empty()) err = c->prepare(false);
   if (!err.empty()) {
     st.SkipWithError(err.c_str());
     return;
   }
-  qg::GemmArgs g = gemm_args(be, fa, fb, m, n, k, w->slot(0), a->slot(0), c->slot(0));
+  qg::GemmArgs g = gemm_args(be, fa, fb, m, n, k, w->slot(0), a->slot(0), c->slot(0), wo ? s->slot(0) : nullptr);
   const qg::Stream stream = stream_of(be);
   if (!label_case(st, be, kernel, g, kernel ? qg::detail::check_gemm_args(g) : qg::Status())) return;
   run_timed(st, be, gemm_work(fa, fb, m, n, k), warmups_for(be, *w, cold), [&]() {
     g.a.data = w->take(cold);
     g.b.data = a->take(cold);
+    if (wo) g.a.scales.data = s->take(cold);
     return qg_error(kernel ? kernel->name : "qg::gemm", kernel ? kernel->run(g, stream) : qg::gemm(g, stream));
   });
 }
@@ -105,7 +132,7 @@ std::vector<std::pair<qg::Format, qg::Format>> format_pairs() {
   for (Backend be : {Backend::cuda, Backend::cpu})
     for (const GemmKernel& k : registry_of(be).gemm) {
       const std::pair<qg::Format, qg::Format> p{k.a_format, k.b_format};
-      bool seen = false;
+      bool seen = !benched(k.a_format, k.b_format);
       for (const auto& q : pairs) seen = seen || q == p;
       if (!seen) pairs.push_back(p);
     }
@@ -126,7 +153,8 @@ void add_gemm_cases(CaseList& cases) {
           for (const auto& [fa, fb] : pairs) {
             std::vector<const GemmKernel*> kernels;
             for (const GemmKernel& kern : reg.gemm)
-              if (kern.a_format == fa && kern.b_format == fb) kernels.push_back(&kern);
+              if (kern.a_format == fa && kern.b_format == fb && !slow_reference(kern, fa)) kernels.push_back(&kern);
+            if (kernels.empty() && qg::is_integer_format(fa)) continue;  // only a reference kernel: not benched
             if (kernels.empty()) continue;
             const std::string op = op_name(fa, fb);
             cases.push_back({case_name(op, be, cold, m, k, n), be,

@@ -356,8 +356,16 @@ const std::vector<float>& cpu_pool() {
 // rows x k fp32 from random places in the pool, quantized by qg on the CPU.
 
 // rows x k fp32 values from x quantized to fmt, contiguous, into y on device.
-qg::QuantizeArgs quantize_chunk(qg::Format fmt, const float* x, int64_t rows, int64_t k, void* y, qg::Device device) {
+// Formats with outside scales are quantized per row; the scales go to
+// `scales` (rows floats on device), which the GEMM cases do not read: they
+// time the codes, and give scales of their own to the epilogue.
+qg::QuantizeArgs quantize_chunk(qg::Format fmt, const float* x, int64_t rows, int64_t k, void* y, qg::Device device,
+                                float* scales = nullptr) {
   qg::QuantizeArgs q;
+  if (qg::format_traits(fmt).scale_place == qg::ScalePlace::outside) {
+    q.granularity = qg::Granularity::row;
+    q.scales = scales;
+  }
   q.format = fmt;
   q.x = x;
   q.x_dtype = qg::DType::f32;
@@ -377,11 +385,12 @@ std::string cpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t 
   const int64_t row_bytes = packed_row_bytes(fmt, k);
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, pool_n / 2 / k));
   Rng rng(seed);
+  std::vector<float> scales(static_cast<size_t>(chunk));
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t nr = std::min(chunk, rows - r);
     const int64_t off = int64_t(rng.next() % uint64_t(pool_n - nr * k + 1)) / 64 * 64;
-    const qg::QuantizeArgs q =
-        quantize_chunk(fmt, pool.data() + off, nr, k, static_cast<char*>(dst) + r * row_bytes, qg::Device::cpu());
+    const qg::QuantizeArgs q = quantize_chunk(fmt, pool.data() + off, nr, k, static_cast<char*>(dst) + r * row_bytes,
+                                              qg::Device::cpu(), scales.data());
     std::string err = qg_error("qg::quantize", qg::quantize(q));
     if (!err.empty()) return err;
   }
@@ -467,6 +476,8 @@ struct Gpu {
   StreamBlocker blocker;
   float* pool32 = nullptr;     // N(0, 1) fp32
   uint16_t* pool16 = nullptr;  // the same as fp16 bits
+  float* scratch = nullptr;    // scales of integer quantization while filling (not read)
+  int64_t scratch_n = 0;
   int64_t pool_n = 0;
   double peak_bw = 0;     // bytes/s
   double peak_flops = 0;  // flop/s, cuBLAS fp16 tensor cores
@@ -518,11 +529,18 @@ std::string gpu_fill_quantized(qg::Format fmt, void* dst, int64_t rows, int64_t 
   const int64_t row_bytes = packed_row_bytes(fmt, k);
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, g_gpu.pool_n / 2 / k));
   Rng rng(seed);
+  if (g_gpu.scratch_n < chunk) {
+    if (g_gpu.scratch) cudaFree(g_gpu.scratch);
+    g_gpu.scratch = nullptr;
+    const std::string e = cuda_error("cudaMalloc", cudaMalloc(&g_gpu.scratch, size_t(chunk) * 4));
+    if (!e.empty()) return e;
+    g_gpu.scratch_n = chunk;
+  }
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t nr = std::min(chunk, rows - r);
     const int64_t off = int64_t(rng.next() % uint64_t(g_gpu.pool_n - nr * k + 1)) / 64 * 64;
     const qg::QuantizeArgs q = quantize_chunk(fmt, g_gpu.pool32 + off, nr, k, static_cast<char*>(dst) + r * row_bytes,
-                                              qg::Device::cuda(g_gpu.dev));
+                                              qg::Device::cuda(g_gpu.dev), g_gpu.scratch);
     std::string err = qg_error("qg::quantize", qg::quantize(q, g_gpu.stream));
     if (!err.empty()) return err;
   }
