@@ -8,6 +8,7 @@
 //                                                 (left out where it refuses the shape or device;
 //                                                 CPU: N <= --qg_cpu_kernel_max_n)
 //   cublas_fp16/cuda/<mode>/M:/K:/N:              the same product through cuBLAS fp16, beside each
+//   cublas_i8/cuda/<mode>/M:/K:/N:                and through cuBLAS int8 (int32 out: torch._int_mm's kernels)
 // C is fp32 row-major (int32 for integer x integer pairs), no epilogue;
 // operands are contiguous gaussian rows quantized by qg (integer formats: per
 // row), float activations are fp16 rows, and weight-only weights carry fp16
@@ -126,6 +127,26 @@ void bm_cublas_fp16(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool 
             [&]() { return cublas_gemm_f16(m, n, k, w->take(cold), a->take(cold), cp); });
 }
 
+// cuBLAS int8 (int32 out) beside the i8 x i8 cases: rows quantized by qg per row.
+void bm_cublas_i8(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
+  const Backend be = Backend::cuda;
+  RotationPtr w, a, c;
+  std::string err = packed_rows(be, "w", qg::Format::i8, m, k, &w);
+  if (err.empty()) err = packed_rows(be, "a", qg::Format::i8, n, k, &a);
+  if (err.empty()) err = output_buffer(be, m * n * 4, &c);
+  if (err.empty()) err = w->prepare(cold);
+  if (err.empty()) err = a->prepare(cold);
+  if (err.empty()) err = c->prepare(false);
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  st.SetLabel("cublasGemmEx s8 in, s32 out, compute 32I");
+  void* cp = c->slot(0);
+  run_timed(st, be, gemm_work(qg::Format::i8, qg::Format::i8, m, n, k), warmups_for(be, *w, cold),
+            [&]() { return cublas_gemm_i8(m, n, k, w->take(cold), a->take(cold), cp); });
+}
+
 // The format pairs the registries serve, in registry order (CUDA's first).
 std::vector<std::pair<qg::Format, qg::Format>> format_pairs() {
   std::vector<std::pair<qg::Format, qg::Format>> pairs;
@@ -170,9 +191,12 @@ void add_gemm_cases(CaseList& cases) {
                                  return kernel_refuses(*kern, be, gemm_args(be, fa, fb, m, n, k, p, p, p));
                                }});
           }
-          if (be == Backend::cuda && have_cublas())
+          if (be == Backend::cuda && have_cublas()) {
             cases.push_back({case_name("cublas_fp16", be, cold, m, k, n), be,
                              [=](benchmark::State& st) { bm_cublas_fp16(st, m, k, n, cold); }, nullptr});
+            cases.push_back({case_name("cublas_i8", be, cold, m, k, n), be,
+                             [=](benchmark::State& st) { bm_cublas_i8(st, m, k, n, cold); }, nullptr});
+          }
         }
   }
 }

@@ -559,6 +559,18 @@ std::string cublas_f16(int64_t m, int64_t n, int64_t k, const void* w, const voi
                                    CUDA_R_16F, int(k), w, CUDA_R_16F, int(k), &beta, c, CUDA_R_16F, int(n),
                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
+
+// The same product with int8 operands and an int32 result (CUBLAS_COMPUTE_32I),
+// "TN" as above: cuBLAS hands it to its cuBLASLt int8 kernels, which is what
+// torch._int_mm runs.
+std::string cublas_i8(int64_t m, int64_t n, int64_t k, const void* w, const void* a, void* c) {
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return "cuBLAS takes 32-bit dimensions";
+  const int32_t alpha = 1, beta = 0;
+  return cublas_error("cublasGemmEx",
+                      cublasGemmEx(g_gpu.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, a, CUDA_R_8I,
+                                   int(k), w, CUDA_R_8I, int(k), &beta, c, CUDA_R_32I, int(n), CUBLAS_COMPUTE_32I,
+                                   CUBLAS_GEMM_DEFAULT));
+}
 #endif
 
 // One timed operation between ev0 and ev1; seconds, or < 0 with *err.
@@ -1005,6 +1017,15 @@ void run_timed(benchmark::State& st, Backend b, const Work& work, int warmups,
 std::string cublas_gemm_f16(int64_t m, int64_t n, int64_t k, const void* w, const void* a, void* c) {
 #if QG_BENCH_CUBLAS
   return cublas_f16(m, n, k, w, a, c);
+#else
+  (void)m, (void)n, (void)k, (void)w, (void)a, (void)c;
+  return "this bench was built without cuBLAS";
+#endif
+}
+
+std::string cublas_gemm_i8(int64_t m, int64_t n, int64_t k, const void* w, const void* a, void* c) {
+#if QG_BENCH_CUBLAS
+  return cublas_i8(m, n, k, w, a, c);
 #else
   (void)m, (void)n, (void)k, (void)w, (void)a, (void)c;
   return "this bench was built without cuBLAS";

@@ -186,6 +186,8 @@ void run_timed(benchmark::State& st, Backend b, const Work& work, int warmups,
 // C[M, N] = W[M, K] . A[N, K]^T, all row-major fp16, fp32 accumulate, on the
 // bench's CUDA stream (cublasGemmEx). Only when have_cublas().
 std::string cublas_gemm_f16(int64_t m, int64_t n, int64_t k, const void* w, const void* a, void* c);
+// The same with int8 W and A, int32 C (CUBLAS_COMPUTE_32I): torch._int_mm's kernels.
+std::string cublas_gemm_i8(int64_t m, int64_t n, int64_t k, const void* w, const void* a, void* c);
 
 // ===================================================================== cases
 
