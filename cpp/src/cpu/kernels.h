@@ -17,6 +17,12 @@ Status dequantize_tensor_rows(const DequantizeArgs& args);
 // integer pair, and integer weights with group scales x float activations.
 Status gemm_int_reference(const GemmArgs& args);
 Status gemm_weight_only_reference(const GemmArgs& args);
+// AVX2 + FMA + F16C; callable only where cpu_features() has them.
+// i8 x i8, exact int32 (the reference's bits), K-contiguous operands.
+Status gemm_i8_avx2(const GemmArgs& args);
+// i4 weights with group scales x f32/f16/bf16 activations, fp32 sums;
+// K and the group size multiples of 32, K-contiguous operands.
+Status gemm_wo_avx2(const GemmArgs& args);
 
 // The codes and scale of quant_block.h's quantize_codes_q8 for one block of
 // 32 finite floats, with AVX2 (callable only where cpu_features().avx2);

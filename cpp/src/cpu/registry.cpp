@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // registry.cpp: the CPU backend's kernel tables, most specialised first.
 // The ISA a kernel needs is data (its arch window); can_run judges only
-// shape and alignment, and every CPU kernel takes any shape and alignment.
+// shape and alignment: every CPU kernel takes any alignment, and the AVX2
+// integer kernels need K-contiguous operands (and the weight-only one K and
+// groups in multiples of 32), leaving the rest to the reference kernels.
 #include "backend.h"
 #include "cpu/kernels.h"
 
@@ -12,6 +14,34 @@ namespace {
 template <class Args>
 bool any_shape(const Args&, std::string*) {
   return true;
+}
+
+// The AVX2 integer kernels load rows along K: both operands K-contiguous
+// (a [K, N] B is served by the reference kernel).
+bool k_contiguous(const GemmArgs& g, std::string* why_not) {
+  for (const Operand* op : {&g.a, &g.b}) {
+    const int64_t bpb = format_traits(op->format).bytes_per_block;
+    if (op->block_stride != 0 && op->block_stride != bpb) {
+      if (why_not)
+        *why_not = std::string(op == &g.a ? "a" : "b") + " is not contiguous along K (block stride " +
+                   std::to_string(op->block_stride) + " bytes)";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool i8_avx2_can_run(const GemmArgs& g, std::string* why_not) { return k_contiguous(g, why_not); }
+
+// 32 codes (16 bytes) per step, and a group's sum made whole before its scale.
+bool wo_avx2_can_run(const GemmArgs& g, std::string* why_not) {
+  if (g.a.k % 32 != 0 || g.a.scales.group_size % 32 != 0) {
+    if (why_not)
+      *why_not = "K=" + std::to_string(g.a.k) + " and group_size=" + std::to_string(g.a.scales.group_size) +
+                 " must be multiples of 32";
+    return false;
+  }
+  return k_contiguous(g, why_not);
 }
 
 constexpr ArchWindow kAnyCpu{};
@@ -32,6 +62,11 @@ Registry make_registry() {
   };
   // The integer family: every pair of integer formats, and integer weights
   // with group scales times float activations (weight-only).
+  r.gemm.push_back({"cpu_i8_avx2", Format::i8, Format::i8, kAvx2, kEpiAll, i8_avx2_can_run,
+                    [](const GemmArgs& a, Stream) { return gemm_i8_avx2(a); }});
+  for (Format fb : {Format::f16, Format::bf16, Format::f32})
+    r.gemm.push_back({"cpu_wo_avx2", Format::i4, fb, kAvx2, kEpiFloatAll, wo_avx2_can_run,
+                      [](const GemmArgs& a, Stream) { return gemm_wo_avx2(a); }});
   constexpr Format kInts[] = {Format::i8, Format::i4, Format::i4x8};
   for (Format fa : kInts)
     for (Format fb : kInts)

@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: MIT
+// gemm_i8_avx2.cpp: int8 x int8 GEMM with AVX2 (cpu_i8_avx2), compiled with
+// -mavx2 -mfma -mf16c and registered with an arch window that needs those.
+// C = A . B^T, both operands int8 rows along K; the int32 sums (and, with
+// zero points, the rows' code sums) go to epilogue_store_int, so every output
+// dtype gives the same bits as cpu_int_reference.
+//
+// Exact products: each 16 codes are sign-extended to int16 (vpmovsxbw) and
+// multiplied with vpmaddwd, which adds pairs of int16 products into int32
+// lanes without saturation. (vpmaddubsw with the usual sign trick saturates
+// its int16 pair sums: -128 * -128 * 2 = 32768 does not fit.) Each lane's
+// partial sum is bounded by the sum of |products|, which validation keeps
+// below 2^31, so lane sums, their horizontal add and the reference's serial
+// sum are the same integer.
+//
+// B (the activations) is widened to int16 once per call into a buffer whose
+// rows are zero-padded to a multiple of 16: the inner loop then loads B as
+// int16 and only A's codes are sign-extended, two vpmovsxbw per eight
+// vpmaddwd in the 2 x 4 register tile (two rows of A by up to four rows of B:
+// eight int32 accumulators, two widened A rows and four B rows fill 14 of the
+// 16 ymm registers). A's last K % 16 codes go through a zero-padded copy, so
+// no load reads past a row. Pool tasks are 16 rows of A by 64 rows of B, the
+// A rows staying in L2 while B's rows pass in groups of four.
+//
+// N = 1 (GEMV) streams A: four A rows against the one widened B row per
+// step, 64 rows a task, 64 bytes of each row per iteration with a software
+// prefetch ahead (the hardware prefetchers stop at 4 KiB page edges).
+//
+// Zero points need sum qa over each A row and sum qb over each B row: B's
+// sums are made with the widening, once per call; A's once per task for the
+// task's rows (in cache for the task's loop right after), with vpsadbw on
+// the codes xor 0x80 (their unsigned offsets), so never once per output.
+#include "cpu/kernels.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include <cstring>
+#include <vector>
+
+#include "epilogue.h"
+
+namespace qg::detail::cpu {
+
+namespace {
+
+constexpr int64_t kRowsPerTaskN1 = 64;
+constexpr int64_t kPrefetchBytes = 1024;
+
+inline __m256i widen16(const uint8_t* p) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// A row's last k % 16 codes (k16 = k rounded down to 16), zero-padded.
+inline __m256i widen_tail(const uint8_t* row, int64_t k16, int64_t k) {
+  alignas(16) uint8_t t[16] = {};
+  std::memcpy(t, row + k16, static_cast<size_t>(k - k16));
+  return widen16(t);
+}
+
+// sum of the k int8 codes at p (wrapping int32, as the reference's).
+int32_t code_sum(const uint8_t* p, int64_t k) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i acc = _mm256_setzero_si256();
+  int64_t x = 0;
+  // vpsadbw against zero adds eight unsigned bytes per 64-bit lane: the codes
+  // xor 0x80 are q + 128, so the sum is that total - 128 k.
+  for (; x + 32 <= k; x += 32) {
+    const __m256i v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + x)), flip);
+    acc = _mm256_add_epi64(acc, _mm256_sad_epu8(v, _mm256_setzero_si256()));
+  }
+  alignas(32) int64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+  int64_t s = lanes[0] + lanes[1] + lanes[2] + lanes[3] - 128 * x;
+  for (; x < k; ++x) s += static_cast<int8_t>(p[x]);
+  return static_cast<int32_t>(s);
+}
+
+// The four int32 totals of v[0..3]'s eight lanes each.
+inline __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+  const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+  return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+// Rows a0, a1 of A (a1 == a0 for an odd last row) against NR widened rows
+// b[j] of B (kp int16 each, zero past k); out[r][j] is the sum of row r, column j.
+template <int NR>
+void two_rows_times_cols(const uint8_t* a0, const uint8_t* a1, const int16_t* const* b, int64_t k,
+                         int32_t (*out)[4]) {
+  __m256i acc0[NR], acc1[NR];
+  for (int j = 0; j < NR; ++j) acc0[j] = acc1[j] = _mm256_setzero_si256();
+  const int64_t k16 = k & ~int64_t{15};
+  auto step = [&](__m256i w0, __m256i w1, int64_t x) {
+    for (int j = 0; j < NR; ++j) {
+      const __m256i bj = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[j] + x));
+      acc0[j] = _mm256_add_epi32(acc0[j], _mm256_madd_epi16(w0, bj));
+      acc1[j] = _mm256_add_epi32(acc1[j], _mm256_madd_epi16(w1, bj));
+    }
+  };
+  for (int64_t x = 0; x < k16; x += 16) step(widen16(a0 + x), widen16(a1 + x), x);
+  if (k16 < k) step(widen_tail(a0, k16, k), widen_tail(a1, k16, k), k16);
+  const __m256i z = _mm256_setzero_si256();
+  __m256i v[4];
+  for (int j = 0; j < 4; ++j) v[j] = j < NR ? acc0[j] : z;
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out[0]), hsum4(v[0], v[1], v[2], v[3]));
+  for (int j = 0; j < 4; ++j) v[j] = j < NR ? acc1[j] : z;
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out[1]), hsum4(v[0], v[1], v[2], v[3]));
+}
+
+// N = 1: rows w[0..3] of A against the one widened B row; out[r] is row r's sum.
+void four_rows_times_one(const uint8_t* const* w, const int16_t* b, int64_t k, int32_t out[4]) {
+  __m256i acc[4];
+  for (int r = 0; r < 4; ++r) acc[r] = _mm256_setzero_si256();
+  auto step = [&](int64_t x) {
+    const __m256i bv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + x));
+    for (int r = 0; r < 4; ++r) acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(widen16(w[r] + x), bv));
+  };
+  int64_t x = 0;
+  for (; x + 64 <= k; x += 64) {
+    for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + x + kPrefetchBytes), _MM_HINT_T0);
+    step(x);
+    step(x + 16);
+    step(x + 32);
+    step(x + 48);
+  }
+  for (; x + 16 <= k; x += 16) step(x);
+  if (x < k) {
+    const __m256i bv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + x));
+    for (int r = 0; r < 4; ++r) acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(widen_tail(w[r], x, k), bv));
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), hsum4(acc[0], acc[1], acc[2], acc[3]));
+}
+
+// B rows n0..n1-1 widened to int16 rows of kp (zero past k), and their code sums.
+void widen_rows(const uint8_t* B, int64_t row_stride, int64_t k, int64_t kp, int64_t n0, int64_t n1, int16_t* out,
+                int32_t* sums, bool want_sums) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* src = B + n * row_stride;
+    int16_t* dst = out + n * kp;
+    const int64_t k16 = k & ~int64_t{15};
+    for (int64_t x = 0; x < k16; x += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + x), widen16(src + x));
+    for (int64_t x = k16; x < kp; ++x) dst[x] = x < k ? static_cast<int8_t>(src[x]) : 0;
+    sums[n] = want_sums ? code_sum(src, k) : 0;
+  }
+}
+
+// The widened B rows (2 bytes a code) and B's sums. Up to kKeptBytes they
+// are kept per calling thread and only grown, so a stream of GEMV calls
+// allocates nothing; a larger buffer lives for its call only.
+constexpr size_t kKeptBytes = size_t{4} << 20;
+std::vector<uint8_t>& kept_buffer() {
+  thread_local std::vector<uint8_t> buf;
+  return buf;
+}
+
+}  // namespace
+
+Status gemm_i8_avx2(const GemmArgs& g) {
+  const int64_t m_rows = g.a.rows, n_rows = g.b.rows, k = g.a.k;
+  if (m_rows == 0 || n_rows == 0) return {};
+  const EpilogueParams ep = epilogue_params(g);
+  const bool zp = ep.row_zp || ep.col_zp;
+  const auto* A = static_cast<const uint8_t*>(g.a.data);
+  const auto* B = static_cast<const uint8_t*>(g.b.data);
+  const int64_t kp = (k + 15) & ~int64_t{15};
+
+  const size_t wide_bytes = static_cast<size_t>(n_rows * kp) * 2;
+  const size_t need = wide_bytes + static_cast<size_t>(n_rows) * 4 + 32;
+  std::vector<uint8_t> own;
+  std::vector<uint8_t>& buf = need <= kKeptBytes ? kept_buffer() : own;
+  if (buf.size() < need) buf.resize(need);
+  auto* wide = reinterpret_cast<int16_t*>(buf.data());
+  auto* sum_b = reinterpret_cast<int32_t*>(buf.data() + wide_bytes);
+  {
+    const int64_t per = 8;
+    run_tiles((n_rows + per - 1) / per, n_rows * k * 8, [&](int64_t t) {
+      const int64_t n0 = t * per, n1 = n0 + per < n_rows ? n0 + per : n_rows;
+      widen_rows(B, g.b.row_stride, k, kp, n0, n1, wide, sum_b, zp);
+    });
+  }
+
+  if (n_rows == 1) {
+    const int64_t tasks = (m_rows + kRowsPerTaskN1 - 1) / kRowsPerTaskN1;
+    run_tiles(tasks, m_rows * k, [&](int64_t t) {
+      const int64_t m0 = t * kRowsPerTaskN1, m1 = m0 + kRowsPerTaskN1 < m_rows ? m0 + kRowsPerTaskN1 : m_rows;
+      for (int64_t m = m0; m < m1; m += 4) {
+        const int rows = static_cast<int>(m1 - m < 4 ? m1 - m : 4);
+        const uint8_t* w[4];
+        for (int r = 0; r < 4; ++r) w[r] = A + (m + (r < rows ? r : rows - 1)) * g.a.row_stride;
+        int32_t out[4];
+        four_rows_times_one(w, wide, k, out);
+        for (int r = 0; r < rows; ++r) epilogue_store_int(ep, m + r, 0, out[r], zp ? code_sum(w[r], k) : 0, sum_b[0]);
+      }
+    });
+    return {};
+  }
+
+  const int64_t tiles_m = (m_rows + kTileM - 1) / kTileM;
+  const int64_t tiles_n = (n_rows + kTileN - 1) / kTileN;
+  using TileFn = void (*)(const uint8_t*, const uint8_t*, const int16_t* const*, int64_t, int32_t (*)[4]);
+  static constexpr TileFn kTiles[5] = {nullptr, two_rows_times_cols<1>, two_rows_times_cols<2>,
+                                       two_rows_times_cols<3>, two_rows_times_cols<4>};
+  run_tiles(tiles_m * tiles_n, m_rows * n_rows * k, [&](int64_t t) {
+    const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
+    const int64_t m1 = m0 + kTileM < m_rows ? m0 + kTileM : m_rows;
+    const int64_t n1 = n0 + kTileN < n_rows ? n0 + kTileN : n_rows;
+    int32_t sum_a[kTileM] = {};
+    if (zp)
+      for (int64_t m = m0; m < m1; ++m) sum_a[m - m0] = code_sum(A + m * g.a.row_stride, k);
+    for (int64_t n = n0; n < n1; n += 4) {
+      const int cols = static_cast<int>(n1 - n < 4 ? n1 - n : 4);
+      const int16_t* b[4];
+      for (int j = 0; j < 4; ++j) b[j] = wide + (n + (j < cols ? j : 0)) * kp;
+      for (int64_t m = m0; m < m1; m += 2) {
+        const int rows = m + 1 < m1 ? 2 : 1;
+        const uint8_t* a0 = A + m * g.a.row_stride;
+        const uint8_t* a1 = rows == 2 ? a0 + g.a.row_stride : a0;
+        int32_t out[2][4];
+        kTiles[cols](a0, a1, b, k, out);
+        for (int r = 0; r < rows; ++r)
+          for (int j = 0; j < cols; ++j)
+            epilogue_store_int(ep, m + r, n + j, out[r][j], sum_a[m + r - m0], sum_b[n + j]);
+      }
+    }
+  });
+  return {};
+}
+
+}  // namespace qg::detail::cpu
+
+#else  // not compiled for AVX2 (non-x86 host): its arch window keeps it from being chosen
+
+namespace qg::detail::cpu {
+Status gemm_i8_avx2(const GemmArgs&) {
+  return Status(StatusCode::unsupported, "qg.gemm: the AVX2 int8 kernel was not compiled in");
+}
+}  // namespace qg::detail::cpu
+
+#endif

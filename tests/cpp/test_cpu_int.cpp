@@ -1,0 +1,874 @@
+// SPDX-License-Identifier: MIT
+// test_cpu_int.cpp: the integer family on the CPU. Every CPU kernel serving
+// an integer pair (cpu_i8_avx2, cpu_int_reference, and the public qg::gemm),
+// forced by name through the registry, against a plain int64 sum written
+// here and the epilogue's float steps replayed in the same order, so int32
+// and float outputs are compared bit for bit; the weight-only kernels
+// (cpu_wo_avx2, cpu_wo_reference) against float64 (NMSE); validation of the
+// integer GEMM's limits; and the CPU integer quantizer's rules on
+// hand-computed codes, plus quantize -> dequantize round trips.
+// AVX2 kernels are skipped where the CPU lacks AVX2 + FMA + F16C.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "dispatch.h"
+#include "int_formats.h"
+#include "qg/qg.h"
+#include "test_util.h"
+#include "validate.h"
+
+namespace {
+
+using qg::DType;
+using qg::Format;
+using qgtest::f2u;
+
+// ------------------------------------------------------------------ operands
+// Integer codes of `rows` rows along K, packed as `format` stores them:
+// rows contiguous along K (row_stride = row bytes + pad), or K-major (the
+// [K-storage, rows] array of a [K, N] B: block_stride = rows * unit bytes).
+struct IntOperand {
+  Format format = Format::i8;
+  int64_t rows = 0, k = 0, row_stride = 0, block_stride = 0;
+  std::vector<int32_t> codes;  // [rows][k]
+  std::vector<uint8_t> bytes;
+  int32_t code(int64_t r, int64_t x) const { return codes[r * k + x]; }
+};
+
+qg::detail::CodeRange range_of(Format f) { return qg::detail::code_range(f); }
+
+// The storage unit `blk` of row r (i8: one code; i4: two, low nibble first;
+// i4x8: eight, element i in bits 4i..4i+3 of a little-endian word, stored v + 8).
+void write_unit(const IntOperand& op, int64_t r, int64_t blk, uint8_t* dst) {
+  auto c = [&](int64_t x) { return x < op.k ? op.code(r, x) : 0; };
+  if (op.format == Format::i8) {
+    dst[0] = static_cast<uint8_t>(static_cast<int8_t>(c(blk)));
+  } else if (op.format == Format::i4) {
+    dst[0] = static_cast<uint8_t>((c(2 * blk) & 15) | ((c(2 * blk + 1) & 15) << 4));
+  } else {
+    uint32_t w = 0;
+    for (int i = 0; i < 8; ++i) w |= static_cast<uint32_t>(c(8 * blk + i) + 8) << (4 * i);
+    std::memcpy(dst, &w, 4);
+  }
+}
+
+IntOperand make_operand(std::mt19937_64& rng, Format f, int64_t rows, int64_t k, bool k_major = false,
+                        int64_t pad = 0) {
+  IntOperand op;
+  op.format = f;
+  op.rows = rows;
+  op.k = k;
+  const qg::detail::CodeRange cr = range_of(f);
+  op.codes.resize(static_cast<size_t>(rows * k));
+  for (auto& v : op.codes) v = cr.qmin + static_cast<int32_t>(rng() % static_cast<uint64_t>(cr.qmax - cr.qmin + 1));
+  const qg::FormatTraits& t = qg::format_traits(f);
+  const int64_t nb = qg::row_blocks(t, k), ub = t.bytes_per_block;
+  if (k_major) {
+    op.row_stride = ub;
+    op.block_stride = rows * ub;
+    op.bytes.assign(static_cast<size_t>(std::max<int64_t>(nb * rows * ub, 1)), qgtest::kSentinelByte);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) write_unit(op, r, b, &op.bytes[b * op.block_stride + r * op.row_stride]);
+  } else {
+    op.row_stride = nb * ub + pad;
+    op.bytes.assign(static_cast<size_t>(std::max<int64_t>(rows * op.row_stride, 1)), qgtest::kSentinelByte);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) write_unit(op, r, b, &op.bytes[r * op.row_stride + b * ub]);
+  }
+  return op;
+}
+
+// Every code of op set to v (contiguous rows), bytes rewritten.
+void fill_codes(IntOperand& op, int32_t v) {
+  ASSERT_EQ(op.block_stride, 0);
+  for (auto& c : op.codes) c = v;
+  const qg::FormatTraits& t = qg::format_traits(op.format);
+  for (int64_t r = 0; r < op.rows; ++r)
+    for (int64_t b = 0; b < qg::row_blocks(t, op.k); ++b)
+      write_unit(op, r, b, &op.bytes[r * op.row_stride + b * t.bytes_per_block]);
+}
+
+qg::Operand operand_of(const IntOperand& op) {
+  qg::Operand o;
+  o.data = op.bytes.data();
+  o.format = op.format;
+  o.rows = op.rows;
+  o.k = op.k;
+  o.row_stride = op.row_stride;
+  o.block_stride = op.block_stride;
+  return o;
+}
+
+// ------------------------------------------------------------------ a case
+struct IntCase {
+  IntOperand a, b;
+  DType c_dtype = DType::i32;
+  int64_t ldc = 0, ldc_n = 1;
+  std::vector<uint8_t> c;  // the whole C buffer, poisoned
+  float alpha = 1.0f, beta = 0.0f;
+  std::vector<float> row_scale, col_scale;  // one element: the scalar form
+  std::vector<int32_t> row_zp, col_zp;      // likewise
+  std::vector<uint8_t> bias;
+  DType bias_dtype = DType::f32;
+  bool relu = false;
+
+  int64_t m() const { return a.rows; }
+  int64_t n() const { return b.rows; }
+  int64_t es() const { return qg::dtype_size(c_dtype); }
+  int64_t off(int64_t i, int64_t j) const { return (i * ldc + j * ldc_n) * es(); }
+  std::string describe() const {
+    std::string s = std::string(qg::format_traits(a.format).name) + " x " + qg::format_traits(b.format).name +
+                    " M=" + std::to_string(m()) + " N=" + std::to_string(n()) + " K=" + std::to_string(a.k) +
+                    " out " + qg::dtype_name(c_dtype) + " ldc=" + std::to_string(ldc) +
+                    " ldc_n=" + std::to_string(ldc_n);
+    if (b.block_stride) s += " b K-major";
+    if (!row_zp.empty()) s += " row_zp[" + std::to_string(row_zp.size()) + "]";
+    if (!col_zp.empty()) s += " col_zp[" + std::to_string(col_zp.size()) + "]";
+    if (!row_scale.empty()) s += " row_scale[" + std::to_string(row_scale.size()) + "]";
+    if (!col_scale.empty()) s += " col_scale[" + std::to_string(col_scale.size()) + "]";
+    if (alpha != 1.0f) s += " alpha";
+    if (beta != 0.0f) s += " beta";
+    if (!bias.empty()) s += std::string(" bias ") + qg::dtype_name(bias_dtype);
+    if (relu) s += " relu";
+    return s;
+  }
+};
+
+void set_layout(IntCase& c, DType dt, int64_t ldc, int64_t ldc_n) {
+  c.c_dtype = dt;
+  c.ldc = ldc;
+  c.ldc_n = ldc_n;
+  const int64_t extent = c.m() > 0 && c.n() > 0 ? (c.m() - 1) * ldc + (c.n() - 1) * ldc_n + 1 : 0;
+  c.c.assign(static_cast<size_t>((extent + 7) * c.es()), 0);
+  for (size_t o = 0; o + c.es() <= c.c.size(); o += c.es()) {
+    if (dt == DType::i32) std::memcpy(&c.c[o], &qgtest::kPoisonBits, 4);  // any fixed pattern
+    else qgtest::poison_element(&c.c[o], dt);
+  }
+}
+
+IntCase make_case(std::mt19937_64& rng, Format fa, Format fb, int64_t m, int64_t n, int64_t k, bool b_k_major = false) {
+  IntCase c;
+  c.a = make_operand(rng, fa, m, k, false, static_cast<int64_t>(rng() % 3));
+  c.b = make_operand(rng, fb, n, k, b_k_major, static_cast<int64_t>(rng() % 3));
+  set_layout(c, DType::i32, n, 1);
+  return c;
+}
+
+qg::GemmArgs args_of(IntCase& c) {
+  qg::GemmArgs g;
+  g.a = operand_of(c.a);
+  g.b = operand_of(c.b);
+  g.c = c.c.empty() ? nullptr : c.c.data();
+  g.c_dtype = c.c_dtype;
+  g.ldc = c.ldc;
+  g.ldc_n = c.ldc_n;
+  g.epilogue.alpha = c.alpha;
+  g.epilogue.beta = c.beta;
+  g.epilogue.row_scale = c.row_scale.empty() ? nullptr : c.row_scale.data();
+  g.epilogue.col_scale = c.col_scale.empty() ? nullptr : c.col_scale.data();
+  g.epilogue.row_scale_scalar = c.row_scale.size() == 1 && c.m() != 1;
+  g.epilogue.col_scale_scalar = c.col_scale.size() == 1 && c.n() != 1;
+  g.epilogue.row_zero_point = c.row_zp.empty() ? nullptr : c.row_zp.data();
+  g.epilogue.col_zero_point = c.col_zp.empty() ? nullptr : c.col_zp.data();
+  g.epilogue.row_zero_point_scalar = c.row_zp.size() == 1 && c.m() != 1;
+  g.epilogue.col_zero_point_scalar = c.col_zp.size() == 1 && c.n() != 1;
+  g.epilogue.bias = c.bias.empty() ? nullptr : c.bias.data();
+  g.epilogue.bias_dtype = c.bias_dtype;
+  g.epilogue.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
+  g.device = qg::Device::cpu();
+  return g;
+}
+
+// ------------------------------------------------------------------ expected
+uint16_t bf16_rne(float f) {
+  const uint32_t x = f2u(f);
+  return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+}
+
+// C[i, j] as every kernel must store it: the int64 sum of (qa - za)(qb - zb),
+// then ops.h's float steps in their order, each rounded to float32.
+void expected_element(const IntCase& c, const std::vector<uint8_t>& c_before, int64_t i, int64_t j, uint8_t* dst) {
+  const int32_t za = c.row_zp.empty() ? 0 : c.row_zp[c.row_zp.size() == 1 ? 0 : i];
+  const int32_t zb = c.col_zp.empty() ? 0 : c.col_zp[c.col_zp.size() == 1 ? 0 : j];
+  int64_t acc = 0;
+  for (int64_t x = 0; x < c.a.k; ++x)
+    acc += static_cast<int64_t>(c.a.code(i, x) - za) * static_cast<int64_t>(c.b.code(j, x) - zb);
+  EXPECT_LE(std::llabs(acc), int64_t{1} << 31) << "the test built a sum past int32";
+  const int32_t s = static_cast<int32_t>(acc);
+  if (c.c_dtype == DType::i32) {
+    const int32_t v = c.relu && s < 0 ? 0 : s;
+    std::memcpy(dst, &v, 4);
+    return;
+  }
+  volatile float v = static_cast<float>(s);
+  if (c.alpha != 1.0f) v = v * c.alpha;
+  if (!c.row_scale.empty()) v = v * c.row_scale[c.row_scale.size() == 1 ? 0 : i];
+  if (!c.col_scale.empty()) v = v * c.col_scale[c.col_scale.size() == 1 ? 0 : j];
+  if (c.beta != 0.0f) {
+    const volatile float old = static_cast<float>(qgtest::decode_float(&c_before[c.off(i, j)], c.c_dtype));
+    const volatile float bc = c.beta * old;
+    v = v + bc;
+  }
+  if (!c.bias.empty()) {
+    const int64_t bs = qg::dtype_size(c.bias_dtype);
+    v = v + static_cast<float>(qgtest::decode_float(&c.bias[i * bs], c.bias_dtype));
+  }
+  if (c.relu && v < 0.0f) v = 0.0f;
+  const float f = v;
+  if (c.c_dtype == DType::f32) std::memcpy(dst, &f, 4);
+  else if (c.c_dtype == DType::f16) qgtest::store_u16(dst, qgtest::ref_fp32_to_fp16(f));
+  else qgtest::store_u16(dst, bf16_rne(f));
+}
+
+// The whole C buffer as it must be after the call: every element written
+// (NaN poison gone), every other byte untouched.
+std::vector<uint8_t> expected_buffer(const IntCase& c) {
+  std::vector<uint8_t> want = c.c;
+  for (int64_t i = 0; i < c.m(); ++i)
+    for (int64_t j = 0; j < c.n(); ++j) expected_element(c, c.c, i, j, &want[c.off(i, j)]);
+  return want;
+}
+
+// ------------------------------------------------------------------ kernels
+bool have_avx2() {
+  qg::detail::DeviceCaps caps;
+  if (!qg::detail::device_caps("qg.gemm", qg::Device::cpu(), &caps).ok()) return false;
+  const uint32_t need = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
+  return (caps.cpu_features & need) == need;
+}
+
+// Kernels serving (a, b), in registry order, then "dispatch" (qg::gemm).
+std::vector<const qg::detail::GemmKernel*> kernels_for(Format a, Format b) {
+  std::vector<const qg::detail::GemmKernel*> out;
+  for (const qg::detail::GemmKernel& k : qg::detail::cpu::registry().gemm)
+    if (k.a_format == a && k.b_format == b) out.push_back(&k);
+  out.push_back(nullptr);
+  return out;
+}
+std::string name_of(const qg::detail::GemmKernel* k) { return k ? k->name : "dispatch"; }
+
+enum class Outcome { ran, no_isa, refused };
+
+// Runs the case on kernel k (null: qg::gemm) on a copy of its C buffer.
+Outcome run_on(const qg::detail::GemmKernel* k, IntCase& c, std::vector<uint8_t>* out) {
+  IntCase run = c;
+  const qg::GemmArgs g = args_of(run);
+  const qg::Status v = qg::detail::check_gemm_args(g);
+  EXPECT_TRUE(v.ok()) << "the test built arguments qg rejects: " << v.message() << " (" << c.describe() << ")";
+  if (!v.ok()) return Outcome::refused;
+  std::string why;
+  if (k && !qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) return Outcome::no_isa;
+  if (k && !qgtest::gemm_kernel_admits(*k, g, &why)) return Outcome::refused;
+  const qg::Status s = k ? k->run(g, nullptr) : qg::gemm(g);
+  EXPECT_TRUE(s.ok()) << name_of(k) << ": " << s.message() << " (" << c.describe() << ")";
+  *out = run.c;
+  return Outcome::ran;
+}
+
+// Every kernel serving the case's pair gives exactly the expected bytes.
+// Returns how many kernels (of the registry's, not counting dispatch) ran it.
+int check_all_kernels(IntCase& c) {
+  SCOPED_TRACE(c.describe());
+  const std::vector<uint8_t> want = expected_buffer(c);
+  int ran = 0;
+  for (const qg::detail::GemmKernel* k : kernels_for(c.a.format, c.b.format)) {
+    std::vector<uint8_t> got;
+    const Outcome o = run_on(k, c, &got);
+    if (o != Outcome::ran) continue;
+    if (k) ++ran;
+    int bad = 0;
+    for (int64_t i = 0; i < c.m() && bad < 3; ++i)
+      for (int64_t j = 0; j < c.n() && bad < 3; ++j)
+        if (std::memcmp(&got[c.off(i, j)], &want[c.off(i, j)], c.es()) != 0) {
+          ++bad;
+          ADD_FAILURE() << name_of(k) << ": C[" << i << ", " << j << "] = "
+                        << (c.c_dtype == DType::i32 ? 0.0 : qgtest::decode_float(&got[c.off(i, j)], c.c_dtype))
+                        << " bytes differ from the expected "
+                        << (c.c_dtype == DType::i32 ? 0.0 : qgtest::decode_float(&want[c.off(i, j)], c.c_dtype));
+        }
+    EXPECT_EQ(got, want) << name_of(k) << ": the C buffer (elements or the bytes between them) differs";
+  }
+  return ran;
+}
+
+struct Pair {
+  Format a, b;
+  std::vector<int64_t> ks;
+};
+std::vector<Pair> int_pairs() {
+  return {{Format::i8, Format::i8, {1, 3, 17, 64, 65, 300}},
+          {Format::i4, Format::i4, {1, 3, 17, 64, 65, 301}},
+          {Format::i4x8, Format::i4x8, {8, 64, 296}},
+          {Format::i4, Format::i8, {3, 17, 64, 65, 300}}};
+}
+
+// ------------------------------------------------------------------ integer x integer
+TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
+  const qg::detail::Registry& r = qg::detail::cpu::registry();
+  auto order = [&](Format a, Format b) {
+    std::vector<std::string> names;
+    for (const qg::detail::GemmKernel* k : kernels_for(a, b)) names.push_back(name_of(k));
+    return names;
+  };
+  EXPECT_EQ(order(Format::i8, Format::i8), (std::vector<std::string>{"cpu_i8_avx2", "cpu_int_reference", "dispatch"}));
+  for (Format fb : {Format::f16, Format::bf16, Format::f32})
+    EXPECT_EQ(order(Format::i4, fb), (std::vector<std::string>{"cpu_wo_avx2", "cpu_wo_reference", "dispatch"}));
+  for (const qg::detail::GemmKernel& k : r.gemm)
+    if (std::string(k.name).find("avx2") != std::string::npos && k.a_format != Format::q4_0) {
+      const uint32_t avx2 = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
+      EXPECT_EQ(k.arch.cpu_features, avx2) << k.name;
+    }
+}
+
+TEST(CpuIntGemm, EveryPairAndShapeExactInt32) {
+  uint64_t salt = 0;
+  const std::vector<int64_t> sizes = {1, 3, 17, 64, 65};
+  for (const Pair& p : int_pairs())
+    for (int64_t k : p.ks) {
+      QG_SEEDED_RNG(rng, ++salt);
+      for (int64_t m : sizes)
+        for (int64_t n : sizes) {
+          IntCase c = make_case(rng, p.a, p.b, m, n, k);
+          check_all_kernels(c);
+          if (HasFailure()) return;
+        }
+      // 300 along M and along N (the 16 x 64 tasks' tails, the GEMV path's 64-row tasks)
+      for (auto mn : {std::pair<int64_t, int64_t>{300, 3}, {3, 300}, {300, 1}, {129, 2}}) {
+        IntCase c = make_case(rng, p.a, p.b, mn.first, mn.second, k);
+        check_all_kernels(c);
+        if (HasFailure()) return;
+      }
+    }
+}
+
+// Extreme codes: every product -128 * -128 (the case vpmaddubsw saturates),
+// and the sum at the int32 limit's edge.
+TEST(CpuIntGemm, ExtremeCodesAtTheInt32Limit) {
+  QG_SEEDED_RNG(rng, 50);
+  for (int32_t va : {-128, 127})
+    for (int32_t vb : {-128, 127})
+      for (int64_t k : {int64_t{16}, int64_t{33}, int64_t{131071}}) {
+        for (int64_t n : {int64_t{1}, int64_t{5}}) {
+          IntCase c = make_case(rng, Format::i8, Format::i8, 3, n, k);
+          fill_codes(c.a, va);
+          fill_codes(c.b, vb);
+          set_layout(c, DType::i32, n, 1);
+          check_all_kernels(c);
+          if (HasFailure()) return;
+        }
+      }
+}
+
+// Zero points, scalar and per row, int32 output (exact) and float outputs
+// with scales, bias and relu: the same bits from every kernel.
+TEST(CpuIntGemm, ZeroPointsScalarAndPerRow) {
+  QG_SEEDED_RNG(rng, 100);
+  for (const Pair& p : int_pairs())
+    for (int64_t k : {p.ks[1], p.ks.back()})
+      for (int zp_form = 0; zp_form < 4; ++zp_form)
+        for (DType dt : {DType::i32, DType::f32, DType::f16, DType::bf16}) {
+          const int64_t m = 19, n = zp_form == 3 ? 1 : 6;
+          IntCase c = make_case(rng, p.a, p.b, m, n, k);
+          const qg::detail::CodeRange ra = range_of(p.a), rb = range_of(p.b);
+          auto zp = [&](qg::detail::CodeRange r) {
+            return r.qmin + static_cast<int32_t>(rng() % static_cast<uint64_t>(r.qmax - r.qmin + 1));
+          };
+          // 0: scalar both; 1: per row both; 2: only a's rows; 3: only b's (N = 1)
+          if (zp_form == 0) {
+            c.row_zp = {zp(ra)};
+            c.col_zp = {zp(rb)};
+          }
+          if (zp_form == 1 || zp_form == 2)
+            for (int64_t i = 0; i < m; ++i) c.row_zp.push_back(zp(ra));
+          if (zp_form == 1 || zp_form == 3)
+            for (int64_t j = 0; j < n; ++j) c.col_zp.push_back(zp(rb));
+          set_layout(c, dt, n, 1);
+          if (dt != DType::i32) {
+            for (int64_t i = 0; i < m; ++i) c.row_scale.push_back(qgtest::uniform(rng, -0.01f, 0.01f));
+            c.col_scale = {qgtest::uniform(rng, 0.5f, 2.0f)};
+            c.bias.resize(static_cast<size_t>(m) * 4);
+            for (int64_t i = 0; i < m; ++i) qgtest::encode_float(&c.bias[i * 4], DType::f32, qgtest::uniform(rng, -3, 3));
+          }
+          c.relu = zp_form == 1;
+          check_all_kernels(c);
+          if (HasFailure()) return;
+        }
+}
+
+// B given as [K, N] (K-major: seed 001's int8 B, seed 003's [K/8, N] words):
+// the reference kernels take it; the AVX2 kernel refuses (its can_run) and
+// says why, so dispatch still serves it.
+TEST(CpuIntGemm, KMajorOperands) {
+  QG_SEEDED_RNG(rng, 200);
+  for (const Pair& p : int_pairs())
+    for (int64_t k : {p.ks[0], p.ks.back()})
+      for (int64_t n : {1, 5, 64}) {
+        IntCase c = make_case(rng, p.a, p.b, 7, n, k, /*b_k_major=*/true);
+        EXPECT_GE(check_all_kernels(c), 1) << "no kernel took a K-major b";
+        if (HasFailure()) return;
+      }
+  if (!have_avx2()) return;
+  IntCase c = make_case(rng, Format::i8, Format::i8, 4, 4, 64, true);
+  std::string why;
+  const qg::GemmArgs g = args_of(c);
+  EXPECT_FALSE(qgtest::gemm_kernel_admits(*kernels_for(Format::i8, Format::i8)[0], g, &why));
+  EXPECT_NE(why.find("not contiguous along K"), std::string::npos) << why;
+}
+
+// Every output dtype, row / column scales (per row and the one-element
+// scalar form), alpha, beta, bias of each dtype, relu, row-major and
+// transposed C (ldc = 1, ldc_n = M); C is NaN-poisoned and every element
+// must be overwritten (beta = 0) while the gaps keep their bytes.
+TEST(CpuIntGemm, EpilogueDtypesScalesBiasReluStridedC) {
+  QG_SEEDED_RNG(rng, 300);
+  struct Cfg {
+    bool rs, rs_scalar, cs, cs_scalar, alpha, beta, bias;
+    DType bias_dtype;
+    bool relu;
+  };
+  const std::vector<Cfg> cfgs = {
+      {false, false, false, false, false, false, false, DType::f32, false},
+      {true, false, false, false, false, false, false, DType::f32, false},
+      {true, true, true, true, false, false, false, DType::f32, false},
+      {false, false, true, false, true, false, false, DType::f32, true},
+      {false, false, false, false, false, true, false, DType::f32, false},
+      {false, false, false, false, false, false, true, DType::f16, false},
+      {true, false, true, false, true, true, true, DType::bf16, true},
+      {true, true, true, false, true, false, true, DType::f32, true},
+  };
+  for (const Pair& p : {int_pairs()[0], int_pairs()[1]})
+    for (const Cfg& e : cfgs)
+      for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::i32})
+        for (bool transposed : {false, true}) {
+          const bool float_only = e.rs || e.cs || e.alpha || e.beta || e.bias;
+          if (dt == DType::i32 && float_only) continue;
+          const int64_t m = 21, n = transposed ? 1 : 6, k = p.ks[3];
+          IntCase c = make_case(rng, p.a, p.b, m, n, k);
+          if (transposed) set_layout(c, dt, 1, m + 2);
+          else set_layout(c, dt, n + 1, 1);
+          if (e.rs) {
+            if (e.rs_scalar) c.row_scale = {qgtest::uniform(rng, 0.001f, 0.01f)};
+            else
+              for (int64_t i = 0; i < m; ++i) c.row_scale.push_back(qgtest::uniform(rng, -0.01f, 0.01f));
+          }
+          if (e.cs) {
+            if (e.cs_scalar) c.col_scale = {qgtest::uniform(rng, 0.5f, 2.0f)};
+            else
+              for (int64_t j = 0; j < n; ++j) c.col_scale.push_back(qgtest::uniform(rng, -2.0f, 2.0f));
+          }
+          if (e.alpha) c.alpha = 0.0078125f;
+          if (e.beta) {
+            c.beta = -0.5f;
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j) qgtest::encode_float(&c.c[c.off(i, j)], dt, qgtest::uniform(rng, -50, 50));
+          }
+          if (e.bias) {
+            c.bias_dtype = e.bias_dtype;
+            const int64_t bs = qg::dtype_size(e.bias_dtype);
+            c.bias.resize(static_cast<size_t>(m * bs));
+            for (int64_t i = 0; i < m; ++i) qgtest::encode_float(&c.bias[i * bs], e.bias_dtype, qgtest::uniform(rng, -20, 20));
+          }
+          c.relu = e.relu;
+          check_all_kernels(c);
+          if (HasFailure()) return;
+        }
+}
+
+// K = 0: the empty sum (0) through the epilogue; every element written.
+TEST(CpuIntGemm, KZero) {
+  QG_SEEDED_RNG(rng, 400);
+  for (DType dt : {DType::i32, DType::f32, DType::bf16}) {
+    IntCase c = make_case(rng, Format::i8, Format::i8, 5, 3, 0);
+    set_layout(c, dt, 1, 5);
+    if (dt != DType::i32) {
+      c.bias.resize(20);
+      for (int i = 0; i < 5; ++i) qgtest::encode_float(&c.bias[i * 4], DType::f32, static_cast<float>(i) - 2.0f);
+      c.relu = true;
+    }
+    check_all_kernels(c);
+  }
+}
+
+// Validation: K past the exact-int32 limit (named in the message), int32
+// output with a bias, zero points on a weight-only pair.
+TEST(CpuIntGemm, ValidationErrors) {
+  std::vector<uint8_t> a(4), b(4);
+  qg::GemmArgs g;
+  g.a = {a.data(), Format::i8, 1, 131072, 131072, {}, {}, 0};
+  g.b = {b.data(), Format::i8, 1, 131072, 131072, {}, {}, 0};
+  g.c_dtype = DType::i32;
+  int32_t out = 0;
+  g.c = &out;
+  g.ldc = 1;
+  g.device = qg::Device::cpu();
+  qg::Status s = qg::detail::check_gemm_args(g);
+  EXPECT_EQ(s.code(), qg::StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("131071"), std::string::npos) << s.message();
+  // with int8 zero points the limit is 2^31 / (255 * 255)
+  const int32_t zp = 3;
+  g.a.k = g.b.k = 40000;
+  g.a.row_stride = g.b.row_stride = 40000;
+  g.epilogue.row_zero_point = &zp;
+  g.epilogue.row_zero_point_scalar = true;
+  g.epilogue.col_zero_point = &zp;
+  g.epilogue.col_zero_point_scalar = true;
+  s = qg::detail::check_gemm_args(g);
+  EXPECT_NE(s.message().find("33025"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("zero points"), std::string::npos) << s.message();
+  g.epilogue.row_zero_point = g.epilogue.col_zero_point = nullptr;
+  g.a.k = g.b.k = 64;
+  float bias = 1.0f;
+  g.epilogue.bias = &bias;
+  s = qg::detail::check_gemm_args(g);
+  EXPECT_EQ(s.code(), qg::StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("int32 output"), std::string::npos) << s.message();
+  // zero points with a weight-only pair
+  std::vector<float> x(64);
+  std::vector<float> scales(2, 1.0f);
+  qg::GemmArgs w;
+  w.a = {a.data(), Format::i4, 1, 64, 32, {scales.data(), DType::f32, qg::Granularity::group, 32, 2}, {}, 0};
+  w.b = {x.data(), Format::f32, 1, 64, 256, {}, {}, 0};
+  w.c = &out;
+  w.ldc = 1;
+  w.device = qg::Device::cpu();
+  EXPECT_TRUE(qg::detail::check_gemm_args(w).ok());
+  w.epilogue.col_zero_point = &zp;
+  w.epilogue.col_zero_point_scalar = true;
+  s = qg::detail::check_gemm_args(w);
+  EXPECT_EQ(s.code(), qg::StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("zero points"), std::string::npos) << s.message();
+}
+
+// ------------------------------------------------------------------ weight-only
+struct WoCase {
+  IntOperand w;
+  Format xf = Format::f32;
+  int64_t n = 0, group = 32;
+  std::vector<float> x;            // [n][k] values (exact in xf)
+  std::vector<uint8_t> xbytes;
+  DType scale_dtype = DType::f32;
+  std::vector<uint8_t> scales;     // [m][groups]
+  std::vector<float> scale_values;
+  DType zp_dtype = DType::i8;
+  std::vector<uint8_t> zps;        // empty: none
+  std::vector<int32_t> zp_values;
+};
+
+DType dtype_of(Format f) { return f == Format::f32 ? DType::f32 : f == Format::f16 ? DType::f16 : DType::bf16; }
+
+WoCase make_wo(std::mt19937_64& rng, Format wf, Format xf, int64_t m, int64_t n, int64_t k, int64_t group,
+               DType sdt, bool zp, DType zdt) {
+  WoCase c;
+  c.w = make_operand(rng, wf, m, k, false, static_cast<int64_t>(rng() % 2));
+  c.xf = xf;
+  c.n = n;
+  c.group = group;
+  const DType xd = dtype_of(xf);
+  const int64_t xs = qg::dtype_size(xd);
+  c.x.resize(static_cast<size_t>(n * k));
+  c.xbytes.resize(static_cast<size_t>(std::max<int64_t>(n * k * xs, 1)));
+  std::normal_distribution<float> gauss;
+  for (int64_t i = 0; i < n * k; ++i) c.x[i] = qgtest::encode_float(&c.xbytes[i * xs], xd, gauss(rng));
+  const int64_t groups = k / group;
+  c.scale_dtype = sdt;
+  const int64_t ss = qg::dtype_size(sdt);
+  c.scales.resize(static_cast<size_t>(std::max<int64_t>(m * groups * ss, 1)));
+  c.scale_values.resize(static_cast<size_t>(m * groups));
+  for (int64_t i = 0; i < m * groups; ++i)
+    c.scale_values[i] = qgtest::encode_float(&c.scales[i * ss], sdt, qgtest::uniform(rng, 0.001f, 0.02f));
+  if (zp) {
+    c.zp_dtype = zdt;
+    const qg::detail::CodeRange r = range_of(wf);
+    c.zp_values.resize(static_cast<size_t>(m * groups));
+    c.zps.resize(static_cast<size_t>(std::max<int64_t>(m * groups * qg::dtype_size(zdt), 1)));
+    for (int64_t i = 0; i < m * groups; ++i) {
+      c.zp_values[i] = r.qmin + static_cast<int32_t>(rng() % static_cast<uint64_t>(r.qmax - r.qmin + 1));
+      if (zdt == DType::i8) c.zps[i] = static_cast<uint8_t>(static_cast<int8_t>(c.zp_values[i]));
+      else std::memcpy(&c.zps[i * 4], &c.zp_values[i], 4);
+    }
+  }
+  return c;
+}
+
+qg::GemmArgs wo_args(WoCase& c, std::vector<float>& out) {
+  const int64_t k = c.w.k, m = c.w.rows;
+  qg::GemmArgs g;
+  g.a = operand_of(c.w);
+  g.a.scales = {c.scales.data(), c.scale_dtype, qg::Granularity::group, c.group, k / c.group};
+  if (!c.zps.empty()) g.a.zero_points = {c.zps.data(), c.zp_dtype, qg::Granularity::group, c.group, k / c.group};
+  g.b = {c.xbytes.data(), c.xf, c.n, k, k * qg::dtype_size(dtype_of(c.xf)), {}, {}, 0};
+  out.assign(static_cast<size_t>(m * c.n), qgtest::poison());
+  g.c = out.data();
+  g.c_dtype = DType::f32;
+  g.ldc = 1;  // [N, M]: x @ W^T
+  g.ldc_n = m;
+  g.device = qg::Device::cpu();
+  return g;
+}
+
+std::vector<double> wo_reference(const WoCase& c) {
+  const int64_t m = c.w.rows, k = c.w.k, groups = k / c.group;
+  std::vector<double> ref(static_cast<size_t>(m * c.n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < c.n; ++j) {
+      double acc = 0;
+      for (int64_t x = 0; x < k; ++x) {
+        const int64_t gi = i * groups + x / c.group;
+        const double z = c.zp_values.empty() ? 0 : c.zp_values[gi];
+        acc += static_cast<double>(c.scale_values[gi]) * (c.w.code(i, x) - z) * c.x[j * k + x];
+      }
+      ref[j * m + i] = acc;
+    }
+  return ref;
+}
+
+TEST(CpuWeightOnlyGemm, MatchesFloat64) {
+  uint64_t salt = 500;
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (Format wf : {Format::i4, Format::i8})
+    for (Format xf : {Format::f32, Format::f16, Format::bf16})
+      for (int64_t group : {32, 64, 128})
+        for (int zp = 0; zp < 3; ++zp)
+          for (const Shape& s : {Shape{67, 1, 256}, Shape{5, 7, 384}, Shape{130, 3, 128}}) {
+            if (s.k % group) continue;
+            QG_SEEDED_RNG(rng, ++salt);
+            const DType sdt = group == 64 ? DType::f16 : group == 128 ? DType::bf16 : DType::f32;
+            WoCase c = make_wo(rng, wf, xf, s.m, s.n, s.k, group, sdt, zp != 0, zp == 2 ? DType::i32 : DType::i8);
+            const std::vector<double> ref = wo_reference(c);
+            SCOPED_TRACE(std::string(qg::format_traits(wf).name) + " x " + qg::format_traits(xf).name + " group " +
+                         std::to_string(group) + " zp " + std::to_string(zp) + " M=" + std::to_string(s.m) +
+                         " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k));
+            for (const qg::detail::GemmKernel* k : kernels_for(wf, xf)) {
+              std::vector<float> out;
+              qg::GemmArgs g = wo_args(c, out);
+              std::string why;
+              ASSERT_TRUE(qg::detail::check_gemm_args(g).ok()) << qg::detail::check_gemm_args(g).message();
+              if (k && !qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) continue;
+              ASSERT_TRUE(!k || qgtest::gemm_kernel_admits(*k, g, &why)) << name_of(k) << ": " << why;
+              const qg::Status st = k ? k->run(g, nullptr) : qg::gemm(g);
+              ASSERT_TRUE(st.ok()) << st.message();
+              std::vector<double> got(out.begin(), out.end());
+              const double e = qgtest::nmse(got, ref);
+              EXPECT_LE(e, 1e-6) << name_of(k);
+              if (HasFailure()) return;
+            }
+          }
+}
+
+// The same bits whatever the thread count, and N = 1 equal to the same
+// column inside a wider call (GEMV and tile paths sum in one order).
+TEST(CpuWeightOnlyGemm, DeterministicAcrossThreadsAndPaths) {
+  QG_SEEDED_RNG(rng, 600);
+  WoCase c = make_wo(rng, Format::i4, Format::bf16, 300, 5, 1024, 128, DType::f16, true, DType::i8);
+  for (const qg::detail::GemmKernel* k : kernels_for(Format::i4, Format::bf16)) {
+    if (!k) continue;
+    std::string why;
+    if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) continue;
+    std::vector<float> one, four;
+    qg::set_cpu_threads(1);
+    ASSERT_TRUE(k->run(wo_args(c, one), nullptr).ok());
+    qg::set_cpu_threads(4);
+    ASSERT_TRUE(k->run(wo_args(c, four), nullptr).ok());
+    qg::set_cpu_threads(0);
+    EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * 4), 0) << k->name;
+  }
+}
+
+// cpu_wo_avx2 refuses K or groups not multiples of 32 (with the reason);
+// the reference serves those through dispatch.
+TEST(CpuWeightOnlyGemm, Avx2RefusesOddGroupsAndDispatchFallsBack) {
+  QG_SEEDED_RNG(rng, 700);
+  WoCase c = make_wo(rng, Format::i4, Format::f32, 9, 2, 48, 16, DType::f32, true, DType::i32);
+  const std::vector<double> ref = wo_reference(c);
+  std::vector<float> out;
+  qg::GemmArgs g = wo_args(c, out);
+  if (have_avx2()) {
+    std::string why;
+    EXPECT_FALSE(qgtest::gemm_kernel_admits(*kernels_for(Format::i4, Format::f32)[0], g, &why));
+    EXPECT_NE(why.find("multiples of 32"), std::string::npos) << why;
+  }
+  qg::Explanation e;
+  ASSERT_TRUE(qg::explain(g, &e).ok());
+  EXPECT_EQ(e.chosen, "cpu_wo_reference");
+  ASSERT_TRUE(qg::gemm(g).ok());
+  EXPECT_LE(qgtest::nmse(std::vector<double>(out.begin(), out.end()), ref), 1e-6);
+}
+
+// ------------------------------------------------------------------ quantize rules
+struct Quantized {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  std::vector<int32_t> zps;
+};
+
+Quantized quantize(Format f, const std::vector<float>& x, int64_t rows, int64_t k, qg::Granularity gr,
+                   int64_t group = 0, bool asym = false, const float* static_s = nullptr,
+                   const int32_t* static_z = nullptr) {
+  const qg::FormatTraits& t = qg::format_traits(f);
+  Quantized q;
+  q.codes.assign(static_cast<size_t>(rows * qg::row_bytes(t, k)), qgtest::kSentinelByte);
+  const int64_t ns = gr == qg::Granularity::tensor ? 1 : gr == qg::Granularity::row ? rows : rows * (k / group);
+  q.scales.assign(static_cast<size_t>(ns), -1.0f);
+  q.zps.assign(static_cast<size_t>(ns), -999);
+  qg::QuantizeArgs a;
+  a.format = f;
+  a.x = x.data();
+  a.rows = rows;
+  a.k = k;
+  a.x_row_stride = k;
+  a.y = q.codes.data();
+  a.y_row_stride = qg::row_bytes(t, k);
+  a.device = qg::Device::cpu();
+  a.granularity = gr;
+  a.group_size = group;
+  if (static_s) {
+    a.static_scales = static_s;
+    a.static_zero_points = static_z;
+  } else {
+    a.scales = q.scales.data();
+    a.zero_points = asym ? q.zps.data() : nullptr;
+  }
+  const qg::Status s = qg::quantize(a);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return q;
+}
+
+std::vector<int> i8_codes(const Quantized& q) {
+  std::vector<int> v;
+  for (uint8_t b : q.codes) v.push_back(static_cast<int8_t>(b));
+  return v;
+}
+
+TEST(CpuQuantizeTensor, SymmetricInt8PerTensorRoundsHalfToEven) {
+  // absmax 127: scale 1, codes rint(x) with ties to even.
+  const std::vector<float> x = {127.0f, -3.5f, 2.5f, 0.49f, -127.0f, 1.5f, -0.5f, 126.5f};
+  const Quantized q = quantize(Format::i8, x, 2, 4, qg::Granularity::tensor);
+  EXPECT_EQ(q.scales[0], 1.0f);
+  EXPECT_EQ(i8_codes(q), (std::vector<int>{127, -4, 2, 0, -127, 2, 0, 126}));
+  // scale = absmax / 127 in float: 2.54 / 127
+  const Quantized q2 = quantize(Format::i8, {2.54f, -1.27f}, 1, 2, qg::Granularity::tensor);
+  EXPECT_EQ(q2.scales[0], 2.54f / 127.0f);
+  EXPECT_EQ(i8_codes(q2), (std::vector<int>{127, static_cast<int>(std::nearbyint(-1.27f * (1.0f / (2.54f / 127.0f))))}));
+}
+
+TEST(CpuQuantizeTensor, AsymmetricInt8) {
+  // [0, 255]: scale 1, zp = -128 - rint(0) = -128
+  Quantized q = quantize(Format::i8, {0.0f, 255.0f, 10.5f, 100.0f}, 1, 4, qg::Granularity::tensor, 0, true);
+  EXPECT_EQ(q.scales[0], 1.0f);
+  EXPECT_EQ(q.zps[0], -128);
+  EXPECT_EQ(i8_codes(q), (std::vector<int>{-128, 127, -118, -28}));
+  // [-51, 204]: scale 1, zp = -128 + 51 = -77
+  q = quantize(Format::i8, {-51.0f, 204.0f, 0.0f, 1.0f}, 1, 4, qg::Granularity::tensor, 0, true);
+  EXPECT_EQ(q.scales[0], 1.0f);
+  EXPECT_EQ(q.zps[0], -77);
+  EXPECT_EQ(i8_codes(q), (std::vector<int>{-128, 127, -77, -76}));
+}
+
+TEST(CpuQuantizeTensor, PerRowAndPerGroup) {
+  // rows: absmax 127 (scale 1) and 63.5 (scale 0.5)
+  Quantized q = quantize(Format::i8, {127.0f, 1.5f, -2.5f, 63.5f, 1.25f, -0.75f}, 2, 3, qg::Granularity::row);
+  EXPECT_EQ(q.scales, (std::vector<float>{1.0f, 0.5f}));
+  EXPECT_EQ(i8_codes(q), (std::vector<int>{127, 2, -2, 127, 2, -2}));
+  // int4 groups of 4: absmax 7 (scale 1) and 14 (scale 2); low nibble first
+  q = quantize(Format::i4, {7.0f, -3.5f, 2.5f, 1.0f, 14.0f, -5.0f, 3.0f, -14.0f}, 1, 8, qg::Granularity::group, 4);
+  EXPECT_EQ(q.scales, (std::vector<float>{1.0f, 2.0f}));
+  // codes 7 -4 2 1 | 7 -2 2 -7
+  EXPECT_EQ(q.codes, (std::vector<uint8_t>{0xC7, 0x12, 0xE7, 0x92}));
+}
+
+TEST(CpuQuantizeTensor, Int4OddKAndInt4x8Words) {
+  // K = 3: the last byte's high nibble is 0
+  Quantized q = quantize(Format::i4, {7.0f, -7.0f, 3.0f, 3.5f, 0.0f, -7.0f}, 2, 3, qg::Granularity::row);
+  EXPECT_EQ(q.codes, (std::vector<uint8_t>{0x97, 0x03, 0x04, 0x09}));  // 7 -7 3 | 4 0 -7
+  // i4x8: eight codes a little-endian int32, element i in bits 4i.. as v + 8
+  q = quantize(Format::i4x8, {0.0f, 1.0f, 2.0f, 3.5f, -1.0f, -2.5f, 7.0f, -7.0f}, 1, 8, qg::Granularity::tensor);
+  EXPECT_EQ(q.scales[0], 1.0f);
+  const int codes[8] = {0, 1, 2, 4, -1, -2, 7, -7};
+  uint32_t want = 0;
+  for (int i = 0; i < 8; ++i) want |= static_cast<uint32_t>(codes[i] + 8) << (4 * i);
+  uint32_t got;
+  std::memcpy(&got, q.codes.data(), 4);
+  EXPECT_EQ(got, want);
+}
+
+TEST(CpuQuantizeTensor, StaticScales) {
+  const float s = 0.5f;
+  const int32_t z = 3;
+  // clamp(rint(x / 0.5) + 3): 1.25 -> 2.5 -> 2 (+3 = 5); -100 saturates; 60 saturates
+  const Quantized q = quantize(Format::i8, {1.25f, -100.0f, 60.0f, 0.0f}, 1, 4, qg::Granularity::tensor, 0, false, &s, &z);
+  EXPECT_EQ(i8_codes(q), (std::vector<int>{5, -128, 123, 3}));
+  EXPECT_EQ(q.scales[0], -1.0f) << "static scales are read, not written";
+}
+
+TEST(CpuQuantizeTensor, NaNPoisonsItsScopeOnlyAndZeroScopes) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (bool asym : {false, true}) {
+    SCOPED_TRACE(asym ? "asymmetric" : "symmetric");
+    const Quantized q =
+        quantize(Format::i8, {1.0f, nan, 3.0f, 127.0f, -1.0f, 2.0f, 0.0f, 0.0f, 0.0f}, 3, 3, qg::Granularity::row, 0, asym);
+    const std::vector<int> codes = i8_codes(q);
+    EXPECT_TRUE(std::isnan(q.scales[0]));
+    const int zp0 = asym ? q.zps[0] : 0;
+    EXPECT_EQ(codes[0], zp0);
+    EXPECT_EQ(codes[1], zp0);
+    EXPECT_EQ(codes[2], zp0);
+    EXPECT_TRUE(std::isfinite(q.scales[1]));
+    if (!asym) {
+      EXPECT_EQ(q.scales[1], 1.0f);
+      EXPECT_EQ((std::vector<int>(codes.begin() + 3, codes.begin() + 6)), (std::vector<int>{127, -1, 2}));
+    }
+    // all-zero row: scale 0 and codes that dequantize to 0
+    EXPECT_EQ(q.scales[2], 0.0f);
+    for (int i = 6; i < 9; ++i) EXPECT_EQ(codes[i], asym ? q.zps[2] : 0);
+  }
+}
+
+// quantize -> dequantize within half a scale, for every format, scope and
+// symmetric / asymmetric form.
+TEST(CpuQuantizeTensor, RoundTripWithinHalfAScale) {
+  uint64_t salt = 800;
+  for (Format f : {Format::i8, Format::i4, Format::i4x8})
+    for (qg::Granularity gr : {qg::Granularity::tensor, qg::Granularity::row, qg::Granularity::group})
+      for (bool asym : {false, true}) {
+        if (asym && f == Format::i4x8) continue;  // i4x8 is symmetric
+        QG_SEEDED_RNG(rng, ++salt);
+        const int64_t rows = 5, k = 64, group = gr == qg::Granularity::group ? 16 : 0;
+        std::vector<float> x(static_cast<size_t>(rows * k));
+        std::normal_distribution<float> gauss(asym ? 1.0f : 0.0f, 2.0f);
+        for (auto& v : x) v = gauss(rng);
+        const Quantized q = quantize(f, x, rows, k, gr, group, asym);
+        std::vector<float> y(x.size(), qgtest::poison());
+        qg::DequantizeArgs d;
+        d.format = f;
+        d.xq = q.codes.data();
+        d.rows = rows;
+        d.k = k;
+        d.xq_row_stride = qg::row_bytes(qg::format_traits(f), k);
+        d.y = y.data();
+        d.y_row_stride = k;
+        d.device = qg::Device::cpu();
+        d.granularity = gr;
+        d.group_size = group;
+        d.scales = q.scales.data();
+        d.zero_points = asym ? q.zps.data() : nullptr;
+        ASSERT_TRUE(qg::dequantize(d).ok());
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t e = 0; e < k; ++e) {
+            const float s = q.scales[qg::detail::scope_index(gr, r, e, k, group)];
+            ASSERT_LE(std::fabs(x[r * k + e] - y[r * k + e]), 0.5 * s * (1 + 1e-5) + 1e-7)
+                << qg::format_traits(f).name << " row " << r << " k " << e << " x=" << x[r * k + e];
+          }
+      }
+}
+
+}  // namespace
