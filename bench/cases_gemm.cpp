@@ -108,12 +108,18 @@ void bm_gemm(benchmark::State& st, Backend be, qg::Format fa, qg::Format fb, con
   });
 }
 
-void bm_cublas_fp16(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
+// A cuBLAS baseline beside each CUDA case: operands from `rows` (fp16 rows,
+// or int8 rows quantized by qg), C of c_bytes per element, timed like qg's.
+using RowsFn = std::string (*)(const char* role, int64_t rows, int64_t k, RotationPtr* out);
+using CublasFn = std::string (*)(int64_t m, int64_t n, int64_t k, const void* w, const void* a, void* c);
+
+void bm_cublas(benchmark::State& st, RowsFn rows, CublasFn gemm, const char* label, int64_t c_bytes,
+               const Work& work, int64_t m, int64_t k, int64_t n, bool cold) {
   const Backend be = Backend::cuda;
   RotationPtr w, a, c;
-  std::string err = f16_rows(be, "w", m, k, &w);
-  if (err.empty()) err = f16_rows(be, "a", n, k, &a);
-  if (err.empty()) err = output_buffer(be, m * n * 2, &c);
+  std::string err = rows("w", m, k, &w);
+  if (err.empty()) err = rows("a", n, k, &a);
+  if (err.empty()) err = output_buffer(be, m * n * c_bytes, &c);
   if (err.empty()) err = w->prepare(cold);
   if (err.empty()) err = a->prepare(cold);
   if (err.empty()) err = c->prepare(false);
@@ -121,30 +127,27 @@ void bm_cublas_fp16(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool 
     st.SkipWithError(err.c_str());
     return;
   }
-  st.SetLabel("cublasGemmEx f16 in/out, f32 compute");
+  st.SetLabel(label);
   void* cp = c->slot(0);
-  run_timed(st, be, gemm_fp16_work(m, n, k), warmups_for(be, *w, cold),
-            [&]() { return cublas_gemm_f16(m, n, k, w->take(cold), a->take(cold), cp); });
+  run_timed(st, be, work, warmups_for(be, *w, cold), [&]() { return gemm(m, n, k, w->take(cold), a->take(cold), cp); });
 }
 
-// cuBLAS int8 (int32 out) beside the i8 x i8 cases: rows quantized by qg per row.
+std::string f16_cuda_rows(const char* role, int64_t rows, int64_t k, RotationPtr* out) {
+  return f16_rows(Backend::cuda, role, rows, k, out);
+}
+std::string i8_cuda_rows(const char* role, int64_t rows, int64_t k, RotationPtr* out) {
+  return packed_rows(Backend::cuda, role, qg::Format::i8, rows, k, out);
+}
+
+void bm_cublas_fp16(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
+  bm_cublas(st, f16_cuda_rows, cublas_gemm_f16, "cublasGemmEx f16 in/out, f32 compute", 2, gemm_fp16_work(m, n, k), m,
+            k, n, cold);
+}
+
+// int32 out, as torch._int_mm.
 void bm_cublas_i8(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
-  const Backend be = Backend::cuda;
-  RotationPtr w, a, c;
-  std::string err = packed_rows(be, "w", qg::Format::i8, m, k, &w);
-  if (err.empty()) err = packed_rows(be, "a", qg::Format::i8, n, k, &a);
-  if (err.empty()) err = output_buffer(be, m * n * 4, &c);
-  if (err.empty()) err = w->prepare(cold);
-  if (err.empty()) err = a->prepare(cold);
-  if (err.empty()) err = c->prepare(false);
-  if (!err.empty()) {
-    st.SkipWithError(err.c_str());
-    return;
-  }
-  st.SetLabel("cublasGemmEx s8 in, s32 out, compute 32I");
-  void* cp = c->slot(0);
-  run_timed(st, be, gemm_work(qg::Format::i8, qg::Format::i8, m, n, k), warmups_for(be, *w, cold),
-            [&]() { return cublas_gemm_i8(m, n, k, w->take(cold), a->take(cold), cp); });
+  bm_cublas(st, i8_cuda_rows, cublas_gemm_i8, "cublasGemmEx s8 in, s32 out, compute 32I", 4,
+            gemm_work(qg::Format::i8, qg::Format::i8, m, n, k), m, k, n, cold);
 }
 
 // The format pairs the registries serve, in registry order (CUDA's first).
