@@ -7,6 +7,13 @@
 //   cuda_dp4a_tiled  q4_0 x q8_1, any N, pre-Ampere: 64x64 shared-memory tiles, DP4A
 //   cuda_generic     q4_0 x q8_1, anything, including unaligned operands: byte loads
 //   cuda_warp_staged quantize / dequantize, every format
+//   cuda_i8_mma      i8 x i8, K-contiguous 16-byte-aligned rows (sm_80+): int8 mma.sync m16n8k32, all epilogues
+//   cuda_wo_gemv     i4 (group scales) x f16 / bf16, N <= 16 (sm_80+): decode GEMV on f16/bf16 mma.sync
+//   cuda_int_generic any pair of i8 / i4 / i4x8, any strides, zero points, int32 out: byte loads
+//   cuda_wo_generic  i8 / i4 weights with group scales x f16 / bf16 / f32 activations: byte loads
+//   cuda_int_rows    quantize / dequantize of i8 / i4 / i4x8 (tensor, row and group scales)
+#include "gemm_int.cuh"
+#include "gemm_int_fast.cuh"
 #include "gemm_q4_0_q8_1.cuh"
 #include "quantize.cuh"
 
@@ -27,8 +34,25 @@ Registry make_registry() {
       {"cuda_dp4a_tiled", Format::q4_0, Format::q8_1, kDp4a, kEpiFloatAll, gemm_dp4a_tiled_can_run, gemm_dp4a_tiled_run},
       {"cuda_generic", Format::q4_0, Format::q8_1, kAnyGpu, kEpiFloatAll, gemm_generic_can_run, gemm_generic_run},
   };
-  r.quantize = {{"cuda_warp_staged", kGgmlFormats, kAnyGpu, quantize_can_run, quantize_run}};
-  r.dequantize = {{"cuda_warp_staged", kGgmlFormats, kAnyGpu, dequantize_can_run, dequantize_run}};
+  // The integer family's fast kernels: aligned, K-contiguous operands (their
+  // can_run says which), in front of the generic block below.
+  r.gemm.push_back({"cuda_i8_mma", Format::i8, Format::i8, kMmaS8, kEpiAll, gemm_i8_mma_can_run, gemm_i8_mma_run});
+  for (Format fb : {Format::f16, Format::bf16})
+    r.gemm.push_back({"cuda_wo_gemv", Format::i4, fb, kMmaS8, kEpiFloatAll, gemm_wo_gemv_can_run, gemm_wo_gemv_run});
+  // The integer family's last resorts: every layout, every epilogue. Faster
+  // kernels for these pairs go in front of this block.
+  constexpr Format kInts[] = {Format::i8, Format::i4, Format::i4x8};
+  for (Format fa : kInts)
+    for (Format fb : kInts)
+      r.gemm.push_back({"cuda_int_generic", fa, fb, kAnyGpu, kEpiAll, gemm_int_generic_can_run, gemm_int_generic_run});
+  for (Format fa : {Format::i8, Format::i4})
+    for (Format fb : {Format::f16, Format::bf16, Format::f32})
+      r.gemm.push_back(
+          {"cuda_wo_generic", fa, fb, kAnyGpu, kEpiFloatAll, gemm_wo_generic_can_run, gemm_wo_generic_run});
+  r.quantize = {{"cuda_warp_staged", kGgmlFormats, kAnyGpu, quantize_can_run, quantize_run},
+                {"cuda_int_rows", kIntegerFormats, kAnyGpu, int_quantize_can_run, int_quantize_run}};
+  r.dequantize = {{"cuda_warp_staged", kGgmlFormats, kAnyGpu, dequantize_can_run, dequantize_run},
+                  {"cuda_int_rows", kIntegerFormats, kAnyGpu, int_dequantize_can_run, int_dequantize_run}};
   return r;
 }
 }  // namespace

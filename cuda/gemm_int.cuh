@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: MIT
+// cuda/gemm_int.cuh: the CUDA kernels of the integer family, registered in
+// registry.cu:
+//   gemm_int_generic  any pair of i8 / i4 / i4x8, any strides (byte loads):
+//                     acc = sum qa * qb in int32, then epilogue_store_int
+//   gemm_wo_generic   i8 / i4 weights with group scales (and zero points) x
+//                     f16 / bf16 / f32 activations, fp32 sums, then epilogue_store
+//   int_quantize / int_dequantize  float rows <-> i8 / i4 / i4x8 codes with
+//                     outside scales, the same bytes as the CPU backend
+#pragma once
+
+#include <string>
+
+#include "common.cuh"
+
+namespace qg::detail::cuda {
+
+bool gemm_int_generic_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_int_generic_run(const GemmArgs& args, Stream stream);
+bool gemm_wo_generic_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_wo_generic_run(const GemmArgs& args, Stream stream);
+
+bool int_quantize_can_run(const QuantizeArgs& args, std::string* why_not);
+Status int_quantize_run(const QuantizeArgs& args, Stream stream);
+bool int_dequantize_can_run(const DequantizeArgs& args, std::string* why_not);
+Status int_dequantize_run(const DequantizeArgs& args, Stream stream);
+
+}  // namespace qg::detail::cuda

@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: MIT
+// cuda/gemm_int_fast.cuh: the fast CUDA kernels of the integer family,
+// registered in registry.cu in front of the generic ones:
+//   cuda_i8_mma   i8 x i8, K-contiguous rows (sm_80+): int8 mma.sync m16n8k32,
+//                 cp.async pipeline, split K over sm_90 clusters; int32 sums
+//                 (and code sums for zero points), then epilogue_store_int
+//   cuda_wo_gemv  i4 weights with group scales (and zero points) x f16 / bf16
+//                 activations, N <= 16 (decode): fp16/bf16 mma.sync over
+//                 exact codes, fp32 group rescale, then epilogue_store
+// And the host-side helpers both share: device limits and what a kernel can
+// do on a device (resident CTAs, clusters), asked once per device.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "common.cuh"
+#include "epilogue.h"
+
+namespace qg::detail::cuda {
+
+bool gemm_i8_mma_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_i8_mma_run(const GemmArgs& args, Stream stream);
+bool gemm_wo_gemv_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream);
+
+namespace intfast {
+
+constexpr int kMaxDevices = 64;
+// Portable cluster sizes go to 8.
+constexpr int kMaxSplits = 8;
+
+inline std::string shape_text(const GemmArgs& g) {
+  return "M=" + std::to_string(g.a.rows) + ", N=" + std::to_string(g.b.rows) + ", K=" + std::to_string(g.a.k);
+}
+
+inline Status launch_result(const GemmArgs& g) {
+  return launch_status(g.fn, [&] { return shape_text(g); });
+}
+
+struct DeviceLimits {
+  int sms = 1;
+  int cc_major = 0;
+};
+
+inline DeviceLimits device_limits(int device) {
+  static std::once_flag once[kMaxDevices];
+  static DeviceLimits cached[kMaxDevices];
+  auto query = [device] {
+    DeviceLimits d;
+    if (cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      cudaGetLastError();
+      return DeviceLimits{};
+    }
+    return d;
+  };
+  if (device < 0 || device >= kMaxDevices) return query();
+  std::call_once(once[device], [&] { cached[device] = query(); });
+  return cached[device];
+}
+
+// What one kernel instance can do on one device: its resident CTAs per SM
+// (shared memory and registers decide), whether it may run as clusters (the
+// image that runs is sm_90+ code, where the cluster path is compiled), and
+// how many clusters of each size can be resident at once: a cluster must fit
+// in one GPC, whose SM counts differ, so this is not SMs x CTAs / size.
+struct KernelFit {
+  int blocks_per_sm = 0;  // 0: the kernel cannot be launched here
+  bool clusters = false;
+  int max_clusters[kMaxSplits + 1] = {};
+};
+
+template <class Kernel>
+KernelFit query_fit(Kernel* kernel, int threads, int smem, int cc_major) {
+  KernelFit fit;
+  cudaFuncAttributes attr{};
+  // Above 48 KB of shared memory a kernel must opt in, per device.
+  if ((smem > 48 * 1024 &&
+       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit.blocks_per_sm, kernel, threads, smem) != cudaSuccess ||
+      cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return KernelFit{};
+  }
+  fit.clusters = cc_major >= 9 && attr.binaryVersion >= 90;
+  for (int c = 2; fit.clusters && c <= kMaxSplits; ++c) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(c);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = static_cast<unsigned>(c);
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = 1;
+    cfg.attrs = cluster;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&fit.max_clusters[c], kernel, &cfg) != cudaSuccess) {
+      cudaGetLastError();
+      fit.max_clusters[c] = 0;
+    }
+  }
+  return fit;
+}
+
+// The fit of `kernel`, cached per device in the caller's statics (one set per
+// kernel instance: the caller is a template instantiated per kernel).
+template <class Kernel>
+KernelFit cached_fit(Kernel* kernel, int threads, int smem, int device, std::once_flag (&once)[kMaxDevices],
+                     KernelFit (&cache)[kMaxDevices]) {
+  const int cc_major = device_limits(device).cc_major;
+  if (device < 0 || device >= kMaxDevices) return query_fit(kernel, threads, smem, cc_major);
+  std::call_once(once[device], [&] { cache[device] = query_fit(kernel, threads, smem, cc_major); });
+  return cache[device];
+}
+
+// The largest K split (cluster size) that gives `units` independent CTAs'
+// worth of work every SM, each CTA keeping at least min_steps of its
+// `steps` K steps, with all of a launch's clusters resident at once (one more
+// than fits would run as a second wave and double the time). 1: no split.
+inline int pick_splits(const KernelFit& fit, const DeviceLimits& lim, int64_t units, int64_t steps,
+                       int64_t min_steps) {
+  const int64_t slots = static_cast<int64_t>(lim.sms) * fit.blocks_per_sm;
+  if (!fit.clusters || units >= slots || units <= 0) return 1;
+  int64_t c = slots / units;
+  if (c > kMaxSplits) c = kMaxSplits;
+  if (min_steps > 0 && c > steps / min_steps) c = steps / min_steps;
+  for (; c >= 2; --c)
+    if (units <= fit.max_clusters[c]) return static_cast<int>(c);
+  return 1;
+}
+
+// Launches `kernel` on grid CTAs (a multiple of splits), as clusters of
+// `splits` CTAs when splits > 1.
+template <class Kernel, class... Args>
+void launch_clustered(Kernel* kernel, int64_t grid, int threads, int smem, int splits, cudaStream_t stream,
+                      Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (splits > 1) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(splits);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+// ------------------------------------------------------------ device helpers
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; src_bytes 0 zero-fills and reads nothing
+// (src must still be a valid address). .cg: bypass L1, the data is used once.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
+}  // namespace intfast
+}  // namespace qg::detail::cuda
