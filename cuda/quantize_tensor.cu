@@ -27,6 +27,7 @@
 //   3. quantize: every thread derives the same ScopeParams from the slots;
 //   4. finalize: one thread overwrites the slots with the real scale and zero point.
 // Stream order makes each launch see the previous one's writes.
+#include <algorithm>
 #include <string>
 
 #include "epilogue.h"
@@ -230,6 +231,19 @@ __global__ void tensor_finalize_kernel(uint32_t* slot0, int32_t* hi_slot, CodeRa
   if (hi_slot) *hi_slot = p.zp;
 }
 
+// Empty scopes (K = 0, or a tensor scope over no values) get the parameters
+// of an all-zero scope, as on the CPU, so no output is left unwritten.
+// Byte stores: row and group scales carry no alignment promise.
+__global__ void fill_scopes_kernel(uint8_t* scales, uint8_t* zero_points, int64_t count, uint32_t scale_bits,
+                                   uint32_t zp_bits) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    for (int b = 0; b < 4; ++b) {
+      scales[4 * i + b] = static_cast<uint8_t>(scale_bits >> (8 * b));
+      if (zero_points) zero_points[4 * i + b] = static_cast<uint8_t>(zp_bits >> (8 * b));
+    }
+}
+
 template <Format F>
 __global__ void __launch_bounds__(kThreads)
 dequantize_kernel(const uint8_t* xq, int64_t xq_row_stride, uint8_t* y, int64_t y_row_stride, int64_t rows, int64_t k,
@@ -327,10 +341,22 @@ bool int_quantize_can_run(const QuantizeArgs& a, std::string* why_not) {
 
 Status int_quantize_run(const QuantizeArgs& args, Stream stream) {
   const char* fn = args.fn ? args.fn : format_traits(args.format).quantize_fn;
-  if (args.rows <= 0 || args.k <= 0) return Status::success();
+  const int64_t empty_scopes = args.granularity == Granularity::tensor ? 1
+                               : args.granularity == Granularity::row ? args.rows : 0;
+  const bool empty = args.rows <= 0 || args.k <= 0;
+  if (empty && (args.static_scales || !args.scales || empty_scopes <= 0)) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, fn, args.device.id); !s.ok()) return s;
   const cudaStream_t st = to_cuda(stream);
+  if (empty) {
+    const CodeRange c = code_range(args.format);
+    const ScopeParams p = args.zero_points ? asymmetric_params(0.0f, 0.0f, c) : symmetric_params(0.0f, c);
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>((empty_scopes + 255) / 256, 1 << 16));
+    fill_scopes_kernel<<<grid, 256, 0, st>>>(reinterpret_cast<uint8_t*>(args.scales),
+                                             reinterpret_cast<uint8_t*>(args.zero_points), empty_scopes,
+                                             float_bits(p.scale), static_cast<uint32_t>(p.zp));
+    return launch_status(fn, [&] { return rows_k(args.rows, args.k); });
+  }
   with_int_format(args.format, [&](auto f) {
     with_dtype(args.x_dtype, [&](auto t) { launch_quantize<decltype(f)::value, decltype(t)::value>(args, st); });
   });

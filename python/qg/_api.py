@@ -15,13 +15,21 @@ registered in qg.torch_ops are called instead, so the graph records qg's op.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import _frameworks as fw
 from . import _qg
 from ._args import int_arg
 
+# Format ids: the C++ enum's values (qg/formats.h).
 Q4_0, Q8_0, Q8_1 = 0, 1, 2
+I8, I4, I4X8 = 3, 4, 5  # integer codes, scales kept outside
+F16, BF16, F32 = 6, 7, 8  # plain floats (activations of weight-only GEMMs)
 FORMATS = {"q4_0": Q4_0, "q8_0": Q8_0, "q8_1": Q8_1}
+INT_FORMATS = {"i8": I8, "i4": I4, "i4x8": I4X8}
+FLOAT_FORMATS = {"float16": F16, "bfloat16": BF16, "float32": F32}
+# Granularity ids: the C++ enum's values (qg/ops.h).
+GRANULARITY = {"tensor": 1, "row": 2, "group": 3}
 _CONVENTIONS = {"reference": 0, "ggml_cuda": 1}
 
 
@@ -62,10 +70,20 @@ def _convention(convention, fn: str) -> int:
 
 _FLOAT_IN = "float32, float16 or bfloat16"
 _FORMAT_NAMES = {v: k for k, v in FORMATS.items()}
+_FLAT_EXPECT = {
+    I8: "int8 (i8 codes)",
+    I4: "uint8 (i4 codes, two per byte)",
+    I4X8: "int32 (i4x8 words, eight codes each)",
+    F16: "float16",
+    BF16: "bfloat16",
+    F32: "float32",
+}
 
 
 def _packed(fmt: int) -> str:
-    return f"uint8 (packed {_FORMAT_NAMES[fmt]} blocks)"
+    """What an operand of this format must be, for messages."""
+    flat = _FLAT_EXPECT.get(fmt)
+    return flat if flat is not None else f"uint8 (packed {_FORMAT_NAMES[fmt]} blocks)"
 
 
 def _core(fn: str, call, *args, names=()):
@@ -122,47 +140,167 @@ def _generic_dequantize(op: _Op, xq, k: int, out, stream, route: bool = True):
     return fw.finish(result, w, s)
 
 
-_OUT_DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2}
+_OUT_DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int32": 3}
 
 
-@dataclass(frozen=True)
-class _Epilogue:
-    """What a GEMM call adds after the sum (see ops.h's Epilogue)."""
+class _Epilogue(NamedTuple):
+    """What a GEMM call adds to its two operands (ops.h's GemmViews): the
+    epilogue (bias, scales, zero points, alpha, relu, result dtype, a
+    transposed result) and the operands' extras (group-wise scales of a, and
+    operands stored K-major). A NamedTuple: cheap to build on every call."""
 
     bias: object = None  # [M] array of the operands' framework, or None
-    out_dtype: str = "float32"
+    out_dtype: str = "float32"  # or float16, bfloat16, int32 (integer operands)
     transpose: bool = False  # the result is [N, M] (x @ W^T) instead of [M, N]
+    row_scale: object = None  # float32 [M] or [1]
+    col_scale: object = None  # float32 [N] or [1]
+    row_zero_point: object = None  # int32 [M] or [1] (integer operands)
+    col_zero_point: object = None  # int32 [N] or [1]
+    alpha: float = 1.0
+    relu: bool = False
+    a_scales: object = None  # group-wise scales of a: [M, K / group_size] (weight-only)
+    a_zero_points: object = None  # int8 / int32, like a_scales
+    group_size: int = 0
+    a_k_major: bool = False  # a is a 2-D [K-storage, M] array (seed 001's B [K, N])
+    b_k_major: bool = False
+
+    def arrays(self):
+        """(argument name, array) of every array the call carries besides its operands."""
+        return tuple(
+            (name, value)
+            for name, value in (
+                ("bias", self.bias), ("row_scale", self.row_scale), ("col_scale", self.col_scale),
+                ("row_zero_point", self.row_zero_point), ("col_zero_point", self.col_zero_point),
+                ("scales", self.a_scales), ("zero_points", self.a_zero_points),
+            )
+            if value is not None
+        )
 
 
 _PLAIN = _Epilogue()
+_EXTRA_EXPECT = {
+    "bias": _FLOAT_IN, "row_scale": "float32", "col_scale": "float32", "row_zero_point": "int32",
+    "col_zero_point": "int32", "scales": _FLOAT_IN, "zero_points": "int8 or int32",
+}
 
 
-def _generic_gemm(op: _Op, a, b, m: int, n: int, k: int, out, stream, route: bool = True, epi: _Epilogue = _PLAIN):
+def _gemm_inputs(op: _Op, a, b, epi: _Epilogue):
+    """The generic path's view of a GEMM call: (where, a, b, the binding's
+    arguments after the names), arrays made ready for DLPack."""
     w = fw.where(a, op.fn, op.a_name)
     wb = fw.where(b, op.fn, op.b_name)
     fw.check_same_kind(w, wb, op.fn, op.a_name, op.b_name)
-    if epi.bias is not None:
-        fw.check_same_kind(w, fw.where(epi.bias, op.fn, "bias"), op.fn, op.a_name, "bias")
+    extras = epi.arrays()
+    for name, value in extras:
+        fw.check_same_kind(w, fw.where(value, op.fn, name), op.fn, op.a_name, name)
+    return w, wb, extras
+
+
+def _gemm_binding_args(op: _Op, a, b, w, wb, extras, epi: _Epilogue):
+    ain, _ = fw.prepare_input(a, w, op.fn, op.a_name, _packed(op.a_fmt))
+    bin_, _ = fw.prepare_input(b, wb, op.fn, op.b_name, _packed(op.b_fmt))
+    views = {name: fw.prepare_input(value, w, op.fn, name, _EXTRA_EXPECT[name])[0] for name, value in extras}
+    get = views.get
+    args = (
+        get("bias"), _OUT_DTYPES[epi.out_dtype], epi.transpose, get("row_scale"), get("col_scale"),
+        get("row_zero_point"), get("col_zero_point"), get("scales"), get("zero_points"), epi.group_size,
+        epi.alpha, 1 if epi.relu else 0, epi.a_k_major, epi.b_k_major,
+    )
+    return ain, bin_, args
+
+
+def _generic_gemm(op: _Op, a, b, m: int, n: int, k: int, out, stream, route: bool = True, epi: _Epilogue = _PLAIN):
+    w, wb, extras = _gemm_inputs(op, a, b, epi)
     if w.kind == "torch" and route:
         from . import torch_ops
 
         r = torch_ops.route_gemm(op, a, b, m, n, k, out, stream, epi)
         if r is not None:
             return r
-    ain, _ = fw.prepare_input(a, w, op.fn, op.a_name, _packed(op.a_fmt))
-    bin_, _ = fw.prepare_input(b, wb, op.fn, op.b_name, _packed(op.b_fmt))
-    bias = None if epi.bias is None else fw.prepare_input(epi.bias, w, op.fn, "bias", _FLOAT_IN)[0]
-    dt = _OUT_DTYPES[epi.out_dtype]
+    ain, bin_, args = _gemm_binding_args(op, a, b, w, wb, extras, epi)
     names = (op.a_name, op.b_name)
     with fw.device_context(w):
         shape, dtype = _core(
-            op.fn, _qg.gemm_spec, op.a_fmt, op.b_fmt, ain, bin_, m, n, k, op.fn, op.a_name, op.b_name, bias, dt,
-            epi.transpose, names=names,
+            op.fn, _qg.gemm_spec, op.a_fmt, op.b_fmt, ain, bin_, m, n, k, op.fn, op.a_name, op.b_name, *args,
+            names=names,
         )
         result = fw.check_out(out, w, op.fn, dtype) if out is not None else fw.empty(w, shape, dtype)
         s = fw.stream_of(w, stream, op.fn)
         _core(op.fn, _qg.gemm, op.a_fmt, op.b_fmt, ain, bin_, result, m, n, k, s, op.fn, op.a_name, op.b_name,
-              bias, dt, epi.transpose, names=(*names, "out"))
+              *args, names=(*names, "out"))
+    return fw.finish(result, w, s)
+
+
+def _explain_gemm(op: _Op, a, b, k, epi: _Epilogue):
+    """The kernel walk of a GEMM call described as _run_gemm's arguments (k: None to infer)."""
+    k = _size(k, "K", op.fn)
+    w, wb, extras = _gemm_inputs(op, a, b, epi)
+    ain, bin_, args = _gemm_binding_args(op, a, b, w, wb, extras, epi)
+    with fw.device_context(w):
+        return _core(op.fn, _qg.explain_gemm, op.a_fmt, op.b_fmt, ain, bin_, op.fn, op.a_name, op.b_name, -1, -1, k,
+                     *args, names=(op.a_name, op.b_name))
+
+
+def _generic_quantize_int(op: _Op, x, gran: str, group_size: int, asym: bool, scales=None, zero_points=None,
+                          route: bool = True):
+    """Integer formats: -> (codes, scales or None, zero points or None); given
+    (static) scales / zero points are read, dynamic ones are written."""
+    w = fw.where(x, op.fn, "x")
+    for name, value in (("scale", scales), ("zero_point", zero_points)):
+        if value is not None:
+            fw.check_same_kind(w, fw.where(value, op.fn, name), op.fn, "x", name)
+    if w.kind == "torch" and route:
+        from . import torch_ops
+
+        r = torch_ops.route_quantize_int(op, x, gran, group_size, asym, scales, zero_points)
+        if r is not None:
+            return r
+    xin, bf16 = fw.prepare_input(x, w, op.fn, "x", _FLOAT_IN)
+    sin = None if scales is None else fw.prepare_input(scales, w, op.fn, "scale", "float32")[0]
+    zin = None if zero_points is None else fw.prepare_input(zero_points, w, op.fn, "zero_point", "int32")[0]
+    g = GRANULARITY[gran]
+    with fw.device_context(w):
+        (cshape, cdtype), (sshape, _) = _core(
+            op.fn, _qg.quantize_int_spec, op.fmt, xin, bf16, op.fn, g, group_size, names=("x",)
+        )
+        codes = fw.empty(w, cshape, cdtype)
+        sc = zp = None
+        if scales is None:
+            sc = fw.empty(w, sshape, "float32")
+            if asym:
+                zp = fw.empty(w, sshape, "int32")
+        s = fw.stream_of(w, None, op.fn)
+        _core(op.fn, _qg.quantize_int, op.fmt, xin, bf16, codes, sc, zp, sin, zin, g, group_size, asym, s, op.fn,
+              names=("x", "scale", "zero_point"))
+    return (
+        fw.finish(codes, w, s),
+        None if sc is None else fw.finish(sc, w, s),
+        None if zp is None else fw.finish(zp, w, s),
+    )
+
+
+def _generic_dequantize_int(op: _Op, xq, k: int, gran: str, group_size: int, scales, zero_points=None,
+                            route: bool = True):
+    w = fw.where(xq, op.fn, "xq")
+    for name, value in (("scale", scales), ("zero_point", zero_points)):
+        if value is not None:
+            fw.check_same_kind(w, fw.where(value, op.fn, name), op.fn, "q", name)
+    if w.kind == "torch" and route:
+        from . import torch_ops
+
+        r = torch_ops.route_dequantize_int(op, xq, k, gran, group_size, scales, zero_points)
+        if r is not None:
+            return r
+    xin, _ = fw.prepare_input(xq, w, op.fn, "q", _packed(op.fmt))
+    sin = fw.prepare_input(scales, w, op.fn, "scale", "float32")[0]
+    zin = None if zero_points is None else fw.prepare_input(zero_points, w, op.fn, "zero_point", "int32")[0]
+    g = GRANULARITY[gran]
+    with fw.device_context(w):
+        shape, dtype = _core(op.fn, _qg.dequantize_spec, op.fmt, xin, k, op.fn, names=("q",))
+        result = fw.empty(w, shape, dtype)
+        s = fw.stream_of(w, None, op.fn)
+        _core(op.fn, _qg.dequantize, op.fmt, xin, k, result, s, op.fn, g, group_size, sin, zin,
+              names=("q", "out", "scale", "zero_point"))
     return fw.finish(result, w, s)
 
 
@@ -204,14 +342,36 @@ def _run_dequantize(op: _Op, xq, K, out, stream):
 def _run_gemm(op: _Op, a, b, M, N, K, out, stream, epi: _Epilogue = _PLAIN):
     m, n, k = _size(M, "M", op.fn), _size(N, "N", op.fn), _size(K, "K", op.fn)
     if stream is None and type(a) in _FAST_TYPES and type(b) in _FAST_TYPES and _fast_out(out):
-        if _torch_ops.fast_ok(op, a, out, b) and _torch_ops.bias_ok(op, epi.bias):
+        if _torch_ops.fast_ok(op, a, out, b) and _torch_ops.epilogue_ok(op, epi):
             r = _qg.fast_gemm(
                 a, b, op.a_fmt, op.b_fmt, m, n, k, op.fn, op.a_name, op.b_name, out, epi.bias,
-                _OUT_DTYPES[epi.out_dtype], epi.transpose,
+                _OUT_DTYPES[epi.out_dtype], epi.transpose, epi.row_scale, epi.col_scale, epi.row_zero_point,
+                epi.col_zero_point, epi.a_scales, epi.a_zero_points, epi.group_size, epi.alpha,
+                1 if epi.relu else 0, epi.a_k_major, epi.b_k_major,
             )
             if r is not None:
                 return r
     return _generic_gemm(op, a, b, m, n, k, out, stream, epi=epi)
+
+
+def _run_quantize_int(op: _Op, x, gran: str, group_size: int = 0, asym: bool = False, scales=None,
+                      zero_points=None):
+    """-> (codes, scales or None, zero points or None), on the fast path when it can."""
+    if type(x) in _FAST_TYPES and _torch_ops.fast_ok(op, x, None):
+        if _torch_ops.extras_ok(op, (scales, zero_points)):
+            r = _qg.fast_quantize_int(x, op.fmt, GRANULARITY[gran], group_size, asym, scales, zero_points, op.fn)
+            if r is not None:
+                return r
+    return _generic_quantize_int(op, x, gran, group_size, asym, scales, zero_points)
+
+
+def _run_dequantize_int(op: _Op, xq, k: int, gran: str, group_size: int, scales, zero_points=None):
+    if type(xq) in _FAST_TYPES and _torch_ops.fast_ok(op, xq, None):
+        if _torch_ops.extras_ok(op, (scales, zero_points)):
+            r = _qg.fast_dequantize(xq, op.fmt, k, op.fn, None, GRANULARITY[gran], group_size, scales, zero_points)
+            if r is not None:
+                return r
+    return _generic_dequantize_int(op, xq, k, gran, group_size, scales, zero_points)
 
 
 # ------------------------------------------------------------ public functions
@@ -329,11 +489,20 @@ _OPS = {
 }
 
 
-def explain(op, *arrays) -> Explanation:
+# Public GEMM functions whose arguments are mapped onto the core by a plan
+# function (the integer family: _int.py, _int4.py register theirs): plan(*args,
+# **kwargs) -> (op, a, b, K, _Epilogue, result shape or None).
+_GEMM_PLANS: dict = {}
+
+
+def explain(op, *arrays, **kwargs) -> Explanation:
     """explain(qg.gemm_q4_0_q8_1, wq, aq) -> Explanation of the kernel that would run.
 
     `op` is one of qg's functions (or its name); the arrays are its array
     arguments. Runs the same checks as the call and raises the same errors.
+    The integer GEMMs take their keyword arguments too, e.g.
+    explain(qg.int8_matmul, A, B, out_dtype="float16", b_layout="nk") or
+    explain(qg.linear_int4, x, weight_q, scales, group_size=32).
     """
     if isinstance(op, str):
         import qg
@@ -344,8 +513,16 @@ def explain(op, *arrays) -> Explanation:
         op = getattr(qg, name)
     try:
         spec = _OPS.get(op)
+        plan = _GEMM_PLANS.get(op)
     except TypeError:  # unhashable
-        spec = None
+        spec = plan = None
+    if plan is not None:
+        gop, a, b, k, epi, _ = plan(*arrays, **kwargs)
+        d = _explain_gemm(gop, a, b, k, epi)
+        return Explanation(d["op"], d["chosen"], list(d["candidates"]), d["problem"])
+    if kwargs:
+        raise TypeError(f"qg.explain: {getattr(op, '__name__', op)} takes no keyword arguments here, got "
+                        f"{', '.join(kwargs)}")
     if spec is None:
         raise TypeError(
             f"qg.explain: op must be one of qg's quantize/dequantize/gemm functions (e.g. qg.gemm_q4_0_q8_1) or its "

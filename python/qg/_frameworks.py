@@ -81,29 +81,51 @@ def _torch_tensor_type():
     return getattr(torch, "Tensor", None) if torch is not None else None
 
 
+_NUMPY_WHERE = Where("numpy", CPU, 0)
+_TORCH_CPU_WHERE = Where("torch", CPU, 0)
+_TORCH_CUDA_WHERE: dict = {}  # device index -> Where
+_TORCH_TYPES: set = set()  # torch tensor types seen here (their operators are registered)
+
+
+def _torch_where(x, fn: str, arg: str) -> Where:
+    import torch
+
+    if x.layout != torch.strided:
+        raise TypeError(f"{fn}: {arg} is a {x.layout} torch tensor; pass a dense tensor ({arg}.to_dense())")
+    if x.is_nested:
+        raise TypeError(f"{fn}: {arg} is a nested torch tensor; pass a dense tensor ({arg}.to_padded_tensor(0))")
+    if x.is_quantized:
+        raise TypeError(
+            f"{fn}: {arg} is a quantized torch tensor ({x.dtype}); pass a float tensor ({arg}.dequantize())"
+        )
+    if x.is_cpu:
+        return _TORCH_CPU_WHERE
+    if x.is_cuda:
+        index = x.device.index or 0
+        w = _TORCH_CUDA_WHERE.get(index)
+        if w is None:
+            w = _TORCH_CUDA_WHERE[index] = Where("torch", CUDA, index)
+        return w
+    raise ValueError(f"{fn}: torch tensors on '{x.device.type}' are not supported; use cpu or cuda")
+
+
 def where(x, fn: str, arg: str = "x") -> Where:
+    if type(x) in _TORCH_TYPES:  # the common case first: every call from a torch model
+        return _torch_where(x, fn, arg)
     if isinstance(x, np.ndarray):
-        return Where("numpy", CPU, 0)
+        return _NUMPY_WHERE
     tensor_type = _torch_tensor_type()
     if tensor_type is not None and isinstance(x, tensor_type):  # torch.Tensor and its subclasses
-        import torch
-
         from . import torch_ops  # registers qg's torch operators and the fast path
 
         torch_ops.enable_fast_path(type(x))
-        if x.layout != torch.strided:
-            raise TypeError(f"{fn}: {arg} is a {x.layout} torch tensor; pass a dense tensor ({arg}.to_dense())")
-        if x.is_nested:
-            raise TypeError(f"{fn}: {arg} is a nested torch tensor; pass a dense tensor ({arg}.to_padded_tensor(0))")
-        if x.is_quantized:
-            raise TypeError(
-                f"{fn}: {arg} is a quantized torch tensor ({x.dtype}); pass a float tensor ({arg}.dequantize())"
-            )
-        if x.device.type == "cuda":
-            return Where("torch", CUDA, x.device.index or 0)
-        if x.device.type == "cpu":
-            return Where("torch", CPU, 0)
-        raise ValueError(f"{fn}: torch tensors on '{x.device.type}' are not supported; use cpu or cuda")
+        if not _TORCH_DTYPE_NAMES:
+            import torch
+
+            for name in ("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8"):
+                _TORCH_DTYPE_NAMES[getattr(torch, name)] = name
+        _TORCH_TYPES.add(type(x))
+        return _torch_where(x, fn, arg)
     if _module_of(x) == "cupy":
         return Where("cupy", CUDA, int(x.device.id))
     if is_jax(x):
@@ -127,8 +149,18 @@ def where(x, fn: str, arg: str = "x") -> Where:
     )
 
 
+# torch dtype -> its name, filled when the first torch tensor shows up: str()
+# of a torch dtype is slow. Only torch dtypes as keys, so torch.compile can
+# read the table (it cannot hash NumPy dtypes).
+_TORCH_DTYPE_NAMES: dict = {}
+
+
 def dtype_name(x) -> str:
     """'float32', 'bfloat16', ... for an array of any framework."""
+    if type(x) in _TORCH_TYPES:
+        name = _TORCH_DTYPE_NAMES.get(x.dtype)
+        if name is not None:
+            return name
     return str(x.dtype).rsplit(".", 1)[-1]
 
 
@@ -194,7 +226,7 @@ def prepare_input(x, w: Where, fn: str = "qg", arg: str = "x", expect: str = "")
     return x, bf16
 
 
-_NP_DTYPES = {"float32": np.float32, "uint8": np.uint8, "float16": np.float16}
+_NP_DTYPES = {"float32": np.float32, "uint8": np.uint8, "float16": np.float16, "int8": np.int8, "int32": np.int32}
 
 
 def empty(w: Where, shape, dtype: str):
@@ -205,7 +237,10 @@ def empty(w: Where, shape, dtype: str):
     if w.kind == "torch":
         import torch
 
-        tdt = {"float32": torch.float32, "uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+        tdt = {
+            "float32": torch.float32, "uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16,
+            "int8": torch.int8, "int32": torch.int32,
+        }[dtype]
         device = torch.device("cuda", w.index) if w.device == CUDA else torch.device("cpu")
         return torch.empty(shape, dtype=tdt, device=device)
     if w.kind == "cupy":

@@ -7,7 +7,8 @@ While torch traces (torch.compile, torch.export, torch.jit.trace, make_fx, a
 TorchDispatchMode) or the tensors hold no data qg can read (FakeTensor and
 other __torch_dispatch__ subclasses), the public functions call these
 registered operators instead, so the graph records qg::quantize /
-qg::dequantize / qg::gemm with shapes from their fake (meta) implementations,
+qg::dequantize / qg::gemm (and, for the integer formats, qg::quantize_int /
+qg::dequantize_int) with shapes from their fake (meta) implementations,
 and runs them through the same eager code later. out= is then recorded as the
 operator followed by out.copy_(result); stream= cannot be recorded and raises.
 
@@ -133,33 +134,81 @@ def _(xq, fmt, k):
     return xq.new_empty((*xq.shape[:-2], inferred), dtype=torch.float32)
 
 
-# One operator for every GEMM entry point; `fn` names the public function
-# (its formats, argument names and messages), and the epilogue arguments are
-# ops.h's: bias [M], the result dtype, and a transposed [N, M] result.
+# One operator for every GEMM entry point. fn, the formats and the argument
+# names say which public function it stands for (messages, checks); the rest
+# are ops.h's GemmViews fields: the epilogue (bias, result dtype, transposed
+# result, row / column scales and zero points, alpha, relu) and the operands'
+# extras (group-wise scales of a, K-major operands).
 @torch.library.custom_op("qg::gemm", mutates_args=())
 def _gemm_op(
-    a: torch.Tensor, b: torch.Tensor, fn: str, m: int, n: int, k: int, bias: Optional[torch.Tensor],
-    out_dtype: str, transpose: bool,
+    a: torch.Tensor, b: torch.Tensor, fn: str, a_fmt: int, b_fmt: int, a_name: str, b_name: str, m: int, n: int,
+    k: int, bias: Optional[torch.Tensor], out_dtype: str, transpose: bool,
+    row_scale: Optional[torch.Tensor] = None, col_scale: Optional[torch.Tensor] = None,
+    row_zero_point: Optional[torch.Tensor] = None, col_zero_point: Optional[torch.Tensor] = None,
+    a_scales: Optional[torch.Tensor] = None, a_zero_points: Optional[torch.Tensor] = None, group_size: int = 0,
+    alpha: float = 1.0, relu: bool = False, a_k_major: bool = False, b_k_major: bool = False,
 ) -> torch.Tensor:
-    epi = _api._Epilogue(bias, out_dtype, transpose)
-    return _api._generic_gemm(_GEMM_OPS[fn], a, b, m, n, k, None, None, route=False, epi=epi)
+    op = _api._Op("gemm", fn, a_fmt=a_fmt, b_fmt=b_fmt, a_name=a_name, b_name=b_name)
+    epi = _api._Epilogue(
+        bias, out_dtype, transpose, row_scale, col_scale, row_zero_point, col_zero_point, alpha, relu, a_scales,
+        a_zero_points, group_size, a_k_major, b_k_major,
+    )
+    return _api._generic_gemm(op, a, b, m, n, k, None, None, route=False, epi=epi)
+
+
+_TORCH_DTYPES = {
+    "uint8": torch.uint8, "int8": torch.int8, "int32": torch.int32, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "float32": torch.float32,
+}
+
+
+def _row_elements(t: dict, k):
+    """Storage elements of one row of k values of a flat format (formats.h's row_elements)."""
+    esize = _TORCH_DTYPES[t["storage"]].itemsize
+    return (k + t["block_size"] - 1) // t["block_size"] * t["bytes_per_block"] // esize
+
+
+def _operand_rows_k(fn: str, arg: str, x, fmt: int, k_major: bool, k_given: int):
+    """(rows, K) of a GEMM operand, with the core's checks and messages."""
+    t = _TRAITS[fmt]
+    if t["blocked_view"]:
+        _check_packed(fn, arg, x, t["name"])
+        return _rows(x, 2), x.shape[-2] * t["block_size"]
+    if x.dtype != _TORCH_DTYPES[t["storage"]]:
+        raise TypeError(f"{fn}: {arg} must be {t['storage']} ({t['name']} codes), got {_dtype_name(x.dtype)}")
+    need = 2 if k_major else 1
+    if x.dim() < need:
+        raise ValueError(f"{fn}: {arg} must have at least {need} dimension(s), got shape {list(x.shape)}")
+    if k_major and x.dim() != 2:
+        raise ValueError(f"{fn}: {arg} must be 2-D [K, N] here, got shape {list(x.shape)}")
+    elements = x.shape[0] if k_major else x.shape[-1]
+    rows = x.shape[1] if k_major else _rows(x, 1)
+    esize = _TORCH_DTYPES[t["storage"]].itemsize
+    full = elements * esize // t["bytes_per_block"] * t["block_size"]
+    if k_given < 0:
+        return rows, full
+    torch._check_value(
+        _row_elements(t, k_given) == elements,
+        lambda: f"{fn}: K={k_given} does not match {arg}, whose rows hold {elements} {t['storage']} elements",
+    )
+    return rows, k_given
 
 
 @_gemm_op.register_fake
-def _(a, b, fn, m, n, k, bias, out_dtype, transpose):
-    op = _GEMM_OPS[fn]
-    a_fmt, b_fmt = _NAMES[op.a_fmt], _NAMES[op.b_fmt]
-    ta, tb = _TRAITS[op.a_fmt], _TRAITS[op.b_fmt]
-    _check_packed(fn, op.a_name, a, a_fmt)
-    _check_packed(fn, op.b_name, b, b_fmt)
-    ka, kb = a.shape[-2] * ta["block_size"], b.shape[-2] * tb["block_size"]
-    torch._check_value(
-        ka == kb,
-        lambda: f"{fn}: {op.a_name} has {a.shape[-2]} blocks per row (K={ka}) but {op.b_name} has "
-        f"{b.shape[-2]} (K={kb})",
-    )
-    rows_a, rows_b = _rows(a, 2), _rows(b, 2)
-    for name, given, actual, arg in (("K", k, ka, op.a_name), ("M", m, rows_a, op.a_name), ("N", n, rows_b, op.b_name)):
+def _(a, b, fn, a_fmt, b_fmt, a_name, b_name, m, n, k, bias, out_dtype, transpose, row_scale=None, col_scale=None,
+      row_zero_point=None, col_zero_point=None, a_scales=None, a_zero_points=None, group_size=0, alpha=1.0,
+      relu=False, a_k_major=False, b_k_major=False):
+    rows_a, ka = _operand_rows_k(fn, a_name, a, a_fmt, a_k_major, k)
+    rows_b, kb = _operand_rows_k(fn, b_name, b, b_fmt, b_k_major, k)
+    if _TRAITS[a_fmt]["blocked_view"]:
+        torch._check_value(
+            ka == kb,
+            lambda: f"{fn}: {a_name} has {a.shape[-2]} blocks per row (K={ka}) but {b_name} has "
+            f"{b.shape[-2]} (K={kb})",
+        )
+    else:
+        torch._check_value(ka == kb, lambda: f"{fn}: {a_name} has K={ka} but {b_name} has K={kb}")
+    for name, given, actual, arg in (("K", k, ka, a_name), ("M", m, rows_a, a_name), ("N", n, rows_b, b_name)):
         if given >= 0:
             torch._check_value(
                 given == actual,
@@ -167,21 +216,84 @@ def _(a, b, fn, m, n, k, bias, out_dtype, transpose):
                     f"{fn}: {name}={given} does not match {arg} ({name}={actual})"
                 ),
             )
-    if bias is not None:
-        torch._check_value(
-            bias.dim() == 1 and bias.shape[0] == rows_a,
-            lambda: f"{fn}: bias must have shape [{rows_a}], got {list(bias.shape)}",
-        )
+    for name, v, length, scalar_ok in (
+        ("bias", bias, rows_a, False), ("row_scale", row_scale, rows_a, True), ("col_scale", col_scale, rows_b, True),
+        ("row_zero_point", row_zero_point, rows_a, True), ("col_zero_point", col_zero_point, rows_b, True),
+    ):
+        if v is not None:
+            torch._check_value(
+                v.dim() == 1 and (v.shape[0] == length or (scalar_ok and v.shape[0] == 1)),
+                lambda name=name, v=v, length=length: f"{fn}: {name} must have shape [{length}], got {list(v.shape)}",
+            )
     shape = (rows_b, rows_a) if transpose else (rows_a, rows_b)
     return a.new_empty(shape, dtype=getattr(torch, out_dtype))
 
 
-_GEMM_OPS = {op.fn: op for op in (_api._GEMM_Q4_0_Q8_1, _api._LINEAR_Q4_0)}
+# ----------------------------------------------------- the integer family
+# quantize_int: x -> (codes, scales, zero points). Static calls (given
+# scales) and symmetric ones return empty [0] tensors in the places they do
+# not produce (a custom operator's outputs may not alias its inputs).
+@torch.library.custom_op("qg::quantize_int", mutates_args=())
+def _quantize_int_op(
+    x: torch.Tensor, fmt: int, granularity: str, group_size: int, asymmetric: bool,
+    scales: Optional[torch.Tensor], zero_points: Optional[torch.Tensor], fn: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    op = _api._Op("quantize", fn, fmt=fmt)
+    codes, sc, zp = _api._generic_quantize_int(
+        op, x.detach(), granularity, group_size, asymmetric, scales, zero_points, route=False
+    )
+    empty = lambda dt: x.new_empty((0,), dtype=dt)  # noqa: E731
+    return codes, empty(torch.float32) if sc is None else sc, empty(torch.int32) if zp is None else zp
+
+
+@_quantize_int_op.register_fake
+def _(x, fmt, granularity, group_size, asymmetric, scales, zero_points, fn):
+    t = _TRAITS[fmt]
+    if x.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{fn}: x must be float32, float16 or bfloat16, got {_dtype_name(x.dtype)}")
+    if x.dim() < 1:
+        raise ValueError(f"{fn}: x must have shape [..., K], got a 0-d array; reshape it to [1, K]")
+    k = x.shape[-1]
+    if not t["pads_k"]:
+        torch._check_value(
+            k % t["block_size"] == 0,
+            lambda: f"{fn}: K={k} (x.shape[-1]) is not a multiple of {t['block_size']}, the {t['name']} block size",
+        )
+    codes = x.new_empty((*x.shape[:-1], _row_elements(t, k)), dtype=_TORCH_DTYPES[t["storage"]])
+    if scales is not None:
+        return codes, x.new_empty((0,), dtype=torch.float32), x.new_empty((0,), dtype=torch.int32)
+    if granularity == "tensor":
+        shape = (1,)
+    elif granularity == "row":
+        shape = tuple(x.shape[:-1])
+    else:
+        torch._check_value(
+            group_size > 0 and k % group_size == 0,
+            lambda: f"{fn}: group_size={group_size} must be positive and divide K={k}",
+        )
+        shape = (*x.shape[:-1], k // group_size)
+    zp = x.new_empty(shape if asymmetric else (0,), dtype=torch.int32)
+    return codes, x.new_empty(shape, dtype=torch.float32), zp
+
+
+@torch.library.custom_op("qg::dequantize_int", mutates_args=())
+def _dequantize_int_op(
+    xq: torch.Tensor, fmt: int, k: int, granularity: str, group_size: int, scales: torch.Tensor,
+    zero_points: Optional[torch.Tensor], fn: str,
+) -> torch.Tensor:
+    op = _api._Op("dequantize", fn, fmt=fmt)
+    return _api._generic_dequantize_int(op, xq, k, granularity, group_size, scales, zero_points, route=False)
+
+
+@_dequantize_int_op.register_fake
+def _(xq, fmt, k, granularity, group_size, scales, zero_points, fn):
+    _, kk = _operand_rows_k(fn, "q", xq, fmt, False, k)
+    return xq.new_empty((*xq.shape[:-1], kk), dtype=torch.float32)
 
 
 # ------------------------------------------------------------- fake quantize
 _FAKE_QUANTIZE_FN = "qg.torch.fake_quantize"
-_QUANTIZABLE = [n for n, t in zip(_NAMES, _TRAITS) if t["quantizable"]]
+_QUANTIZABLE = [n for n, t in zip(_NAMES, _TRAITS) if t["quantizable"] and t["blocked_view"]]  # the ggml formats
 
 
 @torch.library.custom_op("qg::fake_quantize", mutates_args=())
@@ -262,10 +374,15 @@ def _use_op(*tensors) -> bool:
 
 def _grad_check(op, x) -> None:
     if x.requires_grad and torch.is_grad_enabled():
+        fmt = _NAMES[op.fmt]
+        alt = (
+            f"qg.torch.fake_quantize(x, '{fmt}') for quantization-aware training (straight-through gradient)"
+            if fmt in _QUANTIZABLE
+            else "qg.torch.QuantizedLinear, whose input gets a straight-through gradient"
+        )
         raise RuntimeError(
-            f"{op.fn}: x requires grad, but packed codes cannot carry a gradient, so the autograd graph would be "
-            f"lost; pass x.detach() (inference), or use qg.torch.fake_quantize(x, '{_NAMES[op.fmt]}') for "
-            "quantization-aware training (straight-through gradient)"
+            f"{op.fn}: x requires grad, but integer codes cannot carry a gradient, so the autograd graph would be "
+            f"lost; pass x.detach() (inference), or use {alt}"
         )
 
 
@@ -344,31 +461,80 @@ def route_dequantize(op, xq, k: int, out, stream):
     return _recorded(op.fn, _dequantize_op(xq, _NAMES[op.fmt], k), out, stream)
 
 
-def _bias_grad_check(op, bias) -> None:
-    """qg's GEMM has no backward: a bias that requires grad (with grad mode
-    on) is refused rather than silently dropped from the graph."""
+def _bias_grad_check(op, bias, name: str = "bias") -> None:
+    """qg's GEMM has no backward: a bias (or scale) that requires grad (with
+    grad mode on) is refused rather than silently dropped from the graph."""
     if isinstance(bias, torch.Tensor) and bias.requires_grad and torch.is_grad_enabled():
         raise RuntimeError(
-            f"{op.fn}: bias requires grad, but qg's quantized GEMM has no backward, so the autograd graph would "
-            "be lost; call it under torch.no_grad() / torch.inference_mode(), or pass bias.detach()"
+            f"{op.fn}: {name} requires grad, but qg's quantized GEMM has no backward, so the autograd graph would "
+            f"be lost; call it under torch.no_grad() / torch.inference_mode(), pass {name}.detach(), or use "
+            "qg.torch.QuantizedLinear (input gradients)"
         )
 
 
-def bias_ok(op, bias) -> bool:
-    """May the fast path take this bias (a plain, dense, non-negated tensor)?"""
-    if bias is None:
+def extras_ok(op, tensors) -> bool:
+    """May the fast path take these optional tensors (scales, zero points)?
+    None entries are absent. Negated views go to the generic path, which
+    resolves them; a tensor that requires grad is refused there too."""
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) not in _api._FAST_TYPES or t.layout != torch.strided or t.is_neg():
+            return False
+        if t.requires_grad and torch.is_grad_enabled():
+            return False  # the generic path raises the message
+    return True
+
+
+def epilogue_ok(op, epi) -> bool:
+    """bias_ok and extras_ok for every array of a GEMM call's _Epilogue."""
+    if epi is _api._PLAIN:
         return True
-    _bias_grad_check(op, bias)
-    return type(bias) in _api._FAST_TYPES and bias.layout == torch.strided and not bias.is_neg()
+    for name, t in epi.arrays():
+        _bias_grad_check(op, t, name)
+        if type(t) not in _api._FAST_TYPES or t.layout != torch.strided or t.is_neg():
+            return False
+    return True
 
 
 def route_gemm(op, a, b, m: int, n: int, k: int, out, stream, epi=None):
     epi = epi or _api._PLAIN
-    _bias_grad_check(op, epi.bias)
-    if not _use_op(a, b, out, epi.bias):
+    arrays = epi.arrays()
+    for name, t in arrays:
+        _bias_grad_check(op, t, name)
+    if not _use_op(a, b, out, *(t for _, t in arrays)):
         return None
-    result = _gemm_op(a, b, op.fn, m, n, k, epi.bias, epi.out_dtype, epi.transpose)
+    result = _gemm_op(
+        a, b, op.fn, op.a_fmt, op.b_fmt, op.a_name, op.b_name, m, n, k, epi.bias, epi.out_dtype, epi.transpose,
+        epi.row_scale, epi.col_scale, epi.row_zero_point, epi.col_zero_point, epi.a_scales, epi.a_zero_points,
+        epi.group_size, float(epi.alpha), bool(epi.relu), epi.a_k_major, epi.b_k_major,
+    )
     return _recorded(op.fn, result, out, stream)
+
+
+def _static_grad_check(op, t, name: str) -> None:
+    if isinstance(t, torch.Tensor) and t.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(
+            f"{op.fn}: {name} requires grad, but integer codes cannot carry a gradient; pass {name}.detach()"
+        )
+
+
+def route_quantize_int(op, x, gran: str, group_size: int, asym: bool, scales, zero_points):
+    """The generic path's torch step for the integer formats: the autograd
+    rule, and qg::quantize_int while torch traces (None: run eagerly)."""
+    _grad_check(op, x)
+    _static_grad_check(op, scales, "scale")
+    if not _use_op(x, scales, zero_points):
+        return None
+    codes, sc, zp = _quantize_int_op(x, op.fmt, gran, group_size, asym, scales, zero_points, op.fn)
+    return codes, (None if scales is not None else sc), (zp if asym and scales is None else None)
+
+
+def route_dequantize_int(op, xq, k: int, gran: str, group_size: int, scales, zero_points):
+    _static_grad_check(op, scales, "scale")
+    if not _use_op(xq, scales, zero_points):
+        return None
+    return _dequantize_int_op(xq, op.fmt, k, gran, group_size, scales, zero_points, op.fn)
 
 
 _api._torch_ops = sys.modules[__name__]  # before any type can reach the fast path

@@ -32,6 +32,19 @@ bool import_input(nb::handle obj, const char* fn, const char* arg, const dlx::Ap
   return true;
 }
 
+// An optional input (None: absent, *present false). False: not for this path
+// (another framework, or a view the core would refuse as not contiguous,
+// which the generic path copies first).
+bool import_optional(nb::handle obj, const char* fn, const char* arg, const dlx::Api* api, TensorView* v,
+                     bool* present) {
+  *present = false;
+  if (obj.is_none()) return true;
+  const dlx::Api* a;
+  if (!import_input(obj, fn, arg, &a, v) || a != api || !v->is_contiguous()) return false;
+  *present = true;
+  return true;
+}
+
 void record_error(void* ctx, const char* kind, const char* message) {
   *static_cast<std::string*>(ctx) = std::string(kind ? kind : "Error") + ": " + (message ? message : "");
 }
@@ -39,6 +52,8 @@ void record_error(void* ctx, const char* kind, const char* message) {
 dlx::DataType dl_dtype(DType d) {
   switch (d) {
     case DType::u8: return {1, 8, 1};
+    case DType::i8: return {0, 8, 1};
+    case DType::i32: return {0, 32, 1};
     case DType::f16: return {2, 16, 1};
     case DType::bf16: return {4, 16, 1};
     default: return {2, 32, 1};
@@ -112,31 +127,105 @@ void bind_fast_ops(nb::module_& m) {
       "x"_a, "fmt"_a, "convention"_a, "fn"_a, "out"_a.none());
   m.def(
       "fast_dequantize",
-      [](nb::handle xq, int fmt, int64_t k, const char* fn, nb::handle out) -> nb::object {
+      [](nb::handle xq, int fmt, int64_t k, const char* fn, nb::handle out, int granularity, int64_t group_size,
+         nb::handle scales, nb::handle zero_points) -> nb::object {
         const dlx::Api* api;
         DequantizeViews v{format_from(fmt), {}, k, fn};
+        v.granularity = granularity_from(granularity);
+        v.group_size = group_size;
         if (!import_input(xq, fn, "xq", &api, &v.xq)) return nb::none();
+        TensorView sv, zv;
+        bool has_s, has_z;
+        if (!import_optional(scales, fn, "scale", api, &sv, &has_s) ||
+            !import_optional(zero_points, fn, "zero_point", api, &zv, &has_z))
+          return nb::none();
+        v.scales = has_s ? &sv : nullptr;
+        v.zero_points = has_z ? &zv : nullptr;
         return finish(api, fn, v, v.xq.device, out,
                       [&](const TensorView& o, Stream s) { return dequantize(v, o, s); });
       },
-      "xq"_a, "fmt"_a, "k"_a, "fn"_a, "out"_a.none());
+      "xq"_a, "fmt"_a, "k"_a, "fn"_a, "out"_a.none(), "granularity"_a = 0, "group_size"_a = 0,
+      "scales"_a.none() = nb::none(), "zero_points"_a.none() = nb::none());
+  // Integer formats: codes, and (dynamic) the scales and zero points, all
+  // allocated by the caller's framework -> (codes, scales or None, zero points or None).
+  m.def(
+      "fast_quantize_int",
+      [](nb::handle x, int fmt, int granularity, int64_t group_size, bool asymmetric, nb::handle static_scales,
+         nb::handle static_zero_points, const char* fn) -> nb::object {
+        const dlx::Api* api;
+        QuantizeViews v{format_from(fmt), {}, Q8_1Convention::reference, fn};
+        v.granularity = granularity_from(granularity);
+        v.group_size = group_size;
+        v.asymmetric = asymmetric;
+        if (!import_input(x, fn, "x", &api, &v.x)) return nb::none();
+        TensorView ss, sz;
+        bool has_s, has_z;
+        if (!import_optional(static_scales, fn, "scale", api, &ss, &has_s) ||
+            !import_optional(static_zero_points, fn, "zero_point", api, &sz, &has_z))
+          return nb::none();
+        v.static_scales = has_s ? &ss : nullptr;
+        v.static_zero_points = has_z ? &sz : nullptr;
+        ResultSpec codes_spec, scales_spec_;
+        throw_if_error(result_spec(v, &codes_spec));
+        throw_if_error(scales_spec(v, &scales_spec_));
+        const Device device = v.x.device;
+        QuantizeOutputs o;
+        nb::object codes = allocate(api, fn, codes_spec, device, &o.codes);
+        nb::object scales = nb::none(), zero_points = nb::none();
+        TensorView sv, zv;
+        if (!has_s) {
+          scales = allocate(api, fn, scales_spec_, device, &sv);
+          o.scales = &sv;
+          if (asymmetric) {
+            ResultSpec zspec = scales_spec_;
+            zspec.dtype = DType::i32;
+            zero_points = allocate(api, fn, zspec, device, &zv);
+            o.zero_points = &zv;
+          }
+        }
+        const Stream stream = current_stream(api, device);
+        throw_if_error(run_released(device, [&] { return quantize(v, o, stream); }));
+        return nb::make_tuple(codes, scales, zero_points);
+      },
+      "x"_a, "fmt"_a, "granularity"_a, "group_size"_a, "asymmetric"_a, "static_scales"_a.none(),
+      "static_zero_points"_a.none(), "fn"_a);
   m.def(
       "fast_gemm",
       [](nb::handle a, nb::handle b, int a_fmt, int b_fmt, int64_t M, int64_t N, int64_t K, const char* fn,
-         const char* a_name, const char* b_name, nb::handle out, nb::handle bias, int out_dtype,
-         bool transpose) -> nb::object {
-        const dlx::Api *api_a, *api_b, *api_bias;
+         const char* a_name, const char* b_name, nb::handle out, nb::handle bias, int out_dtype, bool transpose,
+         nb::handle row_scale, nb::handle col_scale, nb::handle row_zero_point, nb::handle col_zero_point,
+         nb::handle a_scales, nb::handle a_zero_points, int64_t group_size, float alpha, int activation,
+         bool a_k_major, bool b_k_major) -> nb::object {
+        const dlx::Api *api_a, *api_b;
         TensorView av, bv, biasv;
         if (!import_input(a, fn, a_name, &api_a, &av) || !import_input(b, fn, b_name, &api_b, &bv) || api_a != api_b)
           return nb::none();
-        if (!bias.is_none() && (!import_input(bias, fn, "bias", &api_bias, &biasv) || api_bias != api_a))
+        bool has_bias;
+        if (!import_optional(bias, fn, "bias", api_a, &biasv, &has_bias)) return nb::none();
+        GemmExtras e;
+        if (!import_optional(row_scale, fn, "row_scale", api_a, &e.row_scale, &e.has_row_scale) ||
+            !import_optional(col_scale, fn, "col_scale", api_a, &e.col_scale, &e.has_col_scale) ||
+            !import_optional(row_zero_point, fn, "row_zero_point", api_a, &e.row_zero_point, &e.has_row_zero_point) ||
+            !import_optional(col_zero_point, fn, "col_zero_point", api_a, &e.col_zero_point, &e.has_col_zero_point) ||
+            !import_optional(a_scales, fn, "scales", api_a, &e.a_scales, &e.has_a_scales) ||
+            !import_optional(a_zero_points, fn, "zero_points", api_a, &e.a_zero_points, &e.has_a_zero_points))
           return nb::none();
+        e.group_size = group_size;
+        e.alpha = alpha;
+        e.activation = activation;
+        e.a_k_major = a_k_major;
+        e.b_k_major = b_k_major;
         GemmViews v = gemm_views(a_fmt, b_fmt, av, bv, M, N, K, fn, a_name, b_name);
-        set_epilogue(&v, bias.is_none() ? nullptr : &biasv, out_dtype, transpose);
+        set_epilogue(&v, has_bias ? &biasv : nullptr, out_dtype, transpose);
+        set_extras(&v, e);
         return finish(api_a, fn, v, av.device, out, [&](const TensorView& o, Stream s) { return gemm(v, o, s); });
       },
       "a"_a, "b"_a, "a_fmt"_a, "b_fmt"_a, "M"_a, "N"_a, "K"_a, "fn"_a, "a_name"_a, "b_name"_a, "out"_a.none(),
-      "bias"_a.none() = nb::none(), "out_dtype"_a = 0, "transpose"_a = false);
+      "bias"_a.none() = nb::none(), "out_dtype"_a = 0, "transpose"_a = false, "row_scale"_a.none() = nb::none(),
+      "col_scale"_a.none() = nb::none(), "row_zero_point"_a.none() = nb::none(),
+      "col_zero_point"_a.none() = nb::none(), "a_scales"_a.none() = nb::none(),
+      "a_zero_points"_a.none() = nb::none(), "group_size"_a = 0, "alpha"_a = 1.0f, "activation"_a = 0,
+      "a_k_major"_a = false, "b_k_major"_a = false);
 }
 
 }  // namespace qg::python

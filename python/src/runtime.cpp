@@ -55,6 +55,12 @@ void bind_runtime(nb::module_& m) {
         } else if (dtype == "float16") {
           dt = nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
           itemsize = 2;
+        } else if (dtype == "int8") {
+          dt = nb::dtype<int8_t>();
+          itemsize = 1;
+        } else if (dtype == "int32") {
+          dt = nb::dtype<int32_t>();
+          itemsize = 4;
         } else {
           throw nb::value_error(("qg.empty_cuda: unsupported dtype " + dtype).c_str());
         }

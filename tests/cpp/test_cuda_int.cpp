@@ -1083,6 +1083,35 @@ TEST_F(CudaInt, QuantizeTensorScopeNeedsAlignedScaleOutput) {
   EXPECT_NE(s.message().find("4-byte aligned"), std::string::npos) << s.message();
 }
 
+// Scopes over no values get an all-zero scope's parameters, as on the CPU
+// (scale 0; zero point qmin when asymmetric), including at odd addresses.
+TEST_F(CudaInt, QuantizeEmptyScopesAreWritten) {
+  float host_x = 0.0f;
+  DevBytes dx(bytes_of(std::vector<float>{host_x})), dy(std::vector<uint8_t>(4));
+  DevBytes ds(std::vector<uint8_t>(12, 0xAB), 1), dz(std::vector<uint8_t>(12, 0xAB), 3);
+  qg::QuantizeArgs q;
+  q.format = Format::i4;
+  q.x = dx.ptr();
+  q.rows = 3;
+  q.k = 0;
+  q.y = dy.ptr();
+  q.granularity = Granularity::row;
+  q.scales = ds.as<float>();
+  q.zero_points = dz.as<int32_t>();
+  q.device = qg::Device::cuda(0);
+  ASSERT_TRUE(qg::quantize(q).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint8_t> s = ds.read(), z = dz.read();
+  for (int i = 0; i < 3; ++i) {
+    float sv;
+    int32_t zv;
+    std::memcpy(&sv, s.data() + 4 * i, 4);
+    std::memcpy(&zv, z.data() + 4 * i, 4);
+    EXPECT_EQ(sv, 0.0f) << i;
+    EXPECT_EQ(zv, -8) << i;
+  }
+}
+
 // ====================================================================== dequantize
 void check_dequantize(const Quant& q, int64_t xq_pad, std::mt19937_64& rng) {
   SCOPED_TRACE(q.describe() + " xq_pad=" + std::to_string(xq_pad));

@@ -241,3 +241,39 @@ TEST(IntViews, QuantizeWritesCodesScalesAndZeroPoints) {
 }
 
 }  // namespace
+
+namespace {
+
+// Scopes over no values (a tensor scope of an empty x, rows of K = 0) still
+// get their parameters: those of an all-zero scope (scale 0; zero point qmin
+// when asymmetric), never uninitialised memory.
+TEST(IntViews, EmptyScopesGetAllZeroParameters) {
+  float dummy = 0.0f;
+  qg::QuantizeArgs a;
+  a.format = Format::i8;
+  a.x = &dummy;
+  a.x_dtype = DType::f32;
+  a.rows = 3;
+  a.k = 0;
+  a.y = &dummy;
+  a.device = qg::Device::cpu();
+  a.granularity = qg::Granularity::row;
+  std::vector<float> s(3, -1.0f);
+  std::vector<int32_t> z(3, 99);
+  a.scales = s.data();
+  a.zero_points = z.data();
+  ASSERT_TRUE(qg::quantize(a).ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(s[i], 0.0f);
+    EXPECT_EQ(z[i], -128);
+  }
+  a.rows = 0;
+  a.k = 5;
+  a.granularity = qg::Granularity::tensor;
+  a.zero_points = nullptr;
+  s[0] = -1.0f;
+  ASSERT_TRUE(qg::quantize(a).ok());
+  EXPECT_EQ(s[0], 0.0f);
+}
+
+}  // namespace
