@@ -35,8 +35,12 @@ Status gemm_dispatch(const GemmArgs& args, Stream stream, Explanation* explain) 
 Status quantize_dispatch(const QuantizeArgs& args, Stream stream, Explanation* explain) {
   if (Status s = detail::check_quantize_args(args, explain == nullptr); !s.ok()) return s;
   const char* fn = name_or(args.fn, format_traits(args.format).quantize_fn);
-  return run_op(args, detail::registry_for(args.device).quantize, fn, args.rows == 0 || args.k == 0, stream,
-                explain);
+  // An empty input still has scopes when its scales are computed (a tensor
+  // scope, or rows of K = 0): the kernel writes them as all-zero scopes.
+  const bool empty = args.rows == 0 || args.k == 0;
+  const bool scopes = args.scales && (args.granularity == Granularity::tensor ||
+                                      (args.granularity == Granularity::row && args.rows > 0));
+  return run_op(args, detail::registry_for(args.device).quantize, fn, empty && !scopes, stream, explain);
 }
 
 Status dequantize_dispatch(const DequantizeArgs& args, Stream stream, Explanation* explain) {
