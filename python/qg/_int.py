@@ -331,11 +331,12 @@ def int8_matmul(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point_a=Non
     A: int8 [..., K] (M = product of the leading dims); B: int8 [K, N]
     (b_layout="kn", seed 001) or [N, K] (b_layout="nk", a linear layer's
     weight). Returns [..., N] (A's leading dims).
-    out_dtype="int32" (default): the exact integer sum_k (a - za)(b - zb);
-    scales must then stay 1.0 and bias None (activation None or "relu"):
-    dequantize the result with dequantize_tensor(C, scale_a * scale_b), or
-    pass out_dtype "float32", "float16" or "bfloat16" to apply them in the
-    GEMM's epilogue. scale_a: a float, or a float32 array [1] or [M] (per
+    out_dtype="int32" (default): the exact integer sum_k (a - za)(b - zb),
+    as in seed 001: the scales are checked but not applied (an integer
+    result cannot carry them; dequantize it with
+    dequantize_tensor(C, scale_a * scale_b)), and bias must be None
+    (activation None or "relu"). out_dtype "float32", "float16" or
+    "bfloat16" applies the scales and bias in the GEMM's epilogue. scale_a: a float, or a float32 array [1] or [M] (per
     row of A); scale_b: a float, or [1] or [N] (per column of the result);
     scale_c: a float. zero_point_a / zero_point_b: an int, or an int32 array
     [1] / [M] resp. [1] / [N], in [-128, 127]. bias: float [N].
@@ -381,13 +382,15 @@ def _int8_matmul_plan(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point
     col_zp = ia.vector_zero_point(fn, "zero_point_a", zero_point_a, w, m, "M", I8)
     row_zp = ia.vector_zero_point(fn, "zero_point_b", zero_point_b, w, n, "N", I8)
     if dtype == "int32":
-        if alpha != 1.0 or col_scale is not None or row_scale is not None or bias is not None:
+        # Seed 001 passes its scales with an int32 result and then
+        # dequantizes with scale_a * scale_b: the integer result is the exact
+        # sum, and the scales (checked above) are the caller's to apply.
+        if bias is not None:
             raise ValueError(
-                f"{fn}: out_dtype='int32' is the exact integer sum: scales and bias are float operations; leave "
-                "scale_a, scale_b, scale_c at 1.0 and bias None and dequantize the result "
-                "(qg.dequantize_tensor(C, scale_a * scale_b)), or pass out_dtype='float32' (or 'float16', "
-                "'bfloat16') to apply them in the GEMM"
+                f"{fn}: out_dtype='int32' is the exact integer sum and takes no bias (a float operation); pass "
+                "out_dtype='float32' (or 'float16', 'bfloat16') to add it in the GEMM"
             )
+        alpha, col_scale, row_scale = 1.0, None, None
     elif dtype == "bfloat16" and w.kind != "torch":
         raise TypeError(f"{fn}: out_dtype='bfloat16' needs torch tensors ({w.kind} has no bfloat16 result arrays "
                         "qg can return); pass out_dtype='float32' or 'float16'")
