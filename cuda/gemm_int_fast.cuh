@@ -7,6 +7,8 @@
 //   cuda_wo_gemv  i4 weights with group scales (and zero points) x f16 / bf16
 //                 activations, N <= 16 (decode): fp16/bf16 mma.sync over
 //                 exact codes, fp32 group rescale, then epilogue_store
+//   cuda_wo_gemv_small  the same operands, N <= 2: FFMAs on codes made exact
+//                 floats by a magic-number LOP3 + FFMA, W streamed to registers
 // And the host-side helpers both share: device limits and what a kernel can
 // do on a device (resident CTAs, clusters), asked once per device.
 #pragma once
@@ -26,6 +28,8 @@ bool gemm_i8_mma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_i8_mma_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream);
+bool gemm_wo_gemv_small_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_wo_gemv_small_run(const GemmArgs& args, Stream stream);
 
 namespace intfast {
 

@@ -8,6 +8,7 @@
 //   cuda_generic     q4_0 x q8_1, anything, including unaligned operands: byte loads
 //   cuda_warp_staged quantize / dequantize, every format
 //   cuda_i8_mma      i8 x i8, K-contiguous 16-byte-aligned rows (sm_80+): int8 mma.sync m16n8k32, all epilogues
+//   cuda_wo_gemv_small i4 (group scales) x f16 / bf16, N <= 2 (sm_80+): W streamed to registers, FFMAs
 //   cuda_wo_gemv     i4 (group scales) x f16 / bf16, N <= 16 (sm_80+): decode GEMV on f16/bf16 mma.sync
 //   cuda_int_generic any pair of i8 / i4 / i4x8, any strides, zero points, int32 out: byte loads
 //   cuda_wo_generic  i8 / i4 weights with group scales x f16 / bf16 / f32 activations: byte loads
@@ -37,6 +38,9 @@ Registry make_registry() {
   // The integer family's fast kernels: aligned, K-contiguous operands (their
   // can_run says which), in front of the generic block below.
   r.gemm.push_back({"cuda_i8_mma", Format::i8, Format::i8, kMmaS8, kEpiAll, gemm_i8_mma_can_run, gemm_i8_mma_run});
+  for (Format fb : {Format::f16, Format::bf16})
+    r.gemm.push_back({"cuda_wo_gemv_small", Format::i4, fb, kMmaS8, kEpiFloatAll, gemm_wo_gemv_small_can_run,
+                      gemm_wo_gemv_small_run});
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cuda_wo_gemv", Format::i4, fb, kMmaS8, kEpiFloatAll, gemm_wo_gemv_can_run, gemm_wo_gemv_run});
   // The integer family's last resorts: every layout, every epilogue. Faster
