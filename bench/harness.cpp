@@ -1143,6 +1143,7 @@ int main(int argc, char** argv) {
   CaseList cases;
   add_gemm_cases(cases);
   add_quantize_cases(cases);
+  add_linear_cases(cases);
   auto selected = [](const Case& c) {
     return filter_selects(c.backend == Backend::cuda ? c.name + "/manual_time" : c.name);
   };

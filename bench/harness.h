@@ -209,5 +209,6 @@ std::vector<int64_t> distinct_k();
 
 void add_gemm_cases(CaseList& cases);      // cases_gemm.cpp
 void add_quantize_cases(CaseList& cases);  // cases_quantize.cpp
+void add_linear_cases(CaseList& cases);    // cases_linear.cpp
 
 }  // namespace qgbench

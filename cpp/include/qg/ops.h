@@ -10,7 +10,8 @@
 //     infer shapes, check layouts, and call the raw layer.
 // Both run the same checks (validate.cpp). Nothing here allocates device
 // memory or synchronises a stream; every call returns a Status.
-// The seed libraries' names (gemm_q4_0_q8_1, ...) are one-line wrappers.
+// The seed libraries' names (gemm_q4_0_q8_1, ...) are one-line wrappers;
+// linear_q4_0 (raw pointers only) is quantize + gemm in one call.
 #pragma once
 
 #include <cstdint>
@@ -162,6 +163,31 @@ struct DequantizeArgs {
 
 Status quantize(const QuantizeArgs& args, Stream stream = nullptr);
 Status dequantize(const DequantizeArgs& args, Stream stream = nullptr);
+
+// ------------------------------------------------------------------- linear
+// A model's linear layer with Q4_0 weights: y[n, m] = x[n] . W[m]^T + bias[m].
+// x is quantized to Q8_1 (the reference convention) into xq_workspace, then
+// multiplied as gemm_q4_0_q8_1 does, the epilogue adding bias and writing
+// y [N, M] in y_dtype: byte for byte quantize + gemm with ldc = 1, ldc_n = ldy.
+// Both kernels are chosen before either runs, then enqueued on `stream` back
+// to back. Strides: x and y in elements, the weight in bytes.
+struct LinearQ4_0Args {
+  const void* x = nullptr;         // [n, k] f32, f16 or bf16
+  DType x_dtype = DType::f32;
+  int64_t n = 0, k = 0, x_row_stride = 0;
+  void* xq_workspace = nullptr;    // n * (k / 32) * 36 bytes on `device`, caller-owned, overwritten
+  const void* weight_q = nullptr;  // [m, k / 32] Q4_0 blocks
+  int64_t m = 0, weight_row_stride = 0;
+  void* y = nullptr;               // [n, m], row n at y + n * ldy
+  DType y_dtype = DType::f32;      // f32, f16 or bf16
+  int64_t ldy = 0;
+  const void* bias = nullptr;      // [m] of bias_dtype, or null
+  DType bias_dtype = DType::f32;
+  Device device;
+  const char* fn = nullptr;        // default "qg.linear_q4_0"
+};
+
+Status linear_q4_0(const LinearQ4_0Args& args, Stream stream = nullptr);
 
 // -------------------------------------------------------------------- views
 // A result's shape and dtype, before it exists (no heap allocation).

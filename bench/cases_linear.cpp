@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: MIT
+// bench/cases_linear.cpp: qg::linear_q4_0, the whole call (quantize_q8_1 of
+// float32 x into a workspace, then the Q4_0 x Q8_1 GEMM writing fp32 y
+// [N, M]), on CUDA for the decode N (<= 8) of the N list and each shape:
+//   linear_q4_0/cuda/<cold|hot>/M:<M>/K:<K>/N:<N>/manual_time
+// Beside quantize_q8_1/cuda/.../K:/N: and q4_0_q8_1/cuda/.../M:/K:/N: of the
+// same run: the float-activation call a model makes, quantization included.
+// Cold rotates x and the weights as those cases do (the same rotations).
+#include <string>
+
+#include "harness.h"
+
+namespace qgbench {
+
+namespace {
+
+constexpr int64_t kMaxDecodeN = 8;  // the N the decode kernel takes
+
+qg::LinearQ4_0Args linear_args(int64_t m, int64_t n, int64_t k, const void* x, void* ws, const void* w, void* y) {
+  qg::LinearQ4_0Args a;
+  a.x = x;
+  a.x_dtype = qg::DType::f32;
+  a.n = n;
+  a.k = k;
+  a.x_row_stride = k;
+  a.xq_workspace = ws;
+  a.weight_q = w;
+  a.m = m;
+  a.weight_row_stride = qg::row_bytes(qg::format_traits(qg::Format::q4_0), k);
+  a.y = y;
+  a.y_dtype = qg::DType::f32;
+  a.ldy = m;
+  a.device = device_of(Backend::cuda);
+  return a;
+}
+
+void bm_linear(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
+  const Backend be = Backend::cuda;
+  const int64_t xq_bytes = n * qg::row_bytes(qg::format_traits(qg::Format::q8_1), k);
+  int64_t y_bytes = m * n * 4;
+  if (y_bytes == xq_bytes) y_bytes += 4;  // output buffers of one size are one buffer
+  RotationPtr w, x, ws, y;
+  std::string err = packed_rows(be, "w", qg::Format::q4_0, m, k, &w);
+  if (err.empty()) err = f32_rows(be, n, k, &x);
+  if (err.empty()) err = output_buffer(be, xq_bytes, &ws);
+  if (err.empty()) err = output_buffer(be, y_bytes, &y);
+  if (err.empty()) err = w->prepare(cold);
+  if (err.empty()) err = x->prepare(cold);
+  if (err.empty()) err = ws->prepare(false);
+  if (err.empty()) err = y->prepare(false);
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  qg::LinearQ4_0Args a = linear_args(m, n, k, x->slot(0), ws->slot(0), w->slot(0), y->slot(0));
+  // The label names the GEMM kernel the call runs after its quantizer.
+  qg::GemmArgs g;
+  g.a = qg::packed_operand(a.weight_q, qg::Format::q4_0, m, k);
+  g.b = qg::packed_operand(a.xq_workspace, qg::Format::q8_1, n, k);
+  g.c = a.y;
+  g.ldc = 1;
+  g.ldc_n = m;
+  g.device = a.device;
+  qg::Explanation ex;
+  if (qg::explain(g, &ex).ok()) st.SetLabel("quantize_q8_1 + " + ex.chosen);
+  const Work work{2.0 * m * n * k, double(m * qg::row_bytes(qg::format_traits(qg::Format::q4_0), k)) +
+                                       4.0 * n * k + 4.0 * m * n};
+  const qg::Stream stream = stream_of(be);
+  run_timed(st, be, work, warmups_for(be, *w, cold), [&]() {
+    a.weight_q = w->take(cold);
+    a.x = x->take(cold);
+    return qg_error("qg::linear_q4_0", qg::linear_q4_0(a, stream));
+  });
+}
+
+}  // namespace
+
+void add_linear_cases(CaseList& cases) {
+  const Backend be = Backend::cuda;
+  if (qg::detail::cuda::registry().gemm.empty()) return;  // CUDA not built
+  for (const Shape& s : g_opt.shapes)
+    for (int64_t n : n_list(be)) {
+      if (n > kMaxDecodeN) continue;
+      for (bool cold : {true, false}) {
+        const int64_t m = s.m, k = s.k;
+        cases.push_back({case_name("linear_q4_0", be, cold, m, k, n), be,
+                         [=](benchmark::State& st) { bm_linear(st, m, k, n, cold); }, nullptr});
+      }
+    }
+}
+
+}  // namespace qgbench

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: MIT
+// test_cuda_linear.cpp: qg::linear_q4_0 on CUDA equals quantize_q8_1 +
+// gemm_q4_0_q8_1 (bias, cast, [N, M] output) byte for byte, on a stream of
+// its own. Many calls back to back on one stream, one workspace, a different
+// x each time, would show a GEMM reading the workspace before its own
+// quantizer wrote it. Skips cleanly when no CUDA device is visible.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <qg/qg.h>
+
+#include "linear_cases.h"
+#include "test_util.h"
+
+namespace {
+
+using qgtest::linear::Case;
+
+// Device memory. cudaMemcpy from pageable memory may return before the copy
+// lands, and the tests' stream does not wait on the legacy stream: every
+// transfer ends with a device-wide synchronisation.
+class CudaMemory : public qgtest::Memory {
+ public:
+  qg::Device device() const override { return qg::Device::cuda(0); }
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return p;
+  }
+  void release(void* p) override { cudaFree(p); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    EXPECT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  void synchronize(qg::Stream stream) override {
+    const cudaError_t err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+    EXPECT_EQ(err, cudaSuccess) << cudaGetErrorName(err) << ": " << cudaGetErrorString(err);
+  }
+};
+
+class CudaLinear : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!qg::cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  void run_all(const std::vector<Case>& cases, std::mt19937_64& rng) {
+    for (const Case& c : cases) {
+      qgtest::linear::expect_matches(mem_, c, rng, stream_);
+      if (HasFatalFailure() || HasNonfatalFailure()) return;
+    }
+  }
+
+  CudaMemory mem_;
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_F(CudaLinear, MatchesQuantizeThenGemm) {
+  QG_SEEDED_RNG(rng, 1);
+  run_all(qgtest::linear::shape_cases({32, 256}), rng);
+}
+
+TEST_F(CudaLinear, MatchesQuantizeThenGemmLargeK) {
+  QG_SEEDED_RNG(rng, 2);
+  run_all(qgtest::linear::shape_cases({4096, 14336}), rng);
+}
+
+TEST_F(CudaLinear, StridesAndAlignments) {
+  QG_SEEDED_RNG(rng, 3);
+  run_all(qgtest::linear::layout_cases(), rng);
+}
+
+// K = 0 launches no quantizer, and the GEMM writes the bias.
+TEST_F(CudaLinear, KZeroWritesTheBias) {
+  const std::vector<float> bias = {1.5f, -2.0f, 0.25f};
+  qgtest::MemBytes dbias(mem_, qgtest::as_bytes(bias), 0);
+  qgtest::MemBytes y(mem_, std::vector<uint8_t>(2 * 3 * 4, 0xFF), 0);
+  qgtest::MemBytes any(mem_, std::vector<uint8_t>(64, 0), 0);
+  qg::LinearQ4_0Args a;
+  a.x = any.ptr();
+  a.n = 2;
+  a.k = 0;
+  a.weight_q = any.ptr();
+  a.m = 3;
+  a.y = y.ptr();
+  a.ldy = 3;
+  a.bias = dbias.ptr();
+  a.device = qg::Device::cuda(0);
+  const qg::Status s = qg::linear_q4_0(a, stream_);
+  ASSERT_TRUE(s.ok()) << s.message();
+  mem_.synchronize(stream_);
+  const std::vector<uint8_t> out = y.read();
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 3; ++i) {
+      float v;
+      std::memcpy(&v, &out[(r * 3 + i) * 4], 4);
+      EXPECT_EQ(v, bias[i]);
+    }
+}
+
+// `calls` linear_q4_0 calls enqueued back to back on `stream`, one weight and
+// one workspace, x and y different each time; then each y against
+// quantize + gemm of its own x, computed afterwards.
+void back_to_back(CudaMemory& mem, const Case& c, int calls, qg::Stream stream, std::mt19937_64& rng) {
+  SCOPED_TRACE(c.describe() + " calls=" + std::to_string(calls));
+  const qgtest::linear::HostData h = qgtest::linear::make_data(c, rng);
+  qgtest::linear::Buffers b(mem, c, h);
+  std::vector<std::unique_ptr<qgtest::MemBytes>> xs, ys;
+  for (int i = 0; i < calls; ++i) {
+    // No Inf: a NaN result would hide which activations it came from.
+    xs.push_back(std::make_unique<qgtest::MemBytes>(mem, qgtest::linear::random_x(c, rng, false), 0));
+    ys.push_back(std::make_unique<qgtest::MemBytes>(mem, h.y, 0));
+  }
+  const void* bias = c.bias ? b.bias.ptr() : nullptr;
+  const qg::Device d = mem.device();
+  for (int i = 0; i < calls; ++i) {
+    const qg::Status s = qg::linear_q4_0(
+        qgtest::linear::linear_args(c, xs[i]->ptr(), b.ws.ptr(), b.w.ptr(), ys[i]->ptr(), bias, d), stream);
+    ASSERT_TRUE(s.ok()) << "call " << i << ": " << s.message();
+  }
+  mem.synchronize(stream);
+  for (int i = 0; i < calls; ++i) {
+    const qg::Status r = qgtest::linear::quantize_then_gemm(c, xs[i]->ptr(), b.ws_ref.ptr(), b.w.ptr(),
+                                                            b.y_ref.ptr(), bias, d, stream);
+    ASSERT_TRUE(r.ok()) << r.message();
+    mem.synchronize(stream);
+    const int64_t at = qgtest::linear::first_difference(ys[i]->read(), b.y_ref.read());
+    EXPECT_EQ(at, -1) << "call " << i << " of " << calls << ": y differs from quantize + gemm at byte " << at;
+  }
+}
+
+TEST_F(CudaLinear, BackToBackCallsSeeTheirOwnActivations) {
+  QG_SEEDED_RNG(rng, 4);
+  for (int64_t n : {1, 2, 5, 8, 16}) {
+    Case c;
+    c.n = n;
+    c.m = n == 1 || n == 8 ? 4096 : 512;
+    c.k = 14336;
+    c.bias = n % 2 == 1;
+    back_to_back(mem_, c, 12, stream_, rng);
+    if (HasFatalFailure() || HasNonfatalFailure()) return;
+  }
+  Case c;  // a short GEMM: the quantizer is the longer of the two
+  c.n = 1;
+  c.m = 64;
+  c.k = 14336;
+  c.x_dtype = qg::DType::bf16;
+  c.y_dtype = qg::DType::bf16;
+  back_to_back(mem_, c, 24, stream_, rng);
+}
+
+// The same on the legacy default stream, which the tests' other work does not use.
+TEST_F(CudaLinear, BackToBackOnTheDefaultStream) {
+  QG_SEEDED_RNG(rng, 5);
+  Case c;
+  c.n = 1;
+  c.m = 4096;
+  c.k = 4096;
+  c.x_dtype = qg::DType::f16;
+  c.y_dtype = qg::DType::f16;
+  c.bias = true;
+  c.bias_dtype = qg::DType::f16;
+  back_to_back(mem_, c, 16, nullptr, rng);
+}
+
+}  // namespace
