@@ -178,12 +178,12 @@ struct CopyPlan {
 #pragma unroll
     for (int i = 0; i < kARows; ++i) {
       const bool ok = in_k && ((a_ok >> i) & 1u);
-      cp_async16(stage + a_dst[i], ok ? a_src[i] + k0 : a_base, ok ? 16 : 0);
+      cp_async<16>(stage + a_dst[i], ok ? a_src[i] + k0 : a_base, ok ? 16 : 0);
     }
 #pragma unroll
     for (int i = 0; i < kBRows; ++i) {
       const bool ok = in_k && ((b_ok >> i) & 1u);
-      cp_async16(stage + b_dst[i], ok ? b_src[i] + k0 : b_base, ok ? 16 : 0);
+      cp_async<16>(stage + b_dst[i], ok ? b_src[i] + k0 : b_base, ok ? 16 : 0);
     }
   }
 };

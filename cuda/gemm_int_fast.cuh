@@ -5,7 +5,7 @@
 //                 cp.async pipeline, split K over sm_90 clusters; int32 sums
 //                 (and code sums for zero points), then epilogue_store_int
 //   cuda_wo_gemv  i4 weights with group scales (and zero points) x f16 / bf16
-//                 activations, N <= 16 (decode): fp16/bf16 mma.sync over
+//                 activations, N <= 16 a launch (larger N in slices): fp16/bf16 mma.sync over
 //                 exact codes, fp32 group rescale, then epilogue_store
 //   cuda_wo_gemv_small  the same operands, N <= 2: FFMAs on codes made exact
 //                 floats by a magic-number LOP3 + FFMA, W streamed to registers
@@ -20,6 +20,7 @@
 #include <string>
 
 #include "common.cuh"
+#include "cp_async.cuh"
 #include "epilogue.h"
 
 namespace qg::detail::cuda {
@@ -158,32 +159,6 @@ void launch_clustered(Kernel* kernel, int64_t grid, int threads, int smem, int s
     cfg.numAttrs = 1;
   }
   cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-
-// ------------------------------------------------------------ device helpers
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy; src_bytes 0 zero-fills and reads nothing
-// (src must still be a valid address). .cg: bypass L1, the data is used once.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-#endif
 }
 
 }  // namespace intfast

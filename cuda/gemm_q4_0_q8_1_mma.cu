@@ -45,6 +45,7 @@
 
 #include <cooperative_groups.h>
 
+#include "cp_async.cuh"
 #include "gemm_q4_0_q8_1.cuh"
 
 namespace cg = cooperative_groups;
@@ -97,41 +98,6 @@ constexpr int smem_bytes() {
 }
 
 // ------------------------------------------------------------ device helpers
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Copies `bytes` (0..kBytes) from src and zero-fills the rest of kBytes.
-template <int kBytes>
-__device__ __forceinline__ void cp_async(uint32_t dst, const void* src, int bytes) {
-#if __CUDA_ARCH__ >= 800
-  if constexpr (kBytes == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(kBytes),
-                 "r"(bytes));
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-#endif
-}
-
-__device__ __forceinline__ float half_bits_to_float(uint16_t h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-}
-
 // D = A * B + magic, s8 x s8 -> s32, one 16 x 8 x 32 tile.
 __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], int b0, int b1) {
 #if __CUDA_ARCH__ >= 800
@@ -175,9 +141,9 @@ template <int kBytes>
 __device__ __forceinline__ void copy_chunk(uint32_t* dst, const uint8_t* src, const uint8_t* begin,
                                            const uint8_t* end) {
   if (src >= begin && src + kBytes <= end) {
-    cp_async<kBytes>(smem_addr(dst), src, kBytes);
+    cp_async<kBytes>(smem_u32(dst), src, kBytes);
   } else if (src >= end || src + kBytes <= begin) {
-    cp_async<kBytes>(smem_addr(dst), begin, 0);
+    cp_async<kBytes>(smem_u32(dst), begin, 0);
   } else {
 #pragma unroll
     for (int w = 0; w < kBytes / 4; ++w) {
@@ -240,7 +206,7 @@ struct CopyPlan {
         const int c = w_first + k * kWThreadsPerRow;
         if (kWChunks % kWThreadsPerRow != 0 && c >= kWChunks) break;
         if (inside)
-          cp_async<kCopy>(smem_addr(dst + c * (kCopy / 4)), start + c * kCopy, kCopy);
+          cp_async<kCopy>(smem_u32(dst + c * (kCopy / 4)), start + c * kCopy, kCopy);
         else
           copy_chunk<kCopy>(dst + c * (kCopy / 4), start + c * kCopy, w_begin, w_end);
       }
@@ -254,7 +220,7 @@ struct CopyPlan {
         const int c = a_first + k * kAThreadsPerRow;
         if (kAChunks % kAThreadsPerRow != 0 && c >= kAChunks) break;
         if (inside)
-          cp_async<kCopy>(smem_addr(dst + c * (kCopy / 4)), start + c * kCopy, kCopy);
+          cp_async<kCopy>(smem_u32(dst + c * (kCopy / 4)), start + c * kCopy, kCopy);
         else
           copy_chunk<kCopy>(dst + c * (kCopy / 4), start + c * kCopy, a_begin, a_end);
       }
@@ -275,8 +241,8 @@ __device__ __forceinline__ void block_mma(float (&acc)[T::MT][T::NT][4], const u
   for (int mi = 0; mi < T::MT; ++mi) {
     const uint8_t* w0 = sw + w_off[mi][0] + j * kQ4_0Bytes;
     const uint8_t* w1 = sw + w_off[mi][1] + j * kQ4_0Bytes;
-    const float dw[2] = {half_bits_to_float(static_cast<uint16_t>(lds_u16(w0))),
-                         half_bits_to_float(static_cast<uint16_t>(lds_u16(w1)))};
+    const float dw[2] = {half_bits_to_float((lds_u16(w0))),
+                         half_bits_to_float((lds_u16(w1)))};
     const uint32_t q0 = lds_u16(w0 + 2 + 4 * t) | (lds_u16(w0 + 4 + 4 * t) << 16);
     const uint32_t q1 = lds_u16(w1 + 2 + 4 * t) | (lds_u16(w1 + 4 + 4 * t) << 16);
     const int a[4] = {centered(q0 & 0x0F0F0F0Fu), centered(q1 & 0x0F0F0F0Fu), centered((q0 >> 4) & 0x0F0F0F0Fu),
@@ -403,7 +369,7 @@ gemm_mma_kernel(Operands op, EpilogueParams ep) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const uint32_t* scol = sa + (wn * T::WTN + ni * 8 + 2 * t + c) * kAPitchWords + j * (kQ8_1Bytes / 4);
-            da[ni][c] = half_bits_to_float(static_cast<uint16_t>(scol[0] & 0xFFFFu));
+            da[ni][c] = half_bits_to_float((scol[0] & 0xFFFFu));
             neg_magic_da[ni][c] = -kMagic * da[ni][c];
             finite = finite && isfinite(da[ni][c]);
           }

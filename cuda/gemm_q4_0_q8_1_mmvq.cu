@@ -53,6 +53,7 @@
 #include <atomic>
 #include <type_traits>
 
+#include "cp_async.cuh"
 #include "gemm_q4_0_q8_1.cuh"
 #include "quant_block.h"
 
@@ -76,11 +77,6 @@ constexpr uint32_t kCodeBias = 0x80808080u;
 template <int kCols>
 __host__ __device__ constexpr int rows_per_lane() {
   return kCols <= 2 ? 1 : 2;
-}
-
-__device__ __forceinline__ float half_bits_to_float(uint32_t h) {
-  // cvt.f32.f16: exact, subnormals, Inf and NaN included (as fp16_to_fp32).
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
 }
 
 __device__ __forceinline__ int4 ldg16(const uint8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }

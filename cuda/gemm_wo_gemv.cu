@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// cuda/gemm_wo_gemv.cu: weight-only GEMM for decode (N <= 16, sm_80+):
+// cuda/gemm_wo_gemv.cu: weight-only GEMM for decode (N <= 16 a launch; larger N runs in slices of 16; sm_80+):
 // i4 weights with group scales (and zero points) x f16 / bf16 activations.
 //
 //   C[m, n] = sum_g s[m, g] * sum_{k in g} (q[m, k] - z[m, g]) * x[n, k]
@@ -294,7 +294,7 @@ gemm_wo_gemv_kernel(Params p, EpilogueParams ep) {
         for (int r = 0; r < kRowTiles; ++r)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            cp_async16(slot + (r * 16 + g + 8 * h) * kPitch + 16 * t, wsrc[r][h] + ms * kMacroBytes, 16);
+            cp_async<16>(slot + (r * 16 + g + 8 * h) * kPitch + 16 * t, wsrc[r][h] + ms * kMacroBytes, 16);
       }
     };
 
@@ -415,7 +415,6 @@ bool gemm_wo_gemv_can_run(const GemmArgs& args, std::string* why_not) {
   const Operand& b = args.b;
   if (a.format != Format::i4 || (b.format != Format::f16 && b.format != Format::bf16))
     return no("i4 weights x f16 / bf16 activations only");
-  if (b.rows > kMaxCols) return no("N=" + std::to_string(b.rows) + " > 16 (GEMV kernel)");
   if (a.k % 32 != 0) return no("K=" + std::to_string(a.k) + " is not a multiple of 32 (16-byte weight segments)");
   if (a.block_stride != 0 && a.block_stride != 1) return no("the weights are not K-contiguous");
   if (b.block_stride != 0 && b.block_stride != 2) return no("the activations are not K-contiguous");
@@ -446,10 +445,10 @@ bool gemm_wo_gemv_can_run(const GemmArgs& args, std::string* why_not) {
   return true;
 }
 
-Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream) {
-  if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
+namespace {
+
+// One launch for at most kMaxCols activation rows.
+Status run_columns(const GemmArgs& args, cudaStream_t st) {
   Params p{};
   p.w = static_cast<const uint8_t*>(args.a.data);
   p.x = static_cast<const uint8_t*>(args.b.data);
@@ -467,10 +466,33 @@ Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream) {
   p.scale_type = args.a.scales.dtype == DType::f32 ? 0 : (args.a.scales.dtype == DType::f16 ? 1 : 2);
   p.zero_i32 = args.a.zero_points.dtype == DType::i32 ? 1 : 0;
   p.splits = 1;
-  const cudaStream_t st = to_cuda(stream);
   const bool bf16 = args.b.format == Format::bf16, zp = p.zeros != nullptr;
   if (bf16) return zp ? launch_cols<true, true>(args, p, st) : launch_cols<true, false>(args, p, st);
   return zp ? launch_cols<false, true>(args, p, st) : launch_cols<false, false>(args, p, st);
+}
+
+}  // namespace
+
+// N > 16 runs as GEMVs over slices of 16 activation rows, each re-reading W:
+// at prefill sizes that is N / 16 passes over the weights (a stopgap until a
+// tiled tensor-core kernel serves large N), still far faster than the
+// byte-load kernel. A slice is the same GEMM on rows n0.. of b and the
+// columns n0.. of C (and of a per-column scale).
+Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream) {
+  if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
+  DeviceGuard guard(args.device.id);
+  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
+  const cudaStream_t st = to_cuda(stream);
+  const int64_t esize = args.c_dtype == DType::f32 ? 4 : 2;
+  for (int64_t n0 = 0; n0 < args.b.rows; n0 += kMaxCols) {
+    GemmArgs slice = args;
+    slice.b.data = static_cast<const uint8_t*>(args.b.data) + n0 * args.b.row_stride;
+    slice.b.rows = std::min<int64_t>(kMaxCols, args.b.rows - n0);
+    slice.c = static_cast<uint8_t*>(args.c) + n0 * args.ldc_n * esize;
+    if (args.epilogue.col_scale && !args.epilogue.col_scale_scalar) slice.epilogue.col_scale += n0;
+    if (Status s = run_columns(slice, st); !s.ok()) return s;
+  }
+  return Status::success();
 }
 
 }  // namespace qg::detail::cuda

@@ -9,7 +9,7 @@
 //   cuda_warp_staged quantize / dequantize, every format
 //   cuda_i8_mma      i8 x i8, K-contiguous 16-byte-aligned rows (sm_80+): int8 mma.sync m16n8k32, all epilogues
 //   cuda_wo_gemv_small i4 (group scales) x f16 / bf16, N <= 2 (sm_80+): W streamed to registers, FFMAs
-//   cuda_wo_gemv     i4 (group scales) x f16 / bf16, N <= 16 (sm_80+): decode GEMV on f16/bf16 mma.sync
+//   cuda_wo_gemv     i4 (group scales) x f16 / bf16 (sm_80+): decode GEMV on f16/bf16 mma.sync, N > 16 in slices of 16
 //   cuda_int_generic any pair of i8 / i4 / i4x8, any strides, zero points, int32 out: byte loads
 //   cuda_wo_generic  i8 / i4 weights with group scales x f16 / bf16 / f32 activations: byte loads
 //   cuda_int_rows    quantize / dequantize of i8 / i4 / i4x8 (tensor, row and group scales)
