@@ -14,16 +14,8 @@ namespace {
 
 using detail::invalid;
 
-// Bytes [lo, hi) of `rows` rows of `row_bytes`, `stride` bytes apart.
-struct Range {
-  uintptr_t lo = 0, hi = 0;
-};
-Range range_of(const void* p, int64_t rows, int64_t stride, int64_t row_bytes) {
-  if (p == nullptr || rows <= 0 || row_bytes <= 0) return {};
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(p);
-  return {lo, lo + static_cast<uintptr_t>((rows - 1) * stride + row_bytes)};
-}
-bool overlap(Range a, Range b) { return a.lo < b.hi && b.lo < a.hi && a.hi > a.lo && b.hi > b.lo; }
+using detail::overlaps;
+using detail::span_of;
 
 }  // namespace
 
@@ -68,15 +60,15 @@ Status linear_q4_0(const LinearQ4_0Args& a, Stream stream) {
   if (Status s = detail::check_gemm_args(g); !s.ok()) return s;
   // What the two checks above cannot see, since each knows one step: the
   // workspace must not alias what the GEMM reads, nor y the input x.
-  const Range ws = range_of(a.xq_workspace, a.n, xq_row, xq_row);
-  const Range w = range_of(a.weight_q, a.m, a.weight_row_stride, row_bytes(format_traits(Format::q4_0), a.k));
-  const Range bias = range_of(a.bias, 1, 0, a.m * dtype_size(a.bias_dtype));
+  const detail::Span ws = span_of(a.xq_workspace, a.n, xq_row, xq_row);
+  const detail::Span w = span_of(a.weight_q, a.m, a.weight_row_stride, row_bytes(format_traits(Format::q4_0), a.k));
+  const detail::Span bias = span_of(a.bias, 1, 0, a.m * dtype_size(a.bias_dtype));
   const int64_t xsize = dtype_size(a.x_dtype), ysize = dtype_size(a.y_dtype);
-  const Range x = range_of(a.x, a.n, a.x_row_stride * xsize, a.k * xsize);
-  const Range y = range_of(a.y, a.n, a.ldy * ysize, a.m * ysize);
-  if (overlap(ws, w) || overlap(ws, bias))
+  const detail::Span x = span_of(a.x, a.n, a.x_row_stride * xsize, a.k * xsize);
+  const detail::Span y = span_of(a.y, a.n, a.ldy * ysize, a.m * ysize);
+  if (overlaps(ws, w) || overlaps(ws, bias))
     return invalid(fn, "xq_workspace overlaps the weight or the bias; pass a separate workspace");
-  if (overlap(y, x)) return invalid(fn, "y overlaps x; pass a separate output");
+  if (overlaps(y, x)) return invalid(fn, "y overlaps x; pass a separate output");
 
   // Both kernels are chosen before either runs: a call no GEMM kernel takes
   // fails without having written the workspace.

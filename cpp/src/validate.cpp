@@ -11,17 +11,6 @@ namespace {
 
 std::string num(int64_t v) { return std::to_string(v); }
 
-// Byte ranges [lo, hi) touched by a strided 2-D region; used for overlap checks.
-struct Span {
-  uintptr_t lo = 0, hi = 0;
-};
-Span span_of(const void* p, int64_t rows, int64_t row_stride_bytes, int64_t row_bytes) {
-  if (p == nullptr || rows <= 0 || row_bytes <= 0) return {};
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(p);
-  return {lo, lo + static_cast<uintptr_t>((rows - 1) * row_stride_bytes + row_bytes)};
-}
-bool overlaps(Span a, Span b) { return a.lo < b.hi && b.lo < a.hi && a.hi > a.lo && b.hi > b.lo; }
-
 Status check_device(const char* fn, Device device) {
   if (device.id < 0) return invalid(fn, "device id " + num(device.id) + " is negative");
   return {};
@@ -140,6 +129,13 @@ Status check_gemm_formats(const char* fn, const GemmArgs& g) {
 }
 
 }  // namespace
+
+Span span_of(const void* p, int64_t rows, int64_t row_stride_bytes, int64_t row_bytes) {
+  if (p == nullptr || rows <= 0 || row_bytes <= 0) return {};
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p);
+  return {lo, lo + static_cast<uintptr_t>((rows - 1) * row_stride_bytes + row_bytes)};
+}
+bool overlaps(Span a, Span b) { return a.lo < b.hi && b.lo < a.hi && a.hi > a.lo && b.hi > b.lo; }
 
 std::string shape_string(const int64_t* shape, int ndim) {
   std::string s = "[";

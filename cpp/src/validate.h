@@ -14,6 +14,15 @@
 
 namespace qg::detail {
 
+// Byte ranges [lo, hi) touched by a strided 2-D region (rows of row_bytes,
+// row_stride_bytes apart); empty for a null pointer or no bytes. For the
+// overlap checks of every op.
+struct Span {
+  uintptr_t lo = 0, hi = 0;
+};
+Span span_of(const void* p, int64_t rows, int64_t row_stride_bytes, int64_t row_bytes);
+bool overlaps(Span a, Span b);
+
 // Raw-pointer arguments: sizes, strides, pointers, dtypes, overlap.
 // need_output=false (explain) skips the checks on the output.
 Status check_gemm_args(const GemmArgs& args, bool need_output = true);
