@@ -10,7 +10,8 @@
 //   cuda_wo_gemv_small  the same operands, N <= 2: FFMAs on codes made exact
 //                 floats by a magic-number LOP3 + FFMA, W streamed to registers
 // And the host-side helpers both share: device limits and what a kernel can
-// do on a device (resident CTAs, clusters), asked once per device.
+// do on a device (resident CTAs, clusters: cluster_split.cuh), asked once per
+// device.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <string>
 
+#include "cluster_split.cuh"
 #include "common.cuh"
 #include "cp_async.cuh"
 #include "epilogue.h"
@@ -35,8 +37,7 @@ Status gemm_wo_gemv_small_run(const GemmArgs& args, Stream stream);
 namespace intfast {
 
 constexpr int kMaxDevices = 64;
-// Portable cluster sizes go to 8.
-constexpr int kMaxSplits = 8;
+using clusters::kMaxSplits;
 
 inline std::string shape_text(const GemmArgs& g) {
   return "M=" + std::to_string(g.a.rows) + ", N=" + std::to_string(g.b.rows) + ", K=" + std::to_string(g.a.k);
@@ -68,49 +69,9 @@ inline DeviceLimits device_limits(int device) {
   return cached[device];
 }
 
-// What one kernel instance can do on one device: its resident CTAs per SM
-// (shared memory and registers decide), whether it may run as clusters (the
-// image that runs is sm_90+ code, where the cluster path is compiled), and
-// how many clusters of each size can be resident at once: a cluster must fit
-// in one GPC, whose SM counts differ, so this is not SMs x CTAs / size.
-struct KernelFit {
-  int blocks_per_sm = 0;  // 0: the kernel cannot be launched here
-  bool clusters = false;
-  int max_clusters[kMaxSplits + 1] = {};
-};
-
-template <class Kernel>
-KernelFit query_fit(Kernel* kernel, int threads, int smem, int cc_major) {
-  KernelFit fit;
-  cudaFuncAttributes attr{};
-  // Above 48 KB of shared memory a kernel must opt in, per device.
-  if ((smem > 48 * 1024 &&
-       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit.blocks_per_sm, kernel, threads, smem) != cudaSuccess ||
-      cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
-    cudaGetLastError();
-    return KernelFit{};
-  }
-  fit.clusters = cc_major >= 9 && attr.binaryVersion >= 90;
-  for (int c = 2; fit.clusters && c <= kMaxSplits; ++c) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(c);
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute cluster[1];
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = static_cast<unsigned>(c);
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = 1;
-    cfg.attrs = cluster;
-    cfg.numAttrs = 1;
-    if (cudaOccupancyMaxActiveClusters(&fit.max_clusters[c], kernel, &cfg) != cudaSuccess) {
-      cudaGetLastError();
-      fit.max_clusters[c] = 0;
-    }
-  }
-  return fit;
-}
+using clusters::KernelFit;
+using clusters::launch_clustered;
+using clusters::query_fit;
 
 // The fit of `kernel`, cached per device in the caller's statics (one set per
 // kernel instance: the caller is a template instantiated per kernel).
@@ -137,28 +98,6 @@ inline int pick_splits(const KernelFit& fit, const DeviceLimits& lim, int64_t un
   for (; c >= 2; --c)
     if (units <= fit.max_clusters[c]) return static_cast<int>(c);
   return 1;
-}
-
-// Launches `kernel` on grid CTAs (a multiple of splits), as clusters of
-// `splits` CTAs when splits > 1.
-template <class Kernel, class... Args>
-void launch_clustered(Kernel* kernel, int64_t grid, int threads, int smem, int splits, cudaStream_t stream,
-                      Args... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  if (splits > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(splits);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 }  // namespace intfast

@@ -13,6 +13,7 @@
 // of load_code fold away. Slow and obviously right; faster kernels sit in
 // front of these in the registry.
 #include <algorithm>
+#include <string>
 
 #include "epilogue.h"
 #include "gemm_int.cuh"
@@ -23,26 +24,6 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride beyond this
-
-template <Format F>
-struct FormatConst {
-  static constexpr Format value = F;
-};
-
-// A run-time integer format as a compile-time one (validation admits only these).
-template <class Fn>
-void with_int_format(Format f, Fn&& fn) {
-  if (f == Format::i4) fn(FormatConst<Format::i4>{});
-  else if (f == Format::i4x8) fn(FormatConst<Format::i4x8>{});
-  else fn(FormatConst<Format::i8>{});
-}
-
-template <class Fn>
-void with_float_format(Format f, Fn&& fn) {
-  if (f == Format::f16) fn(FormatConst<Format::f16>{});
-  else if (f == Format::bf16) fn(FormatConst<Format::bf16>{});
-  else fn(FormatConst<Format::f32>{});
-}
 
 // Bytes between consecutive blocks along K (0 in the operand: contiguous).
 int64_t block_stride_of(const Operand& op) {
@@ -113,55 +94,57 @@ unsigned grid_for(int64_t outputs) {
   return static_cast<unsigned>(std::min<int64_t>((outputs + kThreads - 1) / kThreads, kMaxGrid));
 }
 
+// Both GEMMs' host side: nothing to do for an empty C, the device, then one
+// launch of a thread per output element; a launch error names the shape
+// and what `shape_extra()` adds (built only then).
+template <class Launch, class ShapeExtra>
+Status run_one_thread_per_output(const GemmArgs& args, Stream stream, Launch&& launch, ShapeExtra&& shape_extra) {
+  const int64_t m = args.a.rows, n = args.b.rows;
+  if (m <= 0 || n <= 0) return Status::success();
+  DeviceGuard guard(args.device.id);
+  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
+  launch(rows_of(args.a), rows_of(args.b), epilogue_params(args), grid_for(m * n), to_cuda(stream));
+  return launch_status(args.fn, [&] {
+    return "M=" + std::to_string(m) + ", N=" + std::to_string(n) + ", K=" + std::to_string(args.a.k) + shape_extra();
+  });
+}
+
 }  // namespace
 
 bool gemm_int_generic_can_run(const GemmArgs&, std::string*) { return true; }
 
 Status gemm_int_generic_run(const GemmArgs& args, Stream stream) {
-  const int64_t m = args.a.rows, n = args.b.rows;
-  if (m <= 0 || n <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
-  const RowsOf a = rows_of(args.a), b = rows_of(args.b);
-  const EpilogueParams ep = epilogue_params(args);
-  const unsigned grid = grid_for(m * n);
-  const cudaStream_t st = to_cuda(stream);
-  with_int_format(args.a.format, [&](auto fa) {
-    with_int_format(args.b.format, [&](auto fb) {
-      gemm_int_kernel<decltype(fa)::value, decltype(fb)::value><<<grid, kThreads, 0, st>>>(a, b, ep, m, n, args.a.k);
-    });
-  });
-  return launch_status(args.fn, [&] {
-    return "M=" + std::to_string(m) + ", N=" + std::to_string(n) + ", K=" + std::to_string(args.a.k);
-  });
+  return run_one_thread_per_output(
+      args, stream, [&](const RowsOf& a, const RowsOf& b, const EpilogueParams& ep, unsigned grid, cudaStream_t st) {
+        with_int_format(args.a.format, [&](auto fa) {
+          with_int_format(args.b.format, [&](auto fb) {
+            gemm_int_kernel<decltype(fa)::value, decltype(fb)::value>
+                <<<grid, kThreads, 0, st>>>(a, b, ep, args.a.rows, args.b.rows, args.a.k);
+          });
+        });
+      },
+      [] { return std::string(); });
 }
 
 bool gemm_wo_generic_can_run(const GemmArgs&, std::string*) { return true; }
 
 Status gemm_wo_generic_run(const GemmArgs& args, Stream stream) {
-  const int64_t m = args.a.rows, n = args.b.rows;
-  if (m <= 0 || n <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
-  const RowsOf a = rows_of(args.a), b = rows_of(args.b);
-  const EpilogueParams ep = epilogue_params(args);
-  const unsigned grid = grid_for(m * n);
-  const cudaStream_t st = to_cuda(stream);
-  // The registry sends i8 and i4 weights here (i4x8 pairs only with integer b).
-  auto int_fmt = [&](auto fn) {
-    if (args.a.format == Format::i4) fn(FormatConst<Format::i4>{});
-    else fn(FormatConst<Format::i8>{});
-  };
-  int_fmt([&](auto fa) {
-    with_float_format(args.b.format, [&](auto fb) {
-      gemm_wo_kernel<decltype(fa)::value, decltype(fb)::value>
-          <<<grid, kThreads, 0, st>>>(a, args.a.scales, args.a.zero_points, b, ep, m, n, args.a.k);
-    });
-  });
-  return launch_status(args.fn, [&] {
-    return "M=" + std::to_string(m) + ", N=" + std::to_string(n) + ", K=" + std::to_string(args.a.k) +
-           ", group_size=" + std::to_string(args.a.scales.group_size);
-  });
+  return run_one_thread_per_output(
+      args, stream,
+      [&](const RowsOf& a, const RowsOf& b, const EpilogueParams& ep, unsigned grid, cudaStream_t st) {
+        // The registry sends i8 and i4 weights here (i4x8 pairs only with integer b).
+        auto int_fmt = [&](auto fn) {
+          if (args.a.format == Format::i4) fn(FormatConst<Format::i4>{});
+          else fn(FormatConst<Format::i8>{});
+        };
+        int_fmt([&](auto fa) {
+          with_float_format(args.b.format, [&](auto fb) {
+            gemm_wo_kernel<decltype(fa)::value, decltype(fb)::value><<<grid, kThreads, 0, st>>>(
+                a, args.a.scales, args.a.zero_points, b, ep, args.a.rows, args.b.rows, args.a.k);
+          });
+        });
+      },
+      [&] { return ", group_size=" + std::to_string(args.a.scales.group_size); });
 }
 
 }  // namespace qg::detail::cuda

@@ -45,6 +45,7 @@
 
 #include <cooperative_groups.h>
 
+#include "cluster_split.cuh"
 #include "cp_async.cuh"
 #include "gemm_q4_0_q8_1.cuh"
 
@@ -452,20 +453,9 @@ DeviceLimits device_limits(int device) {
   return d;
 }
 
-// Portable cluster sizes go to 8.
-constexpr int kMaxSplits = 8;
-
-// What one kernel can do on one device, asked once: its resident CTAs per SM
-// (shared memory and registers decide), whether it may run as clusters (the
-// image that runs is sm_90+ code, where the cluster path is compiled), and
-// how many clusters of each size can be resident at once. The last is not
-// SMs x CTAs per SM / size: a cluster must fit inside one GPC, and the GPCs'
-// SM counts differ, so some slots stay empty.
-struct KernelFit {
-  int blocks_per_sm = 0;  // 0: the kernel cannot be launched here
-  bool clusters = false;
-  int max_clusters[kMaxSplits + 1] = {};  // by cluster size, 2..kMaxSplits
-};
+// What each kernel instance can do on a device is asked once (kernel_fit).
+using clusters::KernelFit;
+using clusters::kMaxSplits;
 
 template <class T, bool kVec16>
 KernelFit kernel_fit(int device, const DeviceLimits& lim) {
@@ -481,34 +471,7 @@ KernelFit kernel_fit(int device, const DeviceLimits& lim) {
   }
   constexpr int kSmem = smem_bytes<T, kVec16>();
   auto* kernel = gemm_mma_kernel<T, kVec16>;
-  KernelFit fit;
-  cudaFuncAttributes attr{};
-  // Above 48 KB of shared memory a kernel must opt in, per device.
-  if ((kSmem > 48 * 1024 &&
-       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) != cudaSuccess) ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit.blocks_per_sm, kernel, T::kThreads, kSmem) != cudaSuccess ||
-      cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
-    cudaGetLastError();
-    return KernelFit{};
-  }
-  fit.clusters = lim.cc_major >= 9 && attr.binaryVersion >= 90;
-  for (int c = 2; fit.clusters && c <= kMaxSplits; ++c) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(c);
-    cfg.blockDim = dim3(T::kThreads);
-    cfg.dynamicSmemBytes = kSmem;
-    cudaLaunchAttribute cluster[1];
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = static_cast<unsigned>(c);
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = 1;
-    cfg.attrs = cluster;
-    cfg.numAttrs = 1;
-    if (cudaOccupancyMaxActiveClusters(&fit.max_clusters[c], kernel, &cfg) != cudaSuccess) {
-      cudaGetLastError();
-      fit.max_clusters[c] = 0;
-    }
-  }
+  const KernelFit fit = clusters::query_fit(kernel, T::kThreads, kSmem, lim.cc_major);
   if (fit.blocks_per_sm > 0 && device >= 0 && device < 64) {
     for (int c = 2; c <= kMaxSplits; ++c) cached_clusters[device][c].store(fit.max_clusters[c], std::memory_order_relaxed);
     cached[device].store(1 + 2 * fit.blocks_per_sm + (fit.clusters ? 1 : 0), std::memory_order_release);
@@ -545,21 +508,8 @@ Status launch_tile(const GemmArgs& g, Operands op, const DeviceLimits& lim, cuda
   }
 
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGrid / kMaxSplits) * op.splits);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(T::kThreads);
-  cfg.dynamicSmemBytes = smem_bytes<T, kVec16>();
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  if (op.splits > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(op.splits);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  cudaLaunchKernelEx(&cfg, gemm_mma_kernel<T, kVec16>, op, epilogue_params(g));
+  clusters::launch_clustered(gemm_mma_kernel<T, kVec16>, grid, T::kThreads, smem_bytes<T, kVec16>(), op.splits, stream,
+                             op, epilogue_params(g));
   return gemm_launch_status(g);
 }
 

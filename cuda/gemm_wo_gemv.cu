@@ -50,6 +50,7 @@
 #include <cooperative_groups.h>
 
 #include "gemm_int_fast.cuh"
+#include "wo_params.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -57,6 +58,7 @@ namespace qg::detail::cuda {
 namespace {
 
 using namespace intfast;
+using wo::dtype_size_of;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
@@ -393,16 +395,8 @@ Status launch_cols(const GemmArgs& g, const Params& p, cudaStream_t stream) {
   return p.n <= 8 ? launch<1, kBf16, kZP>(g, p, stream) : launch<2, kBf16, kZP>(g, p, stream);
 }
 
-int64_t dtype_size_of(DType d) { return d == DType::f32 || d == DType::i32 ? 4 : (d == DType::i8 ? 1 : 2); }
-
 // A group size the kernel takes: a power of two, at least one 32-value segment.
 bool group_ok(int64_t gs) { return gs >= 32 && (gs & (gs - 1)) == 0; }
-
-int log2_of(int64_t v) {
-  int s = 0;
-  while ((int64_t{1} << s) < v) ++s;
-  return s;
-}
 
 }  // namespace
 
@@ -450,21 +444,8 @@ namespace {
 // One launch for at most kMaxCols activation rows.
 Status run_columns(const GemmArgs& args, cudaStream_t st) {
   Params p{};
-  p.w = static_cast<const uint8_t*>(args.a.data);
-  p.x = static_cast<const uint8_t*>(args.b.data);
-  p.scales = static_cast<const uint8_t*>(args.a.scales.data);
-  p.zeros = static_cast<const uint8_t*>(args.a.zero_points.data);
-  p.m = args.a.rows;
+  wo::set_operand_params(p, args);
   p.n = args.b.rows;
-  p.k = args.a.k;
-  p.ldw = args.a.row_stride;
-  p.ldx = args.b.row_stride;
-  p.s_stride = args.a.scales.row_stride * dtype_size_of(args.a.scales.dtype);
-  p.z_stride = args.a.zero_points.row_stride * dtype_size_of(args.a.zero_points.dtype);
-  p.s_shift = log2_of(args.a.scales.group_size);
-  p.z_shift = p.zeros ? log2_of(args.a.zero_points.group_size) : 0;
-  p.scale_type = args.a.scales.dtype == DType::f32 ? 0 : (args.a.scales.dtype == DType::f16 ? 1 : 2);
-  p.zero_i32 = args.a.zero_points.dtype == DType::i32 ? 1 : 0;
   p.splits = 1;
   const bool bf16 = args.b.format == Format::bf16, zp = p.zeros != nullptr;
   if (bf16) return zp ? launch_cols<true, true>(args, p, st) : launch_cols<true, false>(args, p, st);

@@ -51,6 +51,7 @@
 #include <algorithm>
 
 #include "gemm_int_fast.cuh"
+#include "wo_params.cuh"
 
 namespace qg::detail::cuda {
 namespace {
@@ -332,14 +333,6 @@ Status launch_cols(const GemmArgs& g, const Params& p, cudaStream_t stream, int6
   return n == 1 ? launch<1, kBf16, kZP>(g, p, stream) : launch<2, kBf16, kZP>(g, p, stream);
 }
 
-int64_t dtype_size_of(DType d) { return d == DType::f32 || d == DType::i32 ? 4 : (d == DType::i8 ? 1 : 2); }
-
-int log2_of(int64_t v) {
-  int s = 0;
-  while ((int64_t{1} << s) < v) ++s;
-  return s;
-}
-
 }  // namespace
 
 // The same operands as cuda_wo_gemv (16-byte-aligned K-contiguous rows, K a
@@ -363,20 +356,7 @@ Status gemm_wo_gemv_small_run(const GemmArgs& args, Stream stream) {
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   Params p{};
-  p.w = static_cast<const uint8_t*>(args.a.data);
-  p.x = static_cast<const uint8_t*>(args.b.data);
-  p.scales = static_cast<const uint8_t*>(args.a.scales.data);
-  p.zeros = static_cast<const uint8_t*>(args.a.zero_points.data);
-  p.m = args.a.rows;
-  p.k = args.a.k;
-  p.ldw = args.a.row_stride;
-  p.ldx = args.b.row_stride;
-  p.s_stride = args.a.scales.row_stride * dtype_size_of(args.a.scales.dtype);
-  p.z_stride = args.a.zero_points.row_stride * dtype_size_of(args.a.zero_points.dtype);
-  p.s_shift = log2_of(args.a.scales.group_size);
-  p.z_shift = p.zeros ? log2_of(args.a.zero_points.group_size) : 0;
-  p.scale_type = args.a.scales.dtype == DType::f32 ? 0 : (args.a.scales.dtype == DType::f16 ? 1 : 2);
-  p.zero_i32 = args.a.zero_points.dtype == DType::i32 ? 1 : 0;
+  wo::set_operand_params(p, args);
   p.ksplit = 1;
   const cudaStream_t st = to_cuda(stream);
   const bool bf16 = args.b.format == Format::bf16, zp = p.zeros != nullptr;

@@ -266,29 +266,6 @@ dequantize_kernel(const uint8_t* xq, int64_t xq_row_stride, uint8_t* y, int64_t 
   }
 }
 
-template <Format F>
-struct FormatConst {
-  static constexpr Format value = F;
-};
-template <DType T>
-struct DTypeConst {
-  static constexpr DType value = T;
-};
-
-template <class Fn>
-void with_int_format(Format f, Fn&& fn) {
-  if (f == Format::i4) fn(FormatConst<Format::i4>{});
-  else if (f == Format::i4x8) fn(FormatConst<Format::i4x8>{});
-  else fn(FormatConst<Format::i8>{});
-}
-
-template <class Fn>
-void with_dtype(DType d, Fn&& fn) {
-  if (d == DType::f16) fn(DTypeConst<DType::f16>{});
-  else if (d == DType::bf16) fn(DTypeConst<DType::bf16>{});
-  else fn(DTypeConst<DType::f32>{});
-}
-
 unsigned grid_for(int64_t warps, int warps_per_cta, int64_t cap) {
   const int64_t ctas = (warps + warps_per_cta - 1) / warps_per_cta;
   return static_cast<unsigned>(ctas < 1 ? 1 : (ctas > cap ? cap : ctas));

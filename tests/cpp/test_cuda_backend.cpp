@@ -19,26 +19,13 @@
 #include <qg/qg.h>
 
 #include "backend.h"
+#include "cuda_test_util.h"
 #include "test_util.h"
 
 namespace {
 
 // Fixed seeds, printed by the fixture (QG_TEST_SEED moves them).
 const uint32_t kSeed = static_cast<uint32_t>(20250611u ^ (qgtest::base_seed() - 20240611u));
-
-#define CUDA_OK(expr)                                                                        \
-  do {                                                                                       \
-    const cudaError_t err_ = (expr);                                                         \
-    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorName(err_) << ": "          \
-                                 << cudaGetErrorString(err_);                                \
-  } while (0)
-
-#define QG_OK(expr)                                                         \
-  do {                                                                      \
-    const qg::Status st_ = (expr);                                          \
-    ASSERT_TRUE(st_.ok()) << #expr << ": " << qg::status_code_name(st_.code()) << ": " \
-                          << st_.message();                                 \
-  } while (0)
 
 class DeviceBuffer {
  public:
@@ -651,51 +638,21 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   EXPECT_EQ(r.dequantize[0].formats, qg::detail::kGgmlFormats);
 }
 
-class CudaMemory : public qgtest::Memory {
- public:
-  qg::Device device() const override { return qg::Device::cuda(0); }
-  void* alloc(size_t bytes) override {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    return p;
-  }
-  void release(void* p) override { cudaFree(p); }
-  void upload(void* dst, const void* src, size_t bytes) override {
-    EXPECT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  void download(void* dst, const void* src, size_t bytes) override {
-    EXPECT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-  void synchronize(qg::Stream stream) override {
-    const cudaError_t err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
-    EXPECT_EQ(err, cudaSuccess) << cudaGetErrorName(err) << ": " << cudaGetErrorString(err);
-  }
-};
-
 // The shared suite on one CUDA kernel (forced by name), or on qg::gemm.
-class GemmCudaKernel : public ::testing::TestWithParam<std::string> {
+class GemmCudaKernel : public qgtest::CudaFixture<::testing::TestWithParam<std::string>> {
  protected:
   void SetUp() override {
+    CudaFixture::SetUp();
+    if (IsSkipped() || HasFatalFailure() || GetParam() == "dispatch") return;
     std::string why;
-    if (!qg::cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-    CUDA_OK(cudaSetDevice(0));
-    if (GetParam() == "dispatch") return;
     const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), GetParam());
     ASSERT_NE(k, nullptr) << "the CUDA registry has no kernel named " << GetParam();
     if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why))
       GTEST_SKIP() << GetParam() << " cannot run on cuda:0: " << why;
   }
-  void TearDown() override {
-    if (qg::cuda_available()) {
-      EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-    }
-  }
   qgtest::GemmKernelTester& tester() { return tester_; }
 
-  CudaMemory mem_;
+  qgtest::CudaMemory mem_;
   qgtest::GemmKernelTester tester_{qg::detail::cuda::registry(), GetParam(), mem_};
 };
 

@@ -23,6 +23,7 @@
 #include <qg/qg.h>
 
 #include "backend.h"
+#include "cuda_test_util.h"
 #include "dispatch.h"
 #include "test_util.h"
 #include "validate.h"
@@ -32,79 +33,13 @@ namespace {
 using qg::DType;
 using qg::Format;
 using qg::Granularity;
-
-#define CUDA_OK(expr)                                                                                         \
-  do {                                                                                                        \
-    const cudaError_t err_ = (expr);                                                                          \
-    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorName(err_) << ": " << cudaGetErrorString(err_); \
-  } while (0)
-
-#define QG_OK(expr)                                                                                           \
-  do {                                                                                                        \
-    const qg::Status st_ = (expr);                                                                            \
-    ASSERT_TRUE(st_.ok()) << #expr << ": " << qg::status_code_name(st_.code()) << ": " << st_.message();      \
-  } while (0)
+using qgtest::as_bytes;
+using qgtest::DevBytes;
 
 constexpr Format kInts[] = {Format::i8, Format::i4, Format::i4x8};
 constexpr uint8_t kSentinel = 0xA5;
 
-// Host bytes copied to a cudaMalloc'd buffer, `offset` bytes past its start
-// (an odd offset misaligns every typed access). Empty: a null pointer.
-class DevBytes {
- public:
-  explicit DevBytes(const std::vector<uint8_t>& host, size_t offset = 0) : size_(host.size()) {
-    if (host.empty()) return;
-    if (cudaMalloc(&base_, size_ + offset) != cudaSuccess) {
-      cudaGetLastError();
-      base_ = nullptr;
-      ADD_FAILURE() << "cudaMalloc of " << size_ + offset << " bytes failed";
-      return;
-    }
-    ptr_ = static_cast<uint8_t*>(base_) + offset;
-    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), size_, cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DevBytes() {
-    if (base_) cudaFree(base_);
-  }
-  DevBytes(const DevBytes&) = delete;
-  DevBytes& operator=(const DevBytes&) = delete;
-  uint8_t* ptr() const { return ptr_; }
-  template <class T>
-  T* as() const {
-    return reinterpret_cast<T*>(ptr_);
-  }
-  std::vector<uint8_t> read() const {
-    std::vector<uint8_t> out(size_);
-    if (ptr_) {
-      EXPECT_EQ(cudaMemcpy(out.data(), ptr_, size_, cudaMemcpyDeviceToHost), cudaSuccess);
-    }
-    return out;
-  }
-
- private:
-  size_t size_ = 0;
-  void* base_ = nullptr;
-  uint8_t* ptr_ = nullptr;
-};
-
-template <class T>
-std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
-  return qgtest::as_bytes(v);
-}
-
-class CudaInt : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string why;
-    if (!qg::cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-    CUDA_OK(cudaSetDevice(0));
-  }
-  void TearDown() override {
-    if (qg::cuda_available()) {
-      EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-    }
-  }
-};
+class CudaInt : public qgtest::CudaFixture<> {};
 
 // ====================================================================== operands
 struct CodeRange {
@@ -354,8 +289,8 @@ void check_int_gemm(const IntGemm& cfg, std::mt19937_64& rng, const std::string&
   CBuffer c = make_c(cfg.c_dtype, cfg.m, cfg.n, cfg.c_transposed, cfg.c_pad, rng, cfg.beta != 0.0f);
 
   const size_t o = cfg.offset;
-  DevBytes da(a.bytes, o), db(b.bytes, o), dza(bytes_of(za), o), dzb(bytes_of(zb), o), drs(bytes_of(rs), o),
-      dcs(bytes_of(cs), o), dbias(bias, o), dc(c.init, o);
+  DevBytes da(a.bytes, o), db(b.bytes, o), dza(as_bytes(za), o), dzb(as_bytes(zb), o), drs(as_bytes(rs), o),
+      dcs(as_bytes(cs), o), dbias(bias, o), dc(c.init, o);
   qg::GemmArgs g;
   g.a = operand_of(a, da);
   g.b = operand_of(b, db);
@@ -912,7 +847,7 @@ void check_quantize(const Quant& q, std::mt19937_64& rng, cudaStream_t stream = 
   // CUDA
   const size_t o = q.offset, so = q.gran == Granularity::tensor && !q.given ? 0 : q.offset;
   DevBytes dx(x, o), dy(std::vector<uint8_t>(y_cpu.size(), 0xCD), o), ds(std::vector<uint8_t>(s_cpu.size(), 0xEE), so),
-      dz(std::vector<uint8_t>(z_cpu.size(), 0xEE), so), dgs(bytes_of(given_s), o), dgz(bytes_of(given_z), o);
+      dz(std::vector<uint8_t>(z_cpu.size(), 0xEE), so), dgs(as_bytes(given_s), o), dgz(as_bytes(given_z), o);
   qg::QuantizeArgs d = args;
   d.x = dx.ptr();
   d.y = dy.ptr();
@@ -963,32 +898,33 @@ int64_t k_for(Format f, Granularity g) {
 }
 int64_t group_for(Format f) { return f == Format::i8 ? 24 : (f == Format::i4 ? 16 : 32); }
 
-TEST_F(CudaInt, QuantizeMatchesCpuBytes) {
-  QG_SEEDED_RNG(rng, 20);
+// fn(format, asymmetric, scope) for every scheme the CUDA kernels take: each
+// integer format, symmetric and asymmetric (i4x8: symmetric only), each scope.
+template <class Fn>
+void for_each_scheme(Fn&& fn) {
   for (Format f : kInts)
     for (bool asym : {false, true}) {
       if (asym && f == Format::i4x8) continue;  // symmetric only
-      for (Granularity gran : {Granularity::tensor, Granularity::row, Granularity::group})
-        for (DType dt : {DType::f32, DType::f16, DType::bf16})
-          for (int specials : {0, 1, 2, 3}) {
-            Quant q;
-            q.f = f;
-            q.asymmetric = asym;
-            q.gran = gran;
-            q.group = group_for(f);
-            q.dt = dt;
-            q.rows = 7;
-            q.k = k_for(f, gran);
-            q.x_pad = specials == 1 ? 3 : 0;
-            q.y_pad = specials == 1 ? 5 : 0;
-            q.specials = specials;
-            check_quantize(q, rng);
-            if (specials == 1) {
-              q.offset = dt == DType::f32 ? 2 : 1;  // misaligned x, codes and (row, group) scales
-              check_quantize(q, rng);
-            }
-          }
+      for (Granularity gran : {Granularity::tensor, Granularity::row, Granularity::group}) fn(f, asym, gran);
     }
+}
+
+TEST_F(CudaInt, QuantizeMatchesCpuBytes) {
+  QG_SEEDED_RNG(rng, 20);
+  for_each_scheme([&](Format f, bool asym, Granularity gran) {
+    for (DType dt : {DType::f32, DType::f16, DType::bf16})
+      for (int specials : {0, 1, 2, 3}) {
+        Quant q{f, asym, gran, group_for(f), dt, 7, k_for(f, gran)};
+        q.x_pad = specials == 1 ? 3 : 0;
+        q.y_pad = specials == 1 ? 5 : 0;
+        q.specials = specials;
+        check_quantize(q, rng);
+        if (specials == 1) {
+          q.offset = dt == DType::f32 ? 2 : 1;  // misaligned x, codes and (row, group) scales
+          check_quantize(q, rng);
+        }
+      }
+  });
 }
 
 // Large enough for many CTAs in the tensor reduction (and chunked rows: K
@@ -996,52 +932,32 @@ TEST_F(CudaInt, QuantizeMatchesCpuBytes) {
 // value in the last row so the last CTA's atomics decide the scale.
 TEST_F(CudaInt, QuantizeLargeTensors) {
   QG_SEEDED_RNG(rng, 21);
-  for (Format f : kInts)
-    for (bool asym : {false, true}) {
-      if (asym && f == Format::i4x8) continue;
-      for (Granularity gran : {Granularity::tensor, Granularity::row, Granularity::group})
-        for (DType dt : {DType::f32, DType::bf16}) {
-          Quant q;
-          q.f = f;
-          q.asymmetric = asym;
-          q.gran = gran;
-          q.group = 8;
-          q.dt = dt;
-          q.rows = 600;
-          q.k = 2056;
-          q.specials = gran == Granularity::tensor && dt == DType::bf16 ? 3 : 4;
-          check_quantize(q, rng);
-          if (gran == Granularity::tensor) {
-            q.specials = 1;  // NaN anywhere poisons the tensor's scale
-            check_quantize(q, rng);
-          }
-        }
+  for_each_scheme([&](Format f, bool asym, Granularity gran) {
+    for (DType dt : {DType::f32, DType::bf16}) {
+      Quant q{f, asym, gran, 8, dt, 600, 2056};
+      q.specials = gran == Granularity::tensor && dt == DType::bf16 ? 3 : 4;
+      check_quantize(q, rng);
+      if (gran == Granularity::tensor) {
+        q.specials = 1;  // NaN anywhere poisons the tensor's scale
+        check_quantize(q, rng);
+      }
     }
+  });
 }
 
 TEST_F(CudaInt, QuantizeStaticScales) {
   QG_SEEDED_RNG(rng, 22);
-  for (Format f : kInts)
-    for (bool asym : {false, true}) {
-      if (asym && f == Format::i4x8) continue;
-      for (Granularity gran : {Granularity::tensor, Granularity::row, Granularity::group})
-        for (DType dt : {DType::f32, DType::f16}) {
-          Quant q;
-          q.f = f;
-          q.asymmetric = asym;
-          q.gran = gran;
-          q.group = group_for(f);
-          q.dt = dt;
-          q.rows = 6;
-          q.k = k_for(f, gran);
-          q.specials = 1;
-          q.given = true;
-          q.y_pad = 2;
-          check_quantize(q, rng);
-          q.offset = 1;
-          check_quantize(q, rng);
-        }
+  for_each_scheme([&](Format f, bool asym, Granularity gran) {
+    for (DType dt : {DType::f32, DType::f16}) {
+      Quant q{f, asym, gran, group_for(f), dt, 6, k_for(f, gran)};
+      q.specials = 1;
+      q.given = true;
+      q.y_pad = 2;
+      check_quantize(q, rng);
+      q.offset = 1;
+      check_quantize(q, rng);
     }
+  });
 }
 
 // The tensor scope's launch sequence (init, reduce, quantize, finalize) on a
@@ -1051,15 +967,8 @@ TEST_F(CudaInt, QuantizeTensorScopeOnAStream) {
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (Format f : {Format::i8, Format::i4})
-    for (bool asym : {false, true}) {
-      Quant q;
-      q.f = f;
-      q.asymmetric = asym;
-      q.gran = Granularity::tensor;
-      q.rows = 300;
-      q.k = 4096;
-      check_quantize(q, rng, stream);
-    }
+    for (bool asym : {false, true})
+      check_quantize(Quant{f, asym, Granularity::tensor, 0, DType::f32, 300, 4096}, rng, stream);
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
@@ -1068,7 +977,7 @@ TEST_F(CudaInt, QuantizeTensorScopeOnAStream) {
 // and the call says why (there is no other CUDA kernel to fall back to).
 TEST_F(CudaInt, QuantizeTensorScopeNeedsAlignedScaleOutput) {
   std::vector<float> x(64, 1.0f);
-  DevBytes dx(bytes_of(x)), dy(std::vector<uint8_t>(64)), ds(std::vector<uint8_t>(8), 1);
+  DevBytes dx(as_bytes(x)), dy(std::vector<uint8_t>(64)), ds(std::vector<uint8_t>(8), 1);
   qg::QuantizeArgs q;
   q.format = Format::i8;
   q.x = dx.ptr();
@@ -1087,7 +996,7 @@ TEST_F(CudaInt, QuantizeTensorScopeNeedsAlignedScaleOutput) {
 // (scale 0; zero point qmin when asymmetric), including at odd addresses.
 TEST_F(CudaInt, QuantizeEmptyScopesAreWritten) {
   float host_x = 0.0f;
-  DevBytes dx(bytes_of(std::vector<float>{host_x})), dy(std::vector<uint8_t>(4));
+  DevBytes dx(as_bytes(std::vector<float>{host_x})), dy(std::vector<uint8_t>(4));
   DevBytes ds(std::vector<uint8_t>(12, 0xAB), 1), dz(std::vector<uint8_t>(12, 0xAB), 3);
   qg::QuantizeArgs q;
   q.format = Format::i4;
@@ -1154,8 +1063,8 @@ void check_dequantize(const Quant& q, int64_t xq_pad, std::mt19937_64& rng) {
   da.zero_points = qa.zero_points;
   QG_OK(qg::dequantize(da));
 
-  DevBytes dxq(xq, o), ds(bytes_of(scales), o), dz(bytes_of(zps), o),
-      dy(bytes_of(std::vector<float>(y_count, sentinel)), o);
+  DevBytes dxq(xq, o), ds(as_bytes(scales), o), dz(as_bytes(zps), o),
+      dy(as_bytes(std::vector<float>(y_count, sentinel)), o);
   da.xq = dxq.ptr();
   da.y = dy.as<float>();
   da.scales = ds.as<float>();
@@ -1180,30 +1089,14 @@ void check_dequantize(const Quant& q, int64_t xq_pad, std::mt19937_64& rng) {
 
 TEST_F(CudaInt, DequantizeMatchesCpuBits) {
   QG_SEEDED_RNG(rng, 30);
-  for (Format f : kInts)
-    for (bool asym : {false, true}) {
-      if (asym && f == Format::i4x8) continue;
-      for (Granularity gran : {Granularity::tensor, Granularity::row, Granularity::group}) {
-        Quant q;
-        q.f = f;
-        q.asymmetric = asym;
-        q.gran = gran;
-        q.group = group_for(f);
-        q.rows = 7;
-        q.k = k_for(f, gran);
-        q.y_pad = 3;
-        q.specials = 1;
-        q.offset = 1;  // every buffer misaligned
-        check_dequantize(q, 1, rng);
-        q.offset = 0;
-        q.rows = 130;
-        q.k = 2056;
-        q.group = 8;
-        q.specials = 0;
-        q.y_pad = 0;
-        check_dequantize(q, 0, rng);
-      }
-    }
+  for_each_scheme([&](Format f, bool asym, Granularity gran) {
+    Quant q{f, asym, gran, group_for(f), DType::f32, 7, k_for(f, gran)};
+    q.y_pad = 3;
+    q.specials = 1;
+    q.offset = 1;  // every buffer misaligned
+    check_dequantize(q, 1, rng);
+    check_dequantize(Quant{f, asym, gran, 8, DType::f32, 130, 2056}, 0, rng);
+  });
 }
 
 // ====================================================================== the registry

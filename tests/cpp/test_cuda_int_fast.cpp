@@ -22,55 +22,20 @@
 #include <qg/qg.h>
 
 #include "backend.h"
+#include "cuda_test_util.h"
 #include "test_util.h"
 
 namespace {
 
 using qg::DType;
 using qg::Format;
+using qgtest::as_bytes;
+using qgtest::DevBytes;
 
 constexpr uint32_t kI32Poison = 0xA5A5A5A5u;
 
-// Device bytes at `offset` past a 256-byte boundary (cudaMalloc's alignment).
-class DevBytes {
- public:
-  DevBytes(const std::vector<uint8_t>& host, size_t offset = 0) : size_(host.size()) {
-    if (host.empty()) return;
-    if (cudaMalloc(&base_, host.size() + offset + 16) != cudaSuccess) {
-      cudaGetLastError();
-      base_ = nullptr;
-      ADD_FAILURE() << "cudaMalloc failed";
-      return;
-    }
-    ptr_ = static_cast<uint8_t*>(base_) + offset;
-    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DevBytes() {
-    if (base_) cudaFree(base_);
-  }
-  DevBytes(const DevBytes&) = delete;
-  DevBytes& operator=(const DevBytes&) = delete;
-  uint8_t* ptr() const { return ptr_; }
-  std::vector<uint8_t> read() const {
-    std::vector<uint8_t> out(size_);
-    if (ptr_) {
-      EXPECT_EQ(cudaMemcpy(out.data(), ptr_, size_, cudaMemcpyDeviceToHost), cudaSuccess);
-    }
-    return out;
-  }
-
- private:
-  void* base_ = nullptr;
-  uint8_t* ptr_ = nullptr;
-  size_t size_ = 0;
-};
-
-template <class T>
-std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
-  std::vector<uint8_t> out(v.size() * sizeof(T));
-  if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
-  return out;
-}
+// Every device buffer gets 16 bytes allocated past its end.
+constexpr size_t kSlack = 16;
 
 // Fills an output buffer of `elems` elements of `d` with poison.
 std::vector<uint8_t> poisoned(DType d, int64_t elems) {
@@ -83,7 +48,7 @@ std::vector<uint8_t> poisoned(DType d, int64_t elems) {
   return c;
 }
 
-class CudaIntFast : public ::testing::Test {
+class CudaIntFast : public qgtest::CudaFixture<> {
  protected:
   // Skips unless a CUDA device is there and `name`'s arch window admits it.
   const qg::detail::GemmKernel* kernel(const std::string& name) {
@@ -97,36 +62,12 @@ class CudaIntFast : public ::testing::Test {
     if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why)) return nullptr;
     return k;
   }
-  void SetUp() override {
-    std::string why;
-    if (!qg::cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  }
-  void TearDown() override {
-    if (qg::cuda_available()) {
-      EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-    }
-  }
 };
 
 #define QG_NEED_KERNEL(var, name)                                                       \
   const qg::detail::GemmKernel* var = kernel(name);                                     \
   if (HasFailure()) return;                                                             \
   if (!var) GTEST_SKIP() << name << " does not run on cuda:0 (arch window or no device)"
-
-// Runs `g` on kernel k (after the dispatcher's checks), returning false when
-// it is refused (*why says why).
-bool run_kernel(const qg::detail::GemmKernel& k, const qg::GemmArgs& g, std::string* why) {
-  if (const qg::Status v = qg::detail::check_gemm_args(g); !v.ok()) {
-    ADD_FAILURE() << "the test built arguments qg rejects: " << v.message();
-    return false;
-  }
-  if (!qgtest::gemm_kernel_admits(k, g, why)) return false;
-  const qg::Status s = k.run(g, nullptr);
-  EXPECT_TRUE(s.ok()) << k.name << ": " << s.message();
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return s.ok();
-}
 
 // ====================================================================== i8 x i8
 struct I8Case {
@@ -180,9 +121,10 @@ I8Case i8_case(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, DType c_dt
 
 // Runs c on k; false when refused.
 bool run_i8(const qg::detail::GemmKernel& k, I8Case& c, std::string* why) {
-  DevBytes a(bytes_of(c.a), c.a_offset), b(bytes_of(c.b), c.b_offset), cb(c.c_init);
-  DevBytes rs(bytes_of(c.row_scale)), cs(bytes_of(c.col_scale)), rz(bytes_of(c.row_zp)), cz(bytes_of(c.col_zp));
-  DevBytes bias(bytes_of(c.bias));
+  DevBytes a(as_bytes(c.a), c.a_offset, kSlack), b(as_bytes(c.b), c.b_offset, kSlack), cb(c.c_init, 0, kSlack);
+  DevBytes rs(as_bytes(c.row_scale), 0, kSlack), cs(as_bytes(c.col_scale), 0, kSlack);
+  DevBytes rz(as_bytes(c.row_zp), 0, kSlack), cz(as_bytes(c.col_zp), 0, kSlack);
+  DevBytes bias(as_bytes(c.bias), 0, kSlack);
   qg::GemmArgs g;
   g.a = {a.ptr(), Format::i8, c.m, c.k, c.a_stride, {}, {}};
   g.b = {b.ptr(), Format::i8, c.n, c.k, c.b_stride, {}, {}};
@@ -205,9 +147,9 @@ bool run_i8(const qg::detail::GemmKernel& k, I8Case& c, std::string* why) {
   g.epilogue.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
   g.device = qg::Device::cuda(0);
   g.fn = "qg.gemm";
-  if (!run_kernel(k, g, why)) return false;
+  if (!qgtest::run_cuda_kernel(k, g, why)) return false;
   c.c_out = cb.read();
-  EXPECT_EQ(a.read(), bytes_of(c.a)) << "the kernel wrote to its input a";
+  EXPECT_EQ(a.read(), as_bytes(c.a)) << "the kernel wrote to its input a";
   return true;
 }
 
@@ -459,7 +401,8 @@ void set_wo_layout(WoCase& c, DType dt, bool transposed) {
 }
 
 bool run_wo(const qg::detail::GemmKernel& k, WoCase& c, std::string* why, size_t w_offset = 0) {
-  DevBytes w(c.w, w_offset), s(c.scales), z(c.zps), x(c.x), cb(c.c_init), bias(bytes_of(c.bias));
+  DevBytes w(c.w, w_offset, kSlack), s(c.scales, 0, kSlack), z(c.zps, 0, kSlack), x(c.x, 0, kSlack);
+  DevBytes cb(c.c_init, 0, kSlack), bias(as_bytes(c.bias), 0, kSlack);
   qg::GemmArgs g;
   g.a = {w.ptr(), Format::i4, c.m, c.k, c.w_stride, {}, {}};
   g.a.scales = {s.ptr(), c.scale_dtype, qg::Granularity::group, c.group, c.s_stride};
@@ -473,7 +416,7 @@ bool run_wo(const qg::detail::GemmKernel& k, WoCase& c, std::string* why, size_t
   g.epilogue.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
   g.device = qg::Device::cuda(0);
   g.fn = "qg.gemm";
-  if (!run_kernel(k, g, why)) return false;
+  if (!qgtest::run_cuda_kernel(k, g, why)) return false;
   c.c_out = cb.read();
   return true;
 }

@@ -15,41 +15,14 @@
 
 #include <qg/qg.h>
 
+#include "cuda_test_util.h"
 #include "linear_cases.h"
 #include "test_util.h"
 
 namespace {
 
+using qgtest::CudaMemory;
 using qgtest::linear::Case;
-
-// Device memory. cudaMemcpy from pageable memory may return before the copy
-// lands, and the tests' stream does not wait on the legacy stream: every
-// transfer ends with a device-wide synchronisation.
-class CudaMemory : public qgtest::Memory {
- public:
-  qg::Device device() const override { return qg::Device::cuda(0); }
-  void* alloc(size_t bytes) override {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    return p;
-  }
-  void release(void* p) override { cudaFree(p); }
-  void upload(void* dst, const void* src, size_t bytes) override {
-    EXPECT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  }
-  void download(void* dst, const void* src, size_t bytes) override {
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-  void synchronize(qg::Stream stream) override {
-    const cudaError_t err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
-    EXPECT_EQ(err, cudaSuccess) << cudaGetErrorName(err) << ": " << cudaGetErrorString(err);
-  }
-};
 
 class CudaLinear : public ::testing::Test {
  protected:
@@ -68,7 +41,8 @@ class CudaLinear : public ::testing::Test {
     }
   }
 
-  CudaMemory mem_;
+  // Transfers synchronise the device: the tests' stream does not wait on the legacy stream.
+  CudaMemory mem_{/*synchronized_transfers=*/true};
   cudaStream_t stream_ = nullptr;
 };
 

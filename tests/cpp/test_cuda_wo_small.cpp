@@ -18,47 +18,19 @@
 #include <qg/qg.h>
 
 #include "backend.h"
+#include "cuda_test_util.h"
 #include "test_util.h"
 
 namespace {
 
 using qg::DType;
 using qg::Format;
+using qgtest::DevBytes;
 
 constexpr const char* kName = "cuda_wo_gemv_small";
 
-// Device bytes at `offset` past cudaMalloc's (256-byte) alignment.
-class DevBytes {
- public:
-  explicit DevBytes(const std::vector<uint8_t>& host, size_t offset = 0) : size_(host.size()) {
-    if (host.empty()) return;
-    if (cudaMalloc(&base_, host.size() + offset + 16) != cudaSuccess) {
-      cudaGetLastError();
-      ADD_FAILURE() << "cudaMalloc failed";
-      return;
-    }
-    ptr_ = static_cast<uint8_t*>(base_) + offset;
-    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DevBytes() {
-    if (base_) cudaFree(base_);
-  }
-  DevBytes(const DevBytes&) = delete;
-  DevBytes& operator=(const DevBytes&) = delete;
-  uint8_t* ptr() const { return ptr_; }
-  std::vector<uint8_t> read() const {
-    std::vector<uint8_t> out(size_);
-    if (ptr_) {
-      EXPECT_EQ(cudaMemcpy(out.data(), ptr_, size_, cudaMemcpyDeviceToHost), cudaSuccess);
-    }
-    return out;
-  }
-
- private:
-  void* base_ = nullptr;
-  uint8_t* ptr_ = nullptr;
-  size_t size_ = 0;
-};
+// Every device buffer gets 16 bytes allocated past its end.
+constexpr size_t kSlack = 16;
 
 struct Case {
   int64_t m = 0, n = 0, k = 0, group = 32;
@@ -139,12 +111,12 @@ Case make_case(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t gr
   return c;
 }
 
-class CudaWoSmall : public ::testing::Test {
+class CudaWoSmall : public qgtest::CudaFixture<> {
  protected:
   void SetUp() override {
+    CudaFixture::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     std::string why;
-    if (!qg::cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     for (const auto& e : qg::detail::cuda::registry().gemm)
       if (std::string(e.name) == kName) (e.b_format == Format::f16 ? f16_ : bf16_) = &e;
     ASSERT_NE(f16_, nullptr) << "the CUDA registry has no i4 x f16 " << kName;
@@ -152,15 +124,11 @@ class CudaWoSmall : public ::testing::Test {
     if (!qgtest::gemm_kernel_runs_on(*f16_, qg::Device::cuda(0), &why))
       GTEST_SKIP() << kName << " does not run on cuda:0: " << why;
   }
-  void TearDown() override {
-    if (qg::cuda_available()) {
-      EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-    }
-  }
 
   // Runs c on the kernel for its activation dtype; false when refused.
   bool run(Case& c, std::string* why, size_t w_offset = 0) {
-    DevBytes w(c.w, w_offset), s(c.scales), z(c.zps), x(c.x), cb(c.c_init), bias(c.bias);
+    DevBytes w(c.w, w_offset, kSlack), s(c.scales, 0, kSlack), z(c.zps, 0, kSlack), x(c.x, 0, kSlack);
+    DevBytes cb(c.c_init, 0, kSlack), bias(c.bias, 0, kSlack);
     qg::GemmArgs g;
     g.a = {w.ptr(), Format::i4, c.m, c.k, c.w_stride, {}, {}};
     g.a.scales = {s.ptr(), c.scale_dtype, qg::Granularity::group, c.group, c.s_stride};
@@ -174,17 +142,9 @@ class CudaWoSmall : public ::testing::Test {
     g.epilogue.bias_dtype = DType::f32;
     g.epilogue.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
     g.device = qg::Device::cuda(0);
-    if (const qg::Status v = qg::detail::check_gemm_args(g); !v.ok()) {
-      ADD_FAILURE() << "the test built arguments qg rejects: " << v.message();
-      return false;
-    }
-    const qg::detail::GemmKernel& k = c.x_dtype == DType::f16 ? *f16_ : *bf16_;
-    if (!qgtest::gemm_kernel_admits(k, g, why)) return false;
-    const qg::Status st = k.run(g, nullptr);
-    EXPECT_TRUE(st.ok()) << st.message();
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (!qgtest::run_cuda_kernel(c.x_dtype == DType::f16 ? *f16_ : *bf16_, g, why)) return false;
     c.c_out = cb.read();
-    return st.ok();
+    return true;
   }
 
   const qg::detail::GemmKernel* f16_ = nullptr;

@@ -26,6 +26,12 @@
 #include "qg/qg.h"
 #include "validate.h"
 
+#define QG_OK(expr)                                                                                           \
+  do {                                                                                                        \
+    const qg::Status st_ = (expr);                                                                            \
+    ASSERT_TRUE(st_.ok()) << #expr << ": " << qg::status_code_name(st_.code()) << ": " << st_.message();      \
+  } while (0)
+
 namespace qgtest {
 
 // ------------------------------------------------------------------ bits

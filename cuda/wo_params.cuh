@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: MIT
+// cuda/wo_params.cuh: what both weight-only GEMV kernels (gemm_wo_gemv.cu,
+// gemm_wo_gemv_small.cu) take from the arguments as they are: W and the
+// activations as bytes, the group scales and zero points with their row
+// strides in bytes and their group sizes as shifts.
+#pragma once
+
+#include <cstdint>
+
+#include "common.cuh"
+
+namespace qg::detail::cuda::wo {
+
+inline int64_t dtype_size_of(DType d) { return d == DType::f32 || d == DType::i32 ? 4 : (d == DType::i8 ? 1 : 2); }
+
+// The group sizes the kernels take are powers of two: a shift, not a division.
+inline int log2_of(int64_t v) {
+  int s = 0;
+  while ((int64_t{1} << s) < v) ++s;
+  return s;
+}
+
+// Fills the fields the two kernels' Params have in common; each caller sets
+// its own (N, the K split).
+template <class Params>
+void set_operand_params(Params& p, const GemmArgs& args) {
+  p.w = static_cast<const uint8_t*>(args.a.data);
+  p.x = static_cast<const uint8_t*>(args.b.data);
+  p.scales = static_cast<const uint8_t*>(args.a.scales.data);
+  p.zeros = static_cast<const uint8_t*>(args.a.zero_points.data);
+  p.m = args.a.rows;
+  p.k = args.a.k;
+  p.ldw = args.a.row_stride;
+  p.ldx = args.b.row_stride;
+  p.s_stride = args.a.scales.row_stride * dtype_size_of(args.a.scales.dtype);
+  p.z_stride = args.a.zero_points.row_stride * dtype_size_of(args.a.zero_points.dtype);
+  p.s_shift = log2_of(args.a.scales.group_size);
+  p.z_shift = p.zeros ? log2_of(args.a.zero_points.group_size) : 0;
+  p.scale_type = args.a.scales.dtype == DType::f32 ? 0 : (args.a.scales.dtype == DType::f16 ? 1 : 2);
+  p.zero_i32 = args.a.zero_points.dtype == DType::i32 ? 1 : 0;
+}
+
+}  // namespace qg::detail::cuda::wo
