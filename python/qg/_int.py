@@ -329,8 +329,9 @@ def int8_matmul(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point_a=Non
     """C = (A - za) * scale_a @ (B - zb) * scale_b * scale_c + bias, then relu (seed 001's int8_matmul).
 
     A: int8 [..., K] (M = product of the leading dims); B: int8 [K, N]
-    (b_layout="kn", seed 001) or [N, K] (b_layout="nk", a linear layer's
-    weight). Returns [..., N] (A's leading dims).
+    (b_layout="kn", seed 001; copied once to K-contiguous rows unless it is
+    a transposed view of an [N, K] array) or [N, K] (b_layout="nk", a linear
+    layer's weight: no copy). Returns [..., N] (A's leading dims).
     out_dtype="int32" (default): the exact integer sum_k (a - za)(b - zb),
     as in seed 001: the scales are checked but not applied (an integer
     result cannot carry them; dequantize it with
@@ -371,6 +372,11 @@ def _int8_matmul_plan(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point
         m *= s
     n = bshape[1] if b_layout == "kn" else bshape[0]
     a_core, a_kmajor = operand_layout(B, w, b_layout == "kn")
+    if a_kmajor:
+        # B stored [K, N] (seed 001): the fast int8 kernels read K-contiguous
+        # rows, so one transposing copy (K * N bytes, in B's framework) turns
+        # an O(M N K) byte-load GEMM into a tensor-core / SIMD one.
+        a_core, a_kmajor = xa.moveaxis(a_core, w, 0, 1), False
     b_core, b_kmajor = operand_layout(A, w, False) if len(ashape) == 2 else (A, False)
 
     fa, col_scale = ia.vector_scale(fn, "scale_a", scale_a, w, m, "M")

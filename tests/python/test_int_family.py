@@ -789,6 +789,8 @@ def test_explain_integer_gemms(rng):
     assert any(c.startswith(e.chosen + ": chosen") for c in e.candidates)
     # the transposed view of [N, K] weights reads as K-contiguous rows, as b_layout="nk" does
     assert qg.explain(qg.int8_matmul, A, W.T).chosen == qg.explain("int8_matmul", A, W, b_layout="nk").chosen
+    # so does a [K, N] B stored row-major (seed 001's layout): int8_matmul copies it to K-contiguous rows
+    assert e.chosen == qg.explain("int8_matmul", A, W, b_layout="nk").chosen
     q, s, _, _ = _weight_int4(rng, 8, 64, 32, False)
     e = qg.explain(qg.linear_int4, np.ones((2, 64), np.float16), q, s, group_size=32)
     assert e.op == "qg.linear_int4" and e.problem.startswith("i4 x f16")
