@@ -11,6 +11,11 @@ back-to-back calls of
   * qg.gemm_q4_0_q8_1 at M=4096, K=14336, N=1 (decode) and at 64x64x64,
     each also with out= (a preallocated result);
   * qg.quantize_q8_1 of a 1 x 14336 activation (also with out=);
+  * the integer family: int8_matmul of a 1 x 14336 int8 row against int8
+    [4096, 14336] weights (int32, and fp32 with per-row scales),
+    quantize_tensor of that row, linear_int4 (group 128), and
+    QuantizedLinear's forward at 64 x 64 x 64 for its three weight formats
+    (informational: two calls each, against torch.mm of the same size);
   * references, in torch: `a + 1` on the 1 x 14336 tensor, and torch.mm of
     the same sizes (float32 on the CPU, float16 on CUDA).
 
@@ -147,9 +152,9 @@ def row(case, kind, framework, device, host_us, wall_us, n, gpu_us=None, gpu_met
     return r
 
 
-def explain_kernel(qg, op, *arrays):
+def explain_kernel(qg, op, *arrays, **kwargs):
     try:
-        return qg.explain(op, *arrays).chosen
+        return qg.explain(op, *arrays, **kwargs).chosen
     except Exception as e:  # noqa: BLE001 - informational
         return f"? ({type(e).__name__})"
 
@@ -198,6 +203,31 @@ def torch_rows(qg, torch, device: str, timer: Timer, data):
             qg.set_cpu_threads(threads)
     measure(f"qg quantize_q8_1 1x{K_BIG}", "quantize", lambda: qg.quantize_q8_1(x), kq)
     measure(f"qg quantize_q8_1 1x{K_BIG} out=", "quantize", lambda: qg.quantize_q8_1(x, out=out_q), kq)
+
+    # The integer family: the decode calls a model makes.
+    act = torch.float16 if cuda else torch.float32
+    w8, s8 = data["w_big_i8"][0].to(dev), data["w_big_i8"][1].to(dev)
+    x8, sx8 = qg.quantize_tensor(x, granularity="channel")
+    w4, s4 = data["w_big_i4"][0].to(dev), data["w_big_i4"][1].to(dev, act)
+    xa = x.to(act)
+    ki8 = explain_kernel(qg, qg.int8_matmul, x8, w8, b_layout="nk")
+    measure(f"qg int8_matmul 1x{K_BIG} @ [{M_BIG},{K_BIG}]^T int32", "gemm_big",
+            lambda: qg.int8_matmul(x8, w8, b_layout="nk"), ki8)
+    measure(f"qg int8_matmul 1x{K_BIG} @ [{M_BIG},{K_BIG}]^T scaled fp32", "gemm_big",
+            lambda: qg.int8_matmul(x8, w8, sx8, s8, out_dtype="float32", b_layout="nk"), ki8)
+    measure(f"qg quantize_tensor 1x{K_BIG} int8 per row", "quantize",
+            lambda: qg.quantize_tensor(x, granularity="channel"))
+    measure(f"qg linear_int4 1x{K_BIG} g128 {M_BIG} out", "gemm_big",
+            lambda: qg.linear_int4(xa, w4, s4, group_size=128),
+            explain_kernel(qg, qg.linear_int4, xa, w4, s4, group_size=128))
+    import qg.torch as qgt
+
+    lin = torch.nn.Linear(TINY, TINY).to(dev)
+    xt = data["a_tiny"].to(dev)
+    for fmt in ("int8", "int4", "q4_0"):
+        mod = qgt.QuantizedLinear.from_linear(lin, weight_format=fmt, group_size=32)
+        with torch.no_grad():
+            measure(f"qg QuantizedLinear({fmt}) {TINY}x{TINY}x{TINY}", "gemm_tiny_info", lambda m=mod: m(xt))
 
     # References: float32 on the CPU, float16 on CUDA (what a model would run).
     dt = torch.float16 if cuda else torch.float32
@@ -403,6 +433,8 @@ def main(argv=None):
     data["a_big_q"] = qg.quantize_q8_1(data["x"])
     data["w_tiny_q"] = qg.quantize_q4_0(data["w_tiny"])
     data["a_tiny_q"] = qg.quantize_q8_1(data["a_tiny"])
+    data["w_big_i8"] = qg.quantize_tensor(data["w_big"], granularity="channel")
+    data["w_big_i4"] = qg.quantize_tensor(data["w_big"], bits=4, granularity="group", group_size=128)
 
     devices = []
     if args.device in ("all", "cpu"):
