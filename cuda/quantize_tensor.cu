@@ -113,19 +113,19 @@ __device__ __forceinline__ ScopeParams given_params(const uint8_t* scales, const
   return static_params(s, z);
 }
 
-// Codes [k0, k1) of one row, by the whole warp (k0 even for 4-bit formats:
+// Codes [k0, k1) of one row, by `stride` threads, this one being `t` (k0 even for 4-bit formats:
 // scopes and chunks start at row, group or chunk boundaries, all even). A
 // 4-bit lane writes whole bytes, pairs (k, k + 1); an odd K's last byte gets a
 // 0 high nibble, as the CPU writes it.
 template <Format F, DType T>
 __device__ __forceinline__ void write_codes(const uint8_t* xr, uint8_t* yr, int64_t k0, int64_t k1,
-                                            const ScopeParams& p, int lane) {
+                                            const ScopeParams& p, int t, int stride) {
   const CodeRange c = code_range(F);
   if constexpr (F == Format::i8) {
-    for (int64_t k = k0 + lane; k < k1; k += 32)
+    for (int64_t k = k0 + t; k < k1; k += stride)
       yr[k] = static_cast<uint8_t>(static_cast<int8_t>(quantize_value(load_x<T>(xr, k), p, c)));
   } else {
-    for (int64_t k = k0 + 2 * lane; k < k1; k += 64) {
+    for (int64_t k = k0 + 2 * t; k < k1; k += 2 * stride) {
       const int32_t lo = quantize_value(load_x<T>(xr, k), p, c);
       const int32_t hi = k + 1 < k1 ? quantize_value(load_x<T>(xr, k + 1), p, c) : 0;
       yr[k >> 1] = pack_pair(F, lo, hi);
@@ -164,7 +164,60 @@ quantize_scopes_kernel(QuantizeLayout l, int64_t g, int64_t groups, bool asymmet
         if (zero_points) store_u32_any(zero_points + 4 * s, static_cast<uint32_t>(p.zp));
       }
     }
-    write_codes<F, T>(xr, l.y + r * l.y_row_stride, k0, k1, p, lane);
+    write_codes<F, T>(xr, l.y + r * l.y_row_stride, k0, k1, p, lane, 32);
+  }
+}
+
+// Long scopes (a row of an activation, K in the thousands): a warp per scope
+// is one latency chain of K / 32 loads, twice (a 1 x 14336 row took 111 us on
+// an H200). Here a CTA takes a scope: its warps' extents meet in shared
+// memory, and min / max / absmax are exact in any order, so the parameters
+// and the bytes are the warp kernel's (and the CPU's).
+constexpr int kLongWarps = 16;
+constexpr int kLongThreads = kLongWarps * 32;
+constexpr int64_t kLongScope = 2048;  // from this scope length on, a CTA per scope
+
+template <Format F, DType T>
+__global__ void __launch_bounds__(kLongThreads)
+quantize_long_scopes_kernel(QuantizeLayout l, int64_t g, int64_t groups, bool asymmetric, uint8_t* scales,
+                            uint8_t* zero_points, const uint8_t* given_scales, const uint8_t* given_zero_points) {
+  __shared__ Extent part[kLongWarps];
+  // ScopeParams has default member initializers, which __shared__ variables
+  // cannot take: its fields travel one by one.
+  __shared__ float p_scale, p_inv;
+  __shared__ int32_t p_zp;
+  __shared__ bool p_poisoned;
+  auto publish = [&](const ScopeParams& p) {
+    p_scale = p.scale, p_inv = p.inv, p_zp = p.zp, p_poisoned = p.poisoned;
+  };
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const int64_t scopes = l.rows * groups;
+  for (int64_t s = blockIdx.x; s < scopes; s += gridDim.x) {  // CTA-uniform
+    const int64_t r = s / groups, k0 = (s % groups) * g, k1 = k0 + g;
+    const uint8_t* xr = l.x + r * l.x_row_stride;
+    if (given_scales) {
+      if (t == 0) publish(given_params(given_scales, given_zero_points, s));
+    } else {
+      Extent e = empty_extent();
+      for (int64_t k = k0 + t; k < k1; k += kLongThreads) add(e, load_x<T>(xr, k));
+      e = warp_reduce(e);
+      if (lane == 0) part[warp] = e;
+      __syncthreads();
+      if (warp == 0) {
+        e = warp_reduce(lane < kLongWarps ? part[lane] : empty_extent());
+        if (lane == 0) {
+          const ScopeParams p = params_of(e, asymmetric, code_range(F));
+          publish(p);
+          store_u32_any(scales + 4 * s, float_bits(p.scale));
+          if (zero_points) store_u32_any(zero_points + 4 * s, static_cast<uint32_t>(p.zp));
+        }
+      }
+    }
+    __syncthreads();
+    ScopeParams p;
+    p.scale = p_scale, p.inv = p_inv, p.zp = p_zp, p.poisoned = p_poisoned;
+    write_codes<F, T>(xr, l.y + r * l.y_row_stride, k0, k1, p, t, kLongThreads);
+    __syncthreads();  // part[] and the parameters are reused by the next scope
   }
 }
 
@@ -220,7 +273,7 @@ quantize_tensor_kernel(QuantizeLayout l, const uint32_t* slot0, const int32_t* h
        c += static_cast<int64_t>(gridDim.x) * kWarps) {
     const int64_t r = c / chunks_per_row, k0 = (c % chunks_per_row) * kChunk;
     const int64_t k1 = k0 + kChunk < l.k ? k0 + kChunk : l.k;
-    write_codes<F, T>(l.x + r * l.x_row_stride, l.y + r * l.y_row_stride, k0, k1, p, lane);
+    write_codes<F, T>(l.x + r * l.x_row_stride, l.y + r * l.y_row_stride, k0, k1, p, lane, 32);
   }
 }
 
@@ -281,9 +334,14 @@ void launch_quantize(const QuantizeArgs& a, cudaStream_t st) {
     const bool row = a.granularity == Granularity::row;
     const int64_t g = row ? a.k : a.group_size, groups = row ? 1 : a.k / a.group_size;
     const bool asymmetric = given_s ? given_z != nullptr : a.zero_points != nullptr;
-    quantize_scopes_kernel<F, T><<<grid_for(a.rows * groups, kWarps, kMaxGrid), kThreads, 0, st>>>(
-        l, g, groups, asymmetric, reinterpret_cast<uint8_t*>(a.scales), reinterpret_cast<uint8_t*>(a.zero_points),
-        given_s, given_z);
+    auto* scales = reinterpret_cast<uint8_t*>(a.scales);
+    auto* zps = reinterpret_cast<uint8_t*>(a.zero_points);
+    if (g >= kLongScope)
+      quantize_long_scopes_kernel<F, T><<<grid_for(a.rows * groups, 1, kMaxGrid), kLongThreads, 0, st>>>(
+          l, g, groups, asymmetric, scales, zps, given_s, given_z);
+    else
+      quantize_scopes_kernel<F, T><<<grid_for(a.rows * groups, kWarps, kMaxGrid), kThreads, 0, st>>>(
+          l, g, groups, asymmetric, scales, zps, given_s, given_z);
     return;
   }
   const int64_t items = a.rows * ((a.k + kChunk - 1) / kChunk);
