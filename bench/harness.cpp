@@ -917,6 +917,20 @@ bool backend_live(Backend b) {
 
 bool have_cublas() { return QG_BENCH_CUBLAS != 0; }
 
+#if QG_BENCH_CUDA
+std::string gpu_read_bytes(const void* p, int64_t bytes, int sms, int* sink, cudaStream_t stream);  // read_floor.cu
+std::string gpu_read_floor(const void* p, int64_t bytes) {
+  static int* sink = nullptr;  // where the read kernel's checksum would go (never, in practice)
+  if (!sink) {
+    std::string err = device_alloc(sizeof(int), reinterpret_cast<void**>(&sink));
+    if (!err.empty()) return err;
+  }
+  return gpu_read_bytes(p, bytes, g_gpu.sms, sink, g_gpu.stream);
+}
+#else
+std::string gpu_read_floor(const void*, int64_t) { return "CUDA is not built"; }
+#endif
+
 std::string qg_error(const char* what, const qg::Status& s) {
   if (s.ok()) return {};
   return std::string(what) + ": " + qg::status_code_name(s.code()) + ": " + s.message();
@@ -1144,6 +1158,7 @@ int main(int argc, char** argv) {
   add_gemm_cases(cases);
   add_quantize_cases(cases);
   add_linear_cases(cases);
+  add_read_floor_cases(cases);
   auto selected = [](const Case& c) {
     return filter_selects(c.backend == Backend::cuda ? c.name + "/manual_time" : c.name);
   };

@@ -189,6 +189,10 @@ std::string cublas_gemm_f16(int64_t m, int64_t n, int64_t k, const void* w, cons
 // The same with int8 W and A, int32 C (CUBLAS_COMPUTE_32I): torch._int_mm's kernels.
 std::string cublas_gemm_i8(int64_t m, int64_t n, int64_t k, const void* w, const void* a, void* c);
 
+// Reads `bytes` at p (16-byte aligned) and nothing else, on the bench's CUDA
+// stream: the floor of a GEMM that must read them (read_floor.cu).
+std::string gpu_read_floor(const void* p, int64_t bytes);
+
 // ===================================================================== cases
 
 struct Case {
@@ -210,5 +214,6 @@ std::vector<int64_t> distinct_k();
 void add_gemm_cases(CaseList& cases);      // cases_gemm.cpp
 void add_quantize_cases(CaseList& cases);  // cases_quantize.cpp
 void add_linear_cases(CaseList& cases);    // cases_linear.cpp
+void add_read_floor_cases(CaseList& cases);  // cases_read_floor.cpp
 
 }  // namespace qgbench

@@ -7,6 +7,9 @@
 //   cuda_wo_gemv  i4 weights with group scales (and zero points) x f16 / bf16
 //                 activations, N <= 16 a launch (larger N in slices): fp16/bf16 mma.sync over
 //                 exact codes, fp32 group rescale, then epilogue_store
+//   cuda_wo_gemv_bulk  the same operands with groups >= 128, N <= 16 (sm_90):
+//                 W streamed into shared memory by bulk copies, read in
+//                 fragment order with 16-byte loads, the same mma and rescale
 //   cuda_wo_gemv_small  the same operands, N <= 2: FFMAs on codes made exact
 //                 floats by a magic-number LOP3 + FFMA, W streamed to registers
 // And the host-side helpers both share: device limits and what a kernel can
@@ -23,6 +26,7 @@
 #include "cluster_split.cuh"
 #include "common.cuh"
 #include "cp_async.cuh"
+#include "device_limits.cuh"
 #include "epilogue.h"
 
 namespace qg::detail::cuda {
@@ -31,12 +35,13 @@ bool gemm_i8_mma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_i8_mma_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream);
+bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_wo_gemv_bulk_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_small_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_small_run(const GemmArgs& args, Stream stream);
 
 namespace intfast {
 
-constexpr int kMaxDevices = 64;
 using clusters::kMaxSplits;
 
 inline std::string shape_text(const GemmArgs& g) {
@@ -45,28 +50,6 @@ inline std::string shape_text(const GemmArgs& g) {
 
 inline Status launch_result(const GemmArgs& g) {
   return launch_status(g.fn, [&] { return shape_text(g); });
-}
-
-struct DeviceLimits {
-  int sms = 1;
-  int cc_major = 0;
-};
-
-inline DeviceLimits device_limits(int device) {
-  static std::once_flag once[kMaxDevices];
-  static DeviceLimits cached[kMaxDevices];
-  auto query = [device] {
-    DeviceLimits d;
-    if (cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-      cudaGetLastError();
-      return DeviceLimits{};
-    }
-    return d;
-  };
-  if (device < 0 || device >= kMaxDevices) return query();
-  std::call_once(once[device], [&] { cached[device] = query(); });
-  return cached[device];
 }
 
 using clusters::KernelFit;

@@ -47,6 +47,7 @@
 
 #include "cluster_split.cuh"
 #include "cp_async.cuh"
+#include "device_limits.cuh"
 #include "gemm_q4_0_q8_1.cuh"
 
 namespace cg = cooperative_groups;
@@ -431,27 +432,6 @@ using TileSmall = Tile<64, 32, 2, 1, 2, 4>;     // N <= 32
 using TileMid = Tile<64, 64, 2, 2, 1, 3>;       // N <= 64, or too few 128-wide tiles
 using TileWide = Tile<64, 128, 1, 4, 2, 3>;     // big N, few W rows
 using TileLarge = Tile<128, 128, 2, 4, 1, 3>;   // big M and N
-
-struct DeviceLimits {
-  int sms = 1;
-  int cc_major = 0;
-};
-
-DeviceLimits device_limits(int device) {
-  static std::atomic<int> cached[64];  // static storage: zero-initialised; sms * 256 + cc_major
-  if (device >= 0 && device < 64) {
-    const int v = cached[device].load(std::memory_order_relaxed);
-    if (v > 0) return DeviceLimits{v / 256, v % 256};
-  }
-  DeviceLimits d;
-  if (cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return DeviceLimits{};
-  }
-  if (device >= 0 && device < 64) cached[device].store(d.sms * 256 + d.cc_major, std::memory_order_relaxed);
-  return d;
-}
 
 // What each kernel instance can do on a device is asked once (kernel_fit).
 using clusters::KernelFit;

@@ -50,6 +50,7 @@
 #include <cooperative_groups.h>
 
 #include "gemm_int_fast.cuh"
+#include "wo_mma.cuh"
 #include "wo_params.cuh"
 
 namespace cg = cooperative_groups;
@@ -58,7 +59,7 @@ namespace qg::detail::cuda {
 namespace {
 
 using namespace intfast;
-using wo::dtype_size_of;
+using namespace wo;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
@@ -75,84 +76,6 @@ constexpr int kPartialFloats = kWarps * kCtaRows * kMaxCols;
 constexpr int kSmemBytes = kWarps * kWarpRingBytes > (kPartialFloats + kCtaRows * kMaxCols) * 4
                                ? kWarps * kWarpRingBytes
                                : (kPartialFloats + kCtaRows * kMaxCols) * 4;
-
-struct Params {
-  const uint8_t* w;
-  const uint8_t* x;
-  const uint8_t* scales;
-  const uint8_t* zeros;
-  int64_t m, n, k, ldw, ldx;   // ldw, ldx in bytes
-  int64_t s_stride, z_stride;  // bytes between rows of scales / zero points
-  int s_shift, z_shift;        // log2 of the group sizes (powers of two: a shift, not a division)
-  int scale_type;              // 0 f32, 1 f16, 2 bf16
-  int zero_i32;                // zero points are int32 (else int8)
-  int splits;
-};
-
-// ------------------------------------------------------------ device helpers
-__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// The halves' exponent bits and the two's complement flip of a nibble, one
-// constant: (nibble pair) ^ kCodeBits = 2^10 + 8 + code (fp16) or 2^7 + 8 +
-// code (bf16), and the same bits read as a number are 2^10 + 8 (2^7 + 8).
-template <bool kBf16>
-__device__ __forceinline__ uint32_t code_bits() {
-  return kBf16 ? 0x43084308u : 0x64086408u;
-}
-
-template <bool kBf16>
-__device__ __forceinline__ uint32_t sub2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  if constexpr (kBf16) {
-    const __nv_bfloat162 r =
-        __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
-    d = *reinterpret_cast<const uint32_t*>(&r);
-  } else {
-    const __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
-    d = *reinterpret_cast<const uint32_t*>(&r);
-  }
-  return d;
-}
-
-// Nibbles i and i + 4 of w as the codes they stand for, in the two halves.
-template <bool kBf16, int kI>
-__device__ __forceinline__ uint32_t code_pair(uint32_t w, uint32_t bits) {
-  return sub2<kBf16>(((w >> (4 * kI)) & 0x000F000Fu) ^ bits, bits);
-}
-
-// d += A * B, m16n8k16, f16 or bf16 in, fp32 accumulate.
-template <bool kBf16>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if __CUDA_ARCH__ >= 800
-  if constexpr (kBf16)
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  __trap();
-#endif
-}
-
-// Group g of a row of scales / zero points starting at `row`.
-__device__ __forceinline__ float load_scale(const Params& p, const uint8_t* row, int64_t group) {
-  if (p.scale_type == 0) return __ldg(reinterpret_cast<const float*>(row) + group);
-  const unsigned short h = __ldg(reinterpret_cast<const unsigned short*>(row) + group);
-  return p.scale_type == 1 ? __half2float(__ushort_as_half(h)) : __uint_as_float(static_cast<uint32_t>(h) << 16);
-}
-
-__device__ __forceinline__ float load_zero(const Params& p, const uint8_t* row, int64_t group) {
-  const int z = p.zero_i32 ? __ldg(reinterpret_cast<const int*>(row) + group)
-                           : static_cast<int>(static_cast<int8_t>(__ldg(row + group)));
-  return static_cast<float>(z);  // |z| > 2^24 rounds, as the reference's float(code - z) would
-}
 
 // What one 32-value segment of K reads from global memory besides W: the
 // activations k = kseg + 8t .. + 7 of column g of each n8 tile, and the

@@ -672,6 +672,31 @@ TEST_P(GemmCudaKernel, AdmitsWhatItsCanRunSays) {
   EXPECT_EQ(tester().run_and_check(odd), name == "cuda_generic") << tester().refusals();
 }
 
+// The decode shapes on 16-byte-aligned W rows (the GEMV's vector path): one
+// row and row groups with tails, N = 1..9, 15, 17 (the GEMV refuses N > 8),
+// whole 8-block chunks and blocks past the last one (padded rows), and
+// M = 4500, more row groups than a GPU holds CTAs at once. Every kernel runs
+// them.
+TEST_P(GemmCudaKernel, GemvShapesOnAlignedRows) {
+  struct S {
+    int64_t m, k, a_pad;
+    std::vector<int64_t> ns;
+  };
+  const std::vector<int64_t> all_n = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 17};
+  const std::vector<S> shapes = {
+      {1, 256, 0, all_n},      {15, 256, 0, all_n},  {17, 32 * 8 * 17, 0, all_n}, {33, 32 * 8 * 9, 0, all_n},
+      {70, 288, 14, all_n},    {16, 32 * 138, 12, {1, 4, 8}},                      {4500, 256, 0, {1, 3}},
+  };
+  uint64_t salt = 0;
+  for (const S& s : shapes)
+    for (int64_t n : s.ns) {
+      QG_SEEDED_RNG(rng, 1900 + ++salt);
+      qgtest::GemmCase c = qgtest::random_case(rng, s.m, n, s.k, s.a_pad);
+      tester().run_and_check(c);
+    }
+  QG_SKIP_IF_NOTHING_RAN(tester());
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, GemmCudaKernel,
                          ::testing::ValuesIn(qgtest::gemm_kernel_names(qg::detail::cuda::registry(),
                                                                        qg::Format::q4_0, qg::Format::q8_1)),

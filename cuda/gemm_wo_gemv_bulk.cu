@@ -1,0 +1,328 @@
+// SPDX-License-Identifier: MIT
+// cuda/gemm_wo_gemv_bulk.cu: weight-only GEMV for decode on sm_90, N <= 16:
+// i4 weights with group scales (group >= 128; optional zero points) x f16 /
+// bf16 activations, W streamed by the bulk copy engine, tensor cores.
+//
+//   C[m, n] = sum_g s[m, g] * sum_{k in g} (q[m, k] - z[m, g]) * x[n, k]
+//
+// What it fixes. cuda_wo_gemv_small (FFMAs) spends ~3.4 instructions per
+// code and is issue-bound; cuda_wo_gemv (mma) fills a per-warp cp.async ring
+// with 16-byte copies and reads it back 4 bytes at a time, 80 KB of shared
+// memory per CTA, and is latency-bound. Here one bulk copy per row and stage
+// moves 1 KB of a row (2048 values of K) into shared memory, four stages
+// deep (2 CTAs x 4 x 17 KB per SM requested ahead), and each lane reads its
+// share of W with two 16-byte shared loads per 128 values of K.
+//
+// Fragment order, for loads of 16 contiguous bytes. A 128-value "macro step"
+// of a row is 64 bytes; lane (g, t) of a quad reads bytes 16t .. 16t + 15 of
+// rows g and g + 8 (32 codes each, K = 32t .. 32t + 31 of the step). The mma
+// m16n8k16 step (i, h), i = 0..3 (word i of the 16 bytes), h = 0..1, takes
+// from lane t the nibble pairs (2h, 2h + 4) and (2h + 1, 2h + 5) of word i:
+// K slots 2t, 2t + 1, 2t + 8, 2t + 9 hold K = 32t + 8i + {2h, 2h + 4, 2h + 1,
+// 2h + 5}. Any permutation of K applied to both operands leaves the dot
+// product unchanged; the activations of lane (g', t') (column g' of the n8
+// tile) are the same K, one 16-byte load of x[32t' + 8i ..] and two PRMTs per
+// step. A step thus mixes the 4 segments (32 values) of one macro step,
+// which lie in one group when groups are 128 or more: so the group scale is
+// still applied once per macro step in fp32 after exact mma sums, as in
+// cuda_wo_gemv (wo_mma.cuh has the shared unpacking, exact in fp16 and bf16:
+// one shift, one LOP3 and one HSUB2 per pair of codes). Zero points: D - z S,
+// with S = sum x from one more mma against an all-ones A fragment.
+//
+// Work split: a row group is one m16 tile; a CTA (8 warps) owns groups
+// blockIdx.x, + gridDim.x, ... and streams them as one sequence of stages (16
+// rows x 16 macro steps), so the pipeline runs on across groups. Warp w takes
+// macro steps 2w and 2w + 1 of each stage. Shared rows are 1088 bytes apart
+// (1024 + 64): the 8 lanes of a 16-byte-load phase (rows g, g + 1; t = 0..3)
+// fall in 8 different bank groups. The warps' partial tiles are added in
+// shared memory in warp order: deterministic. Rows past M are read from row
+// M - 1 and never stored; columns past N read column N - 1.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "bulk_copy.cuh"
+#include "device_limits.cuh"
+#include "gemm_int_fast.cuh"
+#include "wo_mma.cuh"
+#include "wo_params.cuh"
+
+namespace qg::detail::cuda {
+namespace {
+
+using namespace intfast;
+using namespace wo;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kGroupRows = 16;                             // one m16 tile
+constexpr int kMacroK = 128;                               // values of K per macro step
+constexpr int kMacroBytes = kMacroK / 2;                   // 64
+constexpr int kPerWarp = 4;                                // macro steps of a warp per stage
+constexpr int kStageMacros = kPerWarp * kWarps;            // 32: 4096 values of K per stage
+constexpr int kStageRowBytes = kStageMacros * kMacroBytes; // 2048
+constexpr int kPitch = kStageRowBytes + 64;                // 2112 = 132 x 16: 132 = 4 mod 8
+constexpr int kStageBytes = kGroupRows * kPitch;           // 33792
+constexpr int kStages = 3;
+constexpr int kSmemBytes = kStages * kStageBytes;          // 101376
+constexpr int kMaxCols = 16;
+constexpr int kMinGroup = kMacroK;
+
+template <int kNT, bool kBf16, bool kZP>
+__global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p, EpilogueParams ep) {
+  extern __shared__ __align__(128) uint8_t stage_mem[];
+  __shared__ __align__(8) uint64_t full[kStages];
+  __shared__ float partial[kWarps][kGroupRows * 8 * kNT];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t macros = p.k / kMacroK;
+  const int64_t stages_per_group = (macros + kStageMacros - 1) / kStageMacros;
+  const int64_t groups = (p.m + kGroupRows - 1) / kGroupRows;
+  const int64_t my_groups = groups > blockIdx.x ? (groups - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int64_t items = my_groups * stages_per_group;
+  const uint32_t bits = code_bits<kBf16>();
+  const uint32_t ones = kBf16 ? 0x3F803F80u : 0x3C003C00u;  // 1.0 in both halves
+
+  // Warp 0 fills stage `item`: lane 0 announces the bytes, lanes 0..15 copy a row each.
+  auto issue = [&](int64_t item) {
+    const int64_t grp = blockIdx.x + (item / stages_per_group) * gridDim.x;
+    const int64_t m0 = (item % stages_per_group) * kStageMacros;
+    const uint32_t row_bytes = static_cast<uint32_t>(min64(kStageMacros, macros - m0) * kMacroBytes);
+    const int slot = static_cast<int>(item % kStages);
+    if (lane == 0) bulk::mbar_arrive_expect(&full[slot], row_bytes * kGroupRows);
+    __syncwarp();
+    if (lane < kGroupRows) {
+      const int64_t row = min64(grp * kGroupRows + lane, p.m - 1);
+      bulk::copy_g2s(stage_mem + slot * kStageBytes + lane * kPitch, p.w + row * p.ldw + m0 * kMacroBytes,
+                     row_bytes, &full[slot]);
+    }
+  };
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) bulk::mbar_init(&full[s], 1);
+    bulk::mbar_init_fence();
+  }
+  __syncthreads();
+  if (warp == 0)
+    for (int64_t i = 0; i < min64(items, kStages); ++i) issue(i);
+
+  // This lane's activations: column nt * 8 + g, K = 32t + .. of each macro step.
+  const uint8_t* xp[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) xp[nt] = p.x + min64(nt * 8 + g, p.n - 1) * p.ldx + 64 * t;
+
+  // The scales (and zero points) of this lane's rows g, g + 8 for the two
+  // macro steps the warp takes in stage `item`: loaded a stage ahead, since
+  // they come from memory as W does but one at a time, and a wait on each
+  // would stall every stage.
+  struct StageScales {
+    float s[kPerWarp][2], z[kPerWarp][2];
+  };
+  auto load_scales = [&](int64_t it, StageScales& out) {
+    if (it >= items) return;
+    const int64_t grp = blockIdx.x + (it / stages_per_group) * gridDim.x;
+#pragma unroll
+    for (int jj = 0; jj < kPerWarp; ++jj) {
+      const int64_t ms = min64((it % stages_per_group) * kStageMacros + kPerWarp * warp + jj, macros - 1);
+      const int64_t kk = ms * kMacroK;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = min64(grp * kGroupRows + g + 8 * h, p.m - 1);
+        out.s[jj][h] = load_scale(p, p.scales + row * p.s_stride, kk >> p.s_shift);
+        if constexpr (kZP) out.z[jj][h] = load_zero(p, p.zeros + row * p.z_stride, kk >> p.z_shift);
+      }
+    }
+  };
+  auto load_x = [&](int64_t ms, uint4 (&xv)[kNT][4]) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        xv[nt][i] = __ldg(reinterpret_cast<const uint4*>(xp[nt] + min64(ms, macros - 1) * (2 * kMacroK) + 16 * i));
+  };
+
+  StageScales cur{}, next{};
+  load_scales(0, cur);
+  int64_t item = 0;
+  for (int64_t gi = 0; gi < my_groups; ++gi) {
+    const int64_t row0 = (blockIdx.x + gi * gridDim.x) * kGroupRows;
+    float out[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out[nt][e] = 0.0f;
+
+    for (int64_t si = 0; si < stages_per_group; ++si, ++item) {
+      const int slot = static_cast<int>(item % kStages);
+      const int64_t ms0 = si * kStageMacros + kPerWarp * warp;
+      // The activations and the next stage's scales do not depend on W:
+      // requested before the wait for it.
+      uint4 xv[kNT][4];
+      load_x(ms0, xv);
+      load_scales(item + 1, next);
+      bulk::mbar_wait(&full[slot], static_cast<uint32_t>((item / kStages) & 1));
+#pragma unroll
+      for (int jj = 0; jj < kPerWarp; ++jj) {
+        const int64_t ms = ms0 + jj;
+        if (ms >= macros) break;
+        if (jj > 0) load_x(ms, xv);
+        const uint8_t* ws = stage_mem + slot * kStageBytes + g * kPitch + (kPerWarp * warp + jj) * kMacroBytes + 16 * t;
+        const uint4 w0 = *reinterpret_cast<const uint4*>(ws);
+        const uint4 w1 = *reinterpret_cast<const uint4*>(ws + 8 * kPitch);
+        float d[kNT][4], sx[kNT][4];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) d[nt][e] = 0.0f, sx[nt][e] = 0.0f;
+        const uint32_t wg[4] = {w0.x, w0.y, w0.z, w0.w}, w8[4] = {w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint32_t a[4];
+            if (h == 0) {
+              a[0] = code_pair<kBf16, 0>(wg[i], bits), a[1] = code_pair<kBf16, 0>(w8[i], bits);
+              a[2] = code_pair<kBf16, 1>(wg[i], bits), a[3] = code_pair<kBf16, 1>(w8[i], bits);
+            } else {
+              a[0] = code_pair<kBf16, 2>(wg[i], bits), a[1] = code_pair<kBf16, 2>(w8[i], bits);
+              a[2] = code_pair<kBf16, 3>(wg[i], bits), a[3] = code_pair<kBf16, 3>(w8[i], bits);
+            }
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) {
+              // (x0, x4), (x1, x5) for h = 0; (x2, x6), (x3, x7) for h = 1.
+              const uint32_t lo = h == 0 ? xv[nt][i].x : xv[nt][i].y;
+              const uint32_t hi = h == 0 ? xv[nt][i].z : xv[nt][i].w;
+              const uint32_t b0 = __byte_perm(lo, hi, 0x5410), b1 = __byte_perm(lo, hi, 0x7632);
+              mma_16816<kBf16>(d[nt], a, b0, b1);
+              if constexpr (kZP) {
+                const uint32_t one4[4] = {ones, ones, ones, ones};
+                mma_16816<kBf16>(sx[nt], one4, b0, b1);
+              }
+            }
+          }
+        }
+        // d[nt][e]: row g (e < 2) or g + 8, column nt * 8 + 2t + e % 2.
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e / 2;
+            const float v = kZP ? fmaf(-cur.z[jj][h], sx[nt][e], d[nt][e]) : d[nt][e];
+            out[nt][e] = fmaf(cur.s[jj][h], v, out[nt][e]);
+          }
+      }
+      cur = next;
+      __syncthreads();  // every warp is done with the slot before it is refilled
+      if (warp == 0 && item + kStages < items) issue(item + kStages);
+    }
+
+    constexpr int kCols = 8 * kNT;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        partial[warp][(g + 8 * (e / 2)) * kCols + nt * 8 + 2 * t + e % 2] = out[nt][e];
+    __syncthreads();
+    const int64_t n_here = min64(p.n, kCols);
+    for (int o = threadIdx.x; o < kGroupRows * kCols; o += kThreads) {
+      const int64_t row = row0 + o / kCols, col = o % kCols;
+      if (row >= p.m || col >= n_here) continue;
+      float v = partial[0][o];
+#pragma unroll
+      for (int i = 1; i < kWarps; ++i) v += partial[i][o];
+      epilogue_store(ep, row, col, v);
+    }
+    __syncthreads();  // partial[] is rewritten by the next group
+  }
+}
+
+// Resident CTAs per SM, asked once per device (0: cannot launch here). The
+// dynamic shared-memory limit is raised first: 68 KB is over the default 48.
+// A build whose newest target is older than sm_90 runs on an H100 through
+// JIT-compiled PTX in which the bulk copies are traps: the image's PTX
+// version must be 90 or more.
+template <int kNT, bool kBf16, bool kZP>
+int resident_ctas(int device) {
+  static std::once_flag once[kMaxDevices];
+  static int cached[kMaxDevices];
+  auto query = [] {
+    auto* kernel = gemm_wo_gemv_bulk_kernel<kNT, kBf16, kZP>;
+    cudaFuncAttributes attr{};
+    int blocks = 0;
+    if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90 ||
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kSmemBytes) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return blocks;
+  };
+  if (device < 0 || device >= kMaxDevices) return query();
+  std::call_once(once[device], [&] { cached[device] = query(); });
+  return cached[device];
+}
+
+template <int kNT, bool kBf16, bool kZP>
+Status launch(const GemmArgs& g, const Params& p, cudaStream_t stream) {
+  const int per_sm = resident_ctas<kNT, kBf16, kZP>(g.device.id);
+  if (per_sm <= 0)
+    return Status(StatusCode::cuda_error, std::string(g.fn) + " (cuda_wo_gemv_bulk): cannot launch on cuda:" +
+                                              std::to_string(g.device.id) + " (" + shape_text(g) + ")");
+  const int64_t groups = (p.m + kGroupRows - 1) / kGroupRows;
+  const int64_t grid = std::min<int64_t>(groups, static_cast<int64_t>(per_sm) * device_limits(g.device.id).sms);
+  gemm_wo_gemv_bulk_kernel<kNT, kBf16, kZP>
+      <<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(p, epilogue_params(g));
+  return launch_result(g);
+}
+
+template <bool kBf16, bool kZP>
+Status launch_tiles(const GemmArgs& g, const Params& p, cudaStream_t stream) {
+  return p.n <= 8 ? launch<1, kBf16, kZP>(g, p, stream) : launch<2, kBf16, kZP>(g, p, stream);
+}
+
+bool group_fits(int64_t gs) { return gs >= kMinGroup && (gs & (gs - 1)) == 0; }
+
+}  // namespace
+
+bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
+  auto no = [&](std::string why) {
+    if (why_not) *why_not = std::move(why);
+    return false;
+  };
+  if (args.b.rows > kMaxCols) return no("N=" + std::to_string(args.b.rows) + " > 16 (GEMV kernel)");
+  if (args.a.k % kMacroK != 0)
+    return no("K=" + std::to_string(args.a.k) + " is not a multiple of 128 (the kernel's macro step)");
+  if (!group_fits(args.a.scales.group_size))
+    return no("weight scales need a power-of-two group size >= 128 (got " + std::to_string(args.a.scales.group_size) +
+              ")");
+  if (args.a.zero_points.data && !group_fits(args.a.zero_points.group_size))
+    return no("weight zero points need a power-of-two group size >= 128 (got " +
+              std::to_string(args.a.zero_points.group_size) + ")");
+  // The rest (formats, K-contiguous 16-byte-aligned rows, scale and zero
+  // point dtypes) as the mma GEMV it shares its unpacking with.
+  if (!gemm_wo_gemv_can_run(args, why_not)) return false;
+  DeviceGuard guard(args.device.id);
+  if (guard.error() != cudaSuccess || resident_ctas<1, false, false>(args.device.id) <= 0) {
+    cudaGetLastError();
+    return no("this build has no sm_90 code for it on cuda:" + std::to_string(args.device.id));
+  }
+  return true;
+}
+
+Status gemm_wo_gemv_bulk_run(const GemmArgs& args, Stream stream) {
+  if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
+  DeviceGuard guard(args.device.id);
+  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
+  Params p{};
+  set_operand_params(p, args);
+  p.n = args.b.rows;
+  p.splits = 1;
+  const cudaStream_t st = to_cuda(stream);
+  const bool bf16 = args.b.format == Format::bf16, zp = p.zeros != nullptr;
+  if (bf16) return zp ? launch_tiles<true, true>(args, p, st) : launch_tiles<true, false>(args, p, st);
+  return zp ? launch_tiles<false, true>(args, p, st) : launch_tiles<false, false>(args, p, st);
+}
+
+}  // namespace qg::detail::cuda
