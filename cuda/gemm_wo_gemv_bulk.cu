@@ -9,9 +9,12 @@
 // code and is issue-bound; cuda_wo_gemv (mma) fills a per-warp cp.async ring
 // with 16-byte copies and reads it back 4 bytes at a time, 80 KB of shared
 // memory per CTA, and is latency-bound. Here one bulk copy per row and stage
-// moves 1 KB of a row (2048 values of K) into shared memory, four stages
-// deep (2 CTAs x 4 x 17 KB per SM requested ahead), and each lane reads its
-// share of W with two 16-byte shared loads per 128 values of K.
+// moves 2 KB of a row (4096 values of K) into shared memory, three stages
+// deep (2 CTAs x 3 x 33 KB per SM requested ahead), and each lane reads its
+// share of W with two 16-byte shared loads per 128 values of K. Measured
+// (docs/architecture.md): faster than cuda_wo_gemv at every N, but slower
+// than cuda_wo_gemv_small at N <= 2, and nearly flat in N: a latency chain
+// per stage bounds it, not issue or bandwidth.
 //
 // Fragment order, for loads of 16 contiguous bytes. A 128-value "macro step"
 // of a row is 64 bytes; lane (g, t) of a quad reads bytes 16t .. 16t + 15 of
@@ -31,9 +34,9 @@
 //
 // Work split: a row group is one m16 tile; a CTA (8 warps) owns groups
 // blockIdx.x, + gridDim.x, ... and streams them as one sequence of stages (16
-// rows x 16 macro steps), so the pipeline runs on across groups. Warp w takes
-// macro steps 2w and 2w + 1 of each stage. Shared rows are 1088 bytes apart
-// (1024 + 64): the 8 lanes of a 16-byte-load phase (rows g, g + 1; t = 0..3)
+// rows x 32 macro steps), so the pipeline runs on across groups. Warp w takes
+// macro steps 4w .. 4w + 3 of each stage. Shared rows are 2112 bytes apart
+// (2048 + 64): the 8 lanes of a 16-byte-load phase (rows g, g + 1; t = 0..3)
 // fall in 8 different bank groups. The warps' partial tiles are added in
 // shared memory in warp order: deterministic. Rows past M are read from row
 // M - 1 and never stored; columns past N read column N - 1.
@@ -239,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
 }
 
 // Resident CTAs per SM, asked once per device (0: cannot launch here). The
-// dynamic shared-memory limit is raised first: 68 KB is over the default 48.
+// dynamic shared-memory limit is raised first: 99 KB is over the default 48.
 // A build whose newest target is older than sm_90 runs on an H100 through
 // JIT-compiled PTX in which the bulk copies are traps: the image's PTX
 // version must be 90 or more.
