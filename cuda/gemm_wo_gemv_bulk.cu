@@ -13,8 +13,9 @@
 // deep (2 CTAs x 3 x 33 KB per SM requested ahead), and each lane reads its
 // share of W with two 16-byte shared loads per 128 values of K. Measured
 // (docs/architecture.md): faster than cuda_wo_gemv at every N, but slower
-// than cuda_wo_gemv_small at N <= 2, and nearly flat in N: a latency chain
-// per stage bounds it, not issue or bandwidth.
+// than cuda_wo_gemv_small at N <= 2, and nearly flat in N; activations
+// through the ring, double-buffered scales and activations did not move it
+// (docs/architecture.md lists what was tried).
 //
 // Fragment order, for loads of 16 contiguous bytes. A 128-value "macro step"
 // of a row is 64 bytes; lane (g, t) of a quad reads bytes 16t .. 16t + 15 of
