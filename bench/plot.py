@@ -15,8 +15,10 @@ Writes, for each device present in the file (cuda, cpu):
   speedup_cuda_kernels_<mode>.png  the same ratio for each forced kernel
                          (cases named .../kernel:<name>), side by side;
   time_vs_n_<device>_<mode>.png  µs against N, one panel per (M, K): the
-                         public call, each forced kernel, cuBLAS fp16 and the
-                         bandwidth floor (W bytes / measured copy bandwidth).
+                         public call, each forced kernel, cuBLAS fp16, the
+                         bandwidth floor (W bytes / measured copy bandwidth)
+                         and, when the run has read_q4_0 cases, the read
+                         floor: a kernel that only reads W, timed the same way.
 Case names: <op>/<cpu|cuda>/<cold|hot>[/M:<M>]/K:<K>/N:<N>[/kernel:<name>]
 (bench/harness.h); without /kernel: the public call (the dispatcher's choice).
 Needs only matplotlib (Agg backend: no display, no GPU). Cases that are
@@ -40,6 +42,8 @@ NAME_RE = re.compile(
     r"(?:/M:(?P<M>\d+))?/K:(?P<K>\d+)/N:(?P<N>\d+)"
     r"(?:/kernel:(?P<kernel>[A-Za-z0-9_.\-]+))?(?=/|$)"
 )
+# bench_gemm's read floors: read_<format>/<dev>/<mode>/M:<M>/K:<K>
+READ_RE = re.compile(r"^read_(?P<fmt>[A-Za-z0-9_]+)/(?P<dev>cpu|cuda)/(?P<mode>cold|hot)/M:(?P<M>\d+)/K:(?P<K>\d+)(?=/|$)")
 
 
 def _float(value):
@@ -61,7 +65,13 @@ def load(path):
         # With --benchmark_repetitions keep the median (or the plain runs).
         if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
             continue
-        m = NAME_RE.match(b.get("run_name") or b.get("name", ""))
+        name = b.get("run_name") or b.get("name", "")
+        r = READ_RE.match(name)
+        if r and _float(b.get("us")):
+            key = (r["dev"], r["mode"], int(r["M"]), int(r["K"]), r["fmt"])
+            context.setdefault("_read_floor_us", {})[key] = _float(b.get("us"))
+            continue
+        m = NAME_RE.match(name)
         if not m:
             continue
         us = _float(b.get("us"))
@@ -280,6 +290,10 @@ def time_vs_n(context, cases, dev, mode, outdir):
             # Compulsory bytes of the Q4_0 weights alone: 18 bytes per 32 values.
             floor_us = m * k / 32 * 18 / (bw * 1e9) * 1e6
             ax.plot(ns, [floor_us] * len(ns), "k:", linewidth=1, label=f"W bytes / {bw:.0f} GB/s")
+        read_us = context.get("_read_floor_us", {}).get((dev, mode, m, k, "q4_0"))
+        if read_us:
+            ns = sorted({c["N"] for c in sel if (c["M"], c["K"]) == (m, k)})
+            ax.plot(ns, [read_us] * len(ns), "k--", linewidth=1, label=f"a read of W alone ({read_us:.1f} µs)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("N (activation rows)")
