@@ -675,8 +675,8 @@ TEST_P(GemmCudaKernel, AdmitsWhatItsCanRunSays) {
 // The decode shapes on 16-byte-aligned W rows (the GEMV's vector path): one
 // row and row groups with tails, N = 1..9, 15, 17 (the GEMV refuses N > 8),
 // whole 8-block chunks and blocks past the last one (padded rows), and
-// M = 4500, more row groups than a GPU holds CTAs at once. Every kernel runs
-// them.
+// M = 4500 (563 eight-row CTAs of the GEMV: a grid of row groups with a
+// tail). Every kernel runs them.
 TEST_P(GemmCudaKernel, GemvShapesOnAlignedRows) {
   struct S {
     int64_t m, k, a_pad;
