@@ -40,6 +40,15 @@ __device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes
 #endif
 }
 
+// One plain arrival (a consumer handing a stage back to its producer).
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+#else
+  __trap();
+#endif
+}
+
 // Blocks until the phase with this parity has completed (its bytes landed).
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 #if __CUDA_ARCH__ >= 900

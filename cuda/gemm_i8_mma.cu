@@ -188,19 +188,6 @@ struct CopyPlan {
   }
 };
 
-// Tile index -> (tile row, tile column), in groups of 8 tile rows: the CTAs
-// running at once share rows of A and of B (L2 reuse on big shapes).
-__device__ __forceinline__ void tile_coords(int64_t tile, int64_t tiles_m, int64_t tiles_n, int64_t* tm,
-                                            int64_t* tn) {
-  constexpr int64_t kGroup = 8;
-  const int64_t per_group = kGroup * tiles_n;
-  const int64_t group = tile / per_group, first = group * kGroup;
-  const int64_t rows = tiles_m - first < kGroup ? tiles_m - first : kGroup;
-  const int64_t in = tile - group * per_group;
-  *tm = first + in % rows;
-  *tn = in / rows;
-}
-
 // The cluster's CTAs add their tiles (and code sums) through distributed
 // shared memory, in rank order whatever the schedule, each CTA finishing an
 // interleaved 1/splits of the tile's elements.

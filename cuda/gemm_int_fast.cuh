@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_int_fast.cuh: the fast CUDA kernels of the integer family,
 // registered in registry.cu in front of the generic ones:
+//   cuda_i8_wgmma i8 x i8, M and N >= 128 (sm_90a): warpgroup MMAs fed by
+//                 tensor copies, a producer warpgroup and two consumers;
+//                 every epilogue but zero points
 //   cuda_i8_mma   i8 x i8, K-contiguous rows (sm_80+): int8 mma.sync m16n8k32,
 //                 cp.async pipeline, split K over sm_90 clusters; int32 sums
 //                 (and code sums for zero points), then epilogue_store_int
@@ -31,6 +34,8 @@
 
 namespace qg::detail::cuda {
 
+bool gemm_i8_wgmma_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_i8_wgmma_run(const GemmArgs& args, Stream stream);
 bool gemm_i8_mma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_i8_mma_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_can_run(const GemmArgs& args, std::string* why_not);
@@ -81,6 +86,19 @@ inline int pick_splits(const KernelFit& fit, const DeviceLimits& lim, int64_t un
   for (; c >= 2; --c)
     if (units <= fit.max_clusters[c]) return static_cast<int>(c);
   return 1;
+}
+
+// Tile index -> (tile row, tile column), in groups of 8 tile rows: the CTAs
+// running at once share rows of A and of B (L2 reuse on big shapes).
+__device__ __forceinline__ void tile_coords(int64_t tile, int64_t tiles_m, int64_t tiles_n, int64_t* tm,
+                                            int64_t* tn) {
+  constexpr int64_t kGroup = 8;
+  const int64_t per_group = kGroup * tiles_n;
+  const int64_t group = tile / per_group, first = group * kGroup;
+  const int64_t rows = tiles_m - first < kGroup ? tiles_m - first : kGroup;
+  const int64_t in = tile - group * per_group;
+  *tm = first + in % rows;
+  *tn = in / rows;
 }
 
 }  // namespace intfast

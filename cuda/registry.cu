@@ -7,6 +7,7 @@
 //   cuda_dp4a_tiled  q4_0 x q8_1, any N, pre-Ampere: 64x64 shared-memory tiles, DP4A
 //   cuda_generic     q4_0 x q8_1, anything, including unaligned operands: byte loads
 //   cuda_warp_staged quantize / dequantize, every format
+//   cuda_i8_wgmma    i8 x i8, M and N >= 128 (sm_90a): wgmma fed by TMA, no zero points
 //   cuda_i8_mma      i8 x i8, K-contiguous 16-byte-aligned rows (sm_80+): int8 mma.sync m16n8k32, all epilogues
 //   cuda_wo_gemv_small i4 (group scales) x f16 / bf16, N <= 2 (sm_80+): W streamed to registers, FFMAs
 //   cuda_wo_gemv_bulk  i4 (group scales >= 128) x f16 / bf16, N <= 16 (sm_90+): W by bulk copies, mma.sync in fragment order
@@ -29,6 +30,8 @@ constexpr ArchWindow kAnyGpu{0, 0, false, 0};
 constexpr ArchWindow kMmaS8{80, 0, false, 0};
 // cp.async.bulk and mbarrier transaction counts (sm_90).
 constexpr ArchWindow kBulkCopy{90, 0, false, 0};
+// wgmma and setmaxnreg-era code: the sm_90a image, on sm_90 exactly.
+constexpr ArchWindow kWgmma{90, 0, true, 0};
 
 Registry make_registry() {
   Registry r;
@@ -40,6 +43,8 @@ Registry make_registry() {
   };
   // The integer family's fast kernels: aligned, K-contiguous operands (their
   // can_run says which), in front of the generic block below.
+  r.gemm.push_back({"cuda_i8_wgmma", Format::i8, Format::i8, kWgmma, kEpiAll & ~kEpiZeroPoints,
+                    gemm_i8_wgmma_can_run, gemm_i8_wgmma_run});
   r.gemm.push_back({"cuda_i8_mma", Format::i8, Format::i8, kMmaS8, kEpiAll, gemm_i8_mma_can_run, gemm_i8_mma_run});
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cuda_wo_gemv_small", Format::i4, fb, kMmaS8, kEpiFloatAll, gemm_wo_gemv_small_can_run,

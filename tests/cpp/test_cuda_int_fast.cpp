@@ -2,9 +2,11 @@
 // test_cuda_int_fast.cpp: the fast CUDA kernels of the integer family, each
 // forced by name through the registry (after the dispatcher's admission:
 // arch window, epilogue caps, can_run), against host references:
-//   cuda_i8_mma   i8 x i8: an int64 sum with zero points; int32 outputs
-//                 bit-exact, float outputs (scales, bias, relu, beta, f16 /
-//                 bf16, transposed C) NMSE <= 1e-6 against float64
+//   cuda_i8_mma, cuda_i8_wgmma  i8 x i8 (one suite over both, each case run
+//                 where the kernel's scope takes it and refused elsewhere):
+//                 an int64 sum with zero points; int32 outputs bit-exact,
+//                 float outputs (scales, bias, relu, beta, f16 / bf16,
+//                 transposed C) NMSE <= 1e-6 against float64
 //   cuda_wo_gemv  i4 (group scales, zero points) x f16 / bf16, N = 1..16:
 //                 float64 reference, NMSE <= 1e-6
 // Every output buffer starts NaN-poisoned (int32: a sentinel): an element
@@ -215,35 +217,82 @@ void check_i8(const I8Case& c) {
   EXPECT_EQ(clobbered, 0) << "bytes written outside the output elements";
 }
 
-const std::vector<int64_t> kEdges = {1, 15, 16, 17, 127, 129, 300};
+// The two int8 tensor-core kernels and what each takes; a case outside its
+// scope must be refused, one inside run.
+struct I8Scope {
+  const char* name;
+  int64_t min_side;   // M and N both at least this
+  bool zero_points;   // claims row / column zero points
+};
+constexpr I8Scope kMma{"cuda_i8_mma", 1, true};
+constexpr I8Scope kWgmma{"cuda_i8_wgmma", 128, false};
 
-TEST_F(CudaIntFast, I8EveryTailExact) {
-  QG_NEED_KERNEL(k, "cuda_i8_mma");
+class CudaI8 : public qgtest::CudaFixture<::testing::TestWithParam<I8Scope>> {
+ protected:
+  void SetUp() override {
+    CudaFixture::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    const std::string name = GetParam().name;
+    kernel_ = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), name);
+    ASSERT_NE(kernel_, nullptr) << "the CUDA registry has no kernel named " << name;
+    std::string why;
+    if (!qgtest::gemm_kernel_runs_on(*kernel_, qg::Device::cuda(0), &why))
+      GTEST_SKIP() << name << " does not run on cuda:0: " << why;
+  }
+
+  bool takes(const I8Case& c) const { return c.m >= GetParam().min_side && c.n >= GetParam().min_side; }
+
+  // Drops the zero points of c when the kernel does not claim them (the
+  // dispatcher would not hand it such a call); the rest of the epilogue stays.
+  void fit_epilogue(I8Case& c) const {
+    if (GetParam().zero_points) return;
+    c.row_zp.clear();
+    c.col_zp.clear();
+  }
+
+  void run_checked(I8Case& c) {
+    std::string why;
+    const bool ran = run_i8(*kernel_, c, &why);
+    ASSERT_EQ(ran, takes(c)) << c.describe() << (ran ? ": ran, should have been refused" : ": refused: " + why);
+    if (ran) {
+      ++ran_;
+      check_i8(c);
+    }
+  }
+
+  const qg::detail::GemmKernel* kernel_ = nullptr;
+  int ran_ = 0;
+};
+
+// Edges of every tile size the kernels use (16..256 rows), row-major and
+// transposed C, padded rows, every output dtype.
+TEST_P(CudaI8, EveryTailExact) {
   QG_SEEDED_RNG(rng, 1);
   const DType dtypes[] = {DType::i32, DType::f32, DType::f16, DType::bf16};
+  const std::vector<int64_t> edges = {1, 15, 16, 17, 127, 128, 129, 255, 257, 300};
   int idx = 0;
-  for (int64_t kk : {16, 48, 4096})
-    for (int64_t m : kEdges)
-      for (int64_t n : kEdges) {
+  for (int64_t kk : {16, 48, 144, 4096})
+    for (int64_t m : edges)
+      for (int64_t n : edges) {
         if (kk == 4096 && m * n > 20000) continue;  // keep the host reference quick
+        if (kk == 144 && m * n < 10000) continue;
         const DType dt = dtypes[idx++ % 4];
         I8Case c = i8_case(rng, m, n, kk, dt, idx % 3 == 0, idx % 5 == 0 ? 16 : 0);
         if (dt == DType::f16) c.alpha = 1.0f / 1024;  // sums reach 2^20: keep them inside fp16's range
-        std::string why;
-        ASSERT_TRUE(run_i8(*k, c, &why)) << c.describe() << ": refused: " << why;
-        check_i8(c);
+        run_checked(c);
         if (HasFailure()) return;
       }
+  EXPECT_GT(ran_, 0);
 }
 
-TEST_F(CudaIntFast, I8ZeroPointsAndEpilogue) {
-  QG_NEED_KERNEL(k, "cuda_i8_mma");
+TEST_P(CudaI8, ZeroPointsAndEpilogue) {
   QG_SEEDED_RNG(rng, 2);
   struct Shape {
     int64_t m, n, k;
   };
   // Narrow tiles (split K over clusters on sm_90: N = 16 x K = 8192), the
-  // mid and large tiles, and small odd shapes.
+  // mid and large tiles (2304 x 2048: the 128 x 256 warpgroup tiles fill the
+  // SMs), and small odd shapes.
   for (const Shape& s : {Shape{17, 5, 48}, Shape{300, 16, 8192}, Shape{129, 33, 1024}, Shape{257, 64, 2048},
                          Shape{300, 129, 512}, Shape{2304, 2048, 128}}) {
     for (int variant = 0; variant < 4; ++variant) {
@@ -258,6 +307,7 @@ TEST_F(CudaIntFast, I8ZeroPointsAndEpilogue) {
         c.row_zp.push_back(zp(rng));  // scalar
         for (int64_t j = 0; j < s.n; ++j) c.col_zp.push_back(zp(rng));
       }
+      fit_epilogue(c);
       c.relu = variant != 1;
       if (!i32) {
         for (int64_t i = 0; i < s.m; ++i) c.row_scale.push_back(qgtest::uniform(rng, 0.5f, 2.0f) / 1024.0f);
@@ -271,50 +321,76 @@ TEST_F(CudaIntFast, I8ZeroPointsAndEpilogue) {
           for (int64_t j = 0; j < s.n; ++j)
             qgtest::encode_float(&c.c_init[(i * c.ldc + j * c.ldc_n) * 4], DType::f32, qgtest::uniform(rng, -9, 9));
       }
-      std::string why;
-      ASSERT_TRUE(run_i8(*k, c, &why)) << c.describe() << ": refused: " << why;
-      check_i8(c);
+      run_checked(c);
       if (HasFailure()) return;
     }
   }
+  EXPECT_GT(ran_, 0);
 }
 
-TEST_F(CudaIntFast, I8TallKSmallN) {
-  QG_NEED_KERNEL(k, "cuda_i8_mma");
+// Long K (many pipeline rounds), from decode widths to two wide tiles.
+TEST_P(CudaI8, TallK) {
   QG_SEEDED_RNG(rng, 3);
-  for (int64_t n : {1, 16, 32, 64}) {
-    I8Case c = i8_case(rng, 1024, n, 14336, DType::i32);
-    std::string why;
-    ASSERT_TRUE(run_i8(*k, c, &why)) << why;
-    check_i8(c);
+  for (int64_t n : {1, 16, 32, 64, 128, 256}) {
+    I8Case c = i8_case(rng, n > 64 ? 384 : 1024, n, 14336, DType::i32, n == 256);
+    run_checked(c);
+    if (HasFailure()) return;
   }
+  EXPECT_GT(ran_, 0);
 }
 
-TEST_F(CudaIntFast, I8RefusesWhatItCannotRead) {
-  QG_NEED_KERNEL(k, "cuda_i8_mma");
+// More tiles than resident CTAs, both tile widths (the 128 x 256 tiles where
+// they fill every SM), both C orientations: each persistent CTA walks
+// several tiles through one ring of stages.
+TEST_P(CudaI8, ManyTilesPerCta) {
+  QG_SEEDED_RNG(rng, 5);
+  struct Shape {
+    int64_t m, n, k;
+    bool transposed;
+  };
+  for (const Shape& s : {Shape{4096, 1000, 64, false}, Shape{1000, 4096, 64, true}, Shape{2200, 2100, 272, false},
+                         Shape{640, 700, 1024, true}}) {
+    I8Case c = i8_case(rng, s.m, s.n, s.k, DType::i32, s.transposed);
+    run_checked(c);
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(ran_, 0);
+}
+
+TEST_P(CudaI8, RefusesWhatItCannotRead) {
   QG_SEEDED_RNG(rng, 4);
+  const int64_t side = GetParam().min_side < 17 ? 17 : GetParam().min_side;
   std::string why;
   {
-    I8Case c = i8_case(rng, 17, 9, 64, DType::i32);
+    I8Case c = i8_case(rng, side, side, 64, DType::i32);
     c.a_offset = 4;
-    EXPECT_FALSE(run_i8(*k, c, &why));
+    EXPECT_FALSE(run_i8(*kernel_, c, &why));
     EXPECT_NE(why.find("16-byte"), std::string::npos) << why;
   }
   {
-    I8Case c = i8_case(rng, 17, 9, 64, DType::i32, false, 4);  // row stride 68
-    EXPECT_FALSE(run_i8(*k, c, &why));
+    I8Case c = i8_case(rng, side, side, 64, DType::i32, false, 4);  // row stride 68
+    EXPECT_FALSE(run_i8(*kernel_, c, &why));
   }
   {
-    I8Case c = i8_case(rng, 17, 9, 40, DType::i32);  // K % 16 != 0
-    EXPECT_FALSE(run_i8(*k, c, &why));
+    I8Case c = i8_case(rng, side, side, 40, DType::i32);  // K % 16 != 0
+    EXPECT_FALSE(run_i8(*kernel_, c, &why));
     EXPECT_NE(why.find("multiple of 16"), std::string::npos) << why;
   }
   {
-    I8Case c = i8_case(rng, 17, 9, 64, DType::i32);
+    I8Case c = i8_case(rng, side, side, 64, DType::i32);
     c.b_offset = 1;
-    EXPECT_FALSE(run_i8(*k, c, &why));
+    EXPECT_FALSE(run_i8(*kernel_, c, &why));
+  }
+  if (GetParam().min_side > 1) {
+    I8Case c = i8_case(rng, GetParam().min_side - 1, 512, 64, DType::i32);
+    EXPECT_FALSE(run_i8(*kernel_, c, &why));
+    EXPECT_NE(why.find("cuda_i8_mma"), std::string::npos) << why;
   }
 }
+
+std::string i8_scope_name(const ::testing::TestParamInfo<I8Scope>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaI8, ::testing::Values(kMma, kWgmma), i8_scope_name);
 
 // ====================================================================== weight-only GEMV
 struct WoCase {

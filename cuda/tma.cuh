@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: MIT
+// cuda/tma.cuh: 2D tensor copies (sm_90's TMA unit with a tensor map) of
+// int8 row-major operands into shared memory, in the 128-byte swizzle that
+// wgmma.cuh's descriptors read.
+//
+// A tensor map describes the operand once (base, K and row count, row
+// stride) and a box of rows x 128 bytes; one thread then moves a whole box
+// with one instruction, completing on an mbarrier (bulk_copy.cuh) with the
+// box's byte count. Rows past the operand's end and K past its length arrive
+// as zeros -- the tails of every tile cost no code -- and still count in the
+// completed bytes. The map is built on the host for each call (a few hundred
+// ns of encoding, no device work) through the driver's cuTensorMapEncodeTiled,
+// reached via the runtime so that qg links no libcuda.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cp_async.cuh"
+
+namespace qg::detail::cuda::tma {
+
+// The bytes of the innermost box dimension the 128-byte swizzle allows.
+constexpr int kSwizzleBytes = 128;
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's encoder, looked up once; nullptr where the driver lacks it.
+inline EncodeTiled encoder() {
+  static EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+// A map of `rows` int8 rows of `k` bytes, `row_stride` bytes apart (a
+// multiple of 16; base 16-byte aligned), read in boxes of box_rows x 128
+// bytes with the 128-byte swizzle. False when the driver refuses it.
+inline bool encode_rows_k128(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int64_t row_stride,
+                             int box_rows) {
+  const EncodeTiled fn = encoder();
+  if (!fn) return false;
+  // One row: the stride is never stepped over, but must still be valid.
+  const int64_t stride = rows > 1 ? row_stride : ((k + 15) / 16) * 16;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride)};
+  const cuuint32_t box[2] = {kSwizzleBytes, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  return fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The box at (K byte k0, row r0) of `map` into shared memory at dst (1024-byte
+// aligned), completing on bar. The .shared::cluster form with the CTA's own
+// addresses: a launch without clusters is a cluster of one.
+__device__ __forceinline__ void load_2d(void* dst, const CUtensorMap* map, int32_t k0, int32_t r0, uint64_t* bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          smem_u32(dst)),
+      "l"(map), "r"(k0), "r"(r0), "r"(smem_u32(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Brings the map (a kernel parameter in constant space) into the TMA unit's
+// cache ahead of the first copy.
+__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+#endif
+}
+
+}  // namespace qg::detail::cuda::tma

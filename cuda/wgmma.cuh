@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: MIT
+// cuda/wgmma.cuh: Hopper's warpgroup MMA (sm_90a) on int8 operands that lie
+// in shared memory, as the 2D tensor copies of tma.cuh leave them.
+//
+// One wgmma.mma_async.m64nNk32.s32.s8.s8 is issued by the 128 threads of a
+// warpgroup together: a 64 x 32 slice of A and an N x 32 slice of B, both read
+// by the tensor cores straight from shared memory (no ldmatrix, no operand
+// registers), accumulate into 64 x N int32 sums spread over the warpgroup's
+// registers: thread (warp w, lane l) holds, for each n8 column block j, the
+// four values (row 16w + l/4 [+8], column 8j + 2(l%4) [+1]), ordered
+// (r, c), (r, c+1), (r+8, c), (r+8, c+1) -- mma.sync's C fragment, once per j.
+//
+// For 8-bit types both operands must be K-major (rows along K): exactly how
+// qg stores int8 weights and activations. A shared-memory matrix descriptor
+// names a tile: start address, the byte step between 8-row groups (SBO) and
+// the swizzle. The tiles here are rows of 128 bytes (128 int8 of K) written
+// by a tensor copy with the 128-byte swizzle (16-byte chunk c of row r at
+// chunk c ^ (r % 8), the pattern repeating every 8 rows = 1024 bytes), so
+// SBO = 1024 and the k-th 32-byte K step of the tile is the same descriptor
+// with its start 32 k bytes further on: the hardware applies the swizzle to
+// the full address, which is why every tile starts 1024-byte aligned.
+//
+// The instructions are asynchronous: fence before the first one that reads
+// registers written by ordinary code, commit a group, and wait for groups
+// before touching the accumulators or letting a stage's shared memory be
+// overwritten. Bodies compile only for sm_90a; elsewhere they trap (the
+// registry admits the kernels that use them on sm_90a alone).
+#pragma once
+
+#include <cstdint>
+
+namespace qg::detail::cuda::wgmma {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define QG_WGMMA_ENABLED 1
+#else
+#define QG_WGMMA_ENABLED 0
+#endif
+
+// Descriptor of a K-major tile with 128-byte rows and the 128-byte swizzle at
+// shared address `addr` (1024-byte aligned, plus 32 k for K step k).
+__device__ __forceinline__ uint64_t desc_k128_swizzled(uint32_t addr) {
+  constexpr uint64_t kSbo = 1024 >> 4;       // bytes between 8-row core-matrix groups
+  constexpr uint64_t kLbo = 1;               // unused by swizzled K-major tiles (one atom spans K)
+  constexpr uint64_t kSwizzle128 = 1ull << 62;
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (kLbo << 16) | (kSbo << 32) | kSwizzle128;
+}
+
+// The descriptor of the K step 32 bytes further on: the address field is
+// addr >> 4, and shared addresses stay below 2^18, so this never carries.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+// Orders this warpgroup's register writes before the MMAs that read them.
+__device__ __forceinline__ void fence() {
+#if QG_WGMMA_ENABLED
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void commit_group() {
+#if QG_WGMMA_ENABLED
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most kPending committed groups are still running.
+template <int kPending>
+__device__ __forceinline__ void wait_group() {
+#if QG_WGMMA_ENABLED
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Moves this warpgroup's register allotment to kRegs a thread (a multiple of
+// 8 in 24..256): producers give registers back, consumers take them, within
+// what the CTA was launched with.
+template <bool kIncrease, int kRegs>
+__device__ __forceinline__ void set_max_registers() {
+#if QG_WGMMA_ENABLED
+  if constexpr (kIncrease) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+  else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+// Keeps the compiler from moving accumulator reads or writes across an
+// asynchronous MMA that still owns them.
+template <int kRegs>
+__device__ __forceinline__ void fence_operands(int (&d)[kRegs]) {
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
+#define QG_ACC8(d, i)                                                                                       \
+  "+r"(d[(i) + 0]), "+r"(d[(i) + 1]), "+r"(d[(i) + 2]), "+r"(d[(i) + 3]), "+r"(d[(i) + 4]), "+r"(d[(i) + 5]), \
+      "+r"(d[(i) + 6]), "+r"(d[(i) + 7])
+
+// d += A (64 x 32, desc a) * B^T (N x 32, desc b), s8 x s8 -> s32. N = 128 or 256.
+// (scale-d, a predicate, is always true: the accumulators start at zero.)
+template <int N>
+__device__ __forceinline__ void mma_s8(int (&d)[N / 2], uint64_t a, uint64_t b);
+
+template <>
+__device__ __forceinline__ void mma_s8<128>(int (&d)[64], uint64_t a, uint64_t b) {
+#if QG_WGMMA_ENABLED
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p;\n}\n"
+      : QG_ACC8(d, 0), QG_ACC8(d, 8), QG_ACC8(d, 16), QG_ACC8(d, 24), QG_ACC8(d, 32), QG_ACC8(d, 40),
+        QG_ACC8(d, 48), QG_ACC8(d, 56)
+      : "l"(a), "l"(b), "r"(1));
+#else
+  __trap();
+#endif
+}
+
+template <>
+__device__ __forceinline__ void mma_s8<256>(int (&d)[128], uint64_t a, uint64_t b) {
+#if QG_WGMMA_ENABLED
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p;\n}\n"
+      : QG_ACC8(d, 0), QG_ACC8(d, 8), QG_ACC8(d, 16), QG_ACC8(d, 24), QG_ACC8(d, 32), QG_ACC8(d, 40),
+        QG_ACC8(d, 48), QG_ACC8(d, 56), QG_ACC8(d, 64), QG_ACC8(d, 72), QG_ACC8(d, 80), QG_ACC8(d, 88),
+        QG_ACC8(d, 96), QG_ACC8(d, 104), QG_ACC8(d, 112), QG_ACC8(d, 120)
+      : "l"(a), "l"(b), "r"(1));
+#else
+  __trap();
+#endif
+}
+
+#undef QG_ACC8
+
+}  // namespace qg::detail::cuda::wgmma
