@@ -27,7 +27,11 @@
 // SM, 128 int32 accumulators a thread) where those tiles fill every SM, 128 x
 // 128 (6 stages of 32 KB) otherwise. CTAs are persistent: one per SM, walking
 // tiles in groups of 8 tile rows so that the CTAs running at once share
-// operand rows in L2.
+// operand rows in L2. Where even the narrow tiles leave SMs idle (N = 128 to
+// 256 tokens against 4096 weight rows, K = 14336: 32 to 64 tiles), the CTAs
+// of a cluster split each tile's K range and add their int32 partial tiles
+// through distributed shared memory in rank order: deterministic, no
+// workspace, no atomics (as cuda_i8_mma does for small N).
 //
 // Epilogue. The fragment's layout (pairs of columns, rows 8 apart) makes
 // poor stores, and storing it element by element through the generic
@@ -44,10 +48,14 @@
 // or N and K past its end with zeros, and a zero adds nothing to a sum; the
 // epilogue stores only elements inside C. Zero points (which need each row's
 // code sum) are left to cuda_i8_mma: the registry entry does not claim them.
+#include <cooperative_groups.h>
+
 #include "bulk_copy.cuh"
 #include "gemm_int_fast.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
+
+namespace cg = cooperative_groups;
 
 namespace qg::detail::cuda {
 namespace {
@@ -66,11 +74,14 @@ constexpr int kStageCols = 32;             // epilogue: columns a warp moves thr
 constexpr int kStagePitch = kStageCols + 1;  // ints a staged row takes (+1: column reads hit 32 banks)
 constexpr int kEpilogueBytes = kConsumerWarps * 16 * kStagePitch * 4;
 constexpr int64_t kMinSide = 128;          // M and N both fill at least one tile side
+constexpr int64_t kMinSplitSteps = 8;      // K stages a CTA of a split keeps (pipeline fill)
 
 template <int BN_>
 struct WgTile {
   static constexpr int BN = BN_;
   static constexpr int kStages = BN == 256 ? 4 : 6;
+  // Wide tiles are launched only where they fill every SM: never split.
+  static constexpr bool kSplitK = BN == 128;
   static constexpr int kPBytes = kBM * kBK, kQBytes = BN * kBK;
   static constexpr int kStageBytes = kPBytes + kQBytes;
   // The ring, 1024-byte aligned (the swizzle's period), the mbarriers, the
@@ -78,6 +89,7 @@ struct WgTile {
   static constexpr int kBarrierBytes = 2 * kStages * 8;
   static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + kEpilogueBytes + 1024;
   static_assert(kStageBytes % 1024 == 0, "every tile starts on the swizzle's 1024-byte period");
+  static_assert(kBM * BN * 4 <= kStages * kStageBytes, "a split's partial tile fits in the ring");
 };
 
 struct WgShape {
@@ -85,6 +97,7 @@ struct WgShape {
   int64_t tiles_p, tiles_q;
   bool swap;                // P is B (C is [.., M] with m contiguous)
   bool plain_i32;           // int32 C, 4-byte aligned: the sum (or its relu) stored directly
+  int splits;               // CTAs of a cluster sharing one tile's K range (1: no cluster)
   int64_t ld_p, ld_q;       // C's element steps along P and Q
 };
 
@@ -125,6 +138,30 @@ __device__ __forceinline__ void store_tile(const WgShape& s, const EpilogueParam
   }
 }
 
+// The cluster's CTAs add their partial tiles through distributed shared
+// memory, in rank order whatever the schedule (deterministic), each CTA's
+// consumers finishing an interleaved 1/splits of the tile's elements. Every
+// thread of every CTA takes part in the two cluster barriers.
+template <class T>
+__device__ __forceinline__ void cluster_reduce_store(const WgShape& s, const EpilogueParams& ep, const int* part,
+                                                     int64_t tile, int rank, int warpgroup) {
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every CTA's partial tile is in its shared memory
+  if (warpgroup > 0 && tile < s.tiles_p * s.tiles_q) {
+    int64_t tp, tq;
+    tile_coords(tile, s.tiles_p, s.tiles_q, &tp, &tq);
+    const int ct = static_cast<int>(threadIdx.x) - 128;
+    for (int i = rank * 256 + ct; i < kBM * T::BN; i += s.splits * 256) {
+      const int64_t p = tp * kBM + i / T::BN, q = tq * T::BN + i % T::BN;
+      if (p >= s.rows_p || q >= s.rows_q) continue;
+      uint32_t v = 0;
+      for (int c = 0; c < s.splits; ++c) v += static_cast<uint32_t>(cluster.map_shared_rank(part, c)[i]);
+      store_one(s, ep, p, q, static_cast<int>(v));
+    }
+  }
+  cluster.sync();  // no CTA leaves while others read its shared memory
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
 gemm_i8_wgmma_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q,
@@ -146,71 +183,97 @@ gemm_i8_wgmma_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_con
   }
   __syncthreads();  // the only CTA-wide barrier: the roles part here
 
+  // Split K: the `splits` CTAs of a cluster (consecutive blockIdx.x) share a
+  // tile, each taking a contiguous run of K stages; the host launches at
+  // most one tile per CTA then, so the ring is free for the reduction.
+  const int splits = T::kSplitK ? s.splits : 1, rank = static_cast<int>(blockIdx.x % splits);
   const int64_t tiles = s.tiles_p * s.tiles_q;
-  const int64_t k_steps = (s.k + kBK - 1) / kBK;
+  const int64_t all_steps = (s.k + kBK - 1) / kBK;
+  const int64_t first_step = all_steps * rank / splits;
+  const int64_t k_steps = all_steps * (rank + 1) / splits - first_step;
+  const int64_t first_tile = blockIdx.x / splits, tile_step = gridDim.x / splits;
 
   if (warpgroup == 0) {
     wgmma::set_max_registers<false, kProducerRegs>();
-    if (threadIdx.x != 0) return;
-    tma::prefetch_map(&map_p);
-    tma::prefetch_map(&map_q);
-    uint32_t it = 0;
-    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      int64_t tp, tq;
-      tile_coords(tile, s.tiles_p, s.tiles_q, &tp, &tq);
-      const int32_t p0 = static_cast<int32_t>(tp * kBM), q0 = static_cast<int32_t>(tq * T::BN);
-      for (int64_t ks = 0; ks < k_steps; ++ks, ++it) {
-        const uint32_t stage = it % T::kStages, round = it / T::kStages;
-        if (round > 0) bulk::mbar_wait(&empty[stage], (round - 1) & 1);  // its last readers are done
-        uint8_t* dst = ring + stage * T::kStageBytes;
-        bulk::mbar_arrive_expect(&full[stage], T::kStageBytes);
-        const int32_t k0 = static_cast<int32_t>(ks * kBK);
-        tma::load_2d(dst, &map_p, k0, p0, &full[stage]);
-        tma::load_2d(dst + T::kPBytes, &map_q, k0, q0, &full[stage]);
+    if (threadIdx.x == 0) {
+      tma::prefetch_map(&map_p);
+      tma::prefetch_map(&map_q);
+      uint32_t it = 0;
+      for (int64_t tile = first_tile; tile < tiles; tile += tile_step) {
+        int64_t tp, tq;
+        tile_coords(tile, s.tiles_p, s.tiles_q, &tp, &tq);
+        const int32_t p0 = static_cast<int32_t>(tp * kBM), q0 = static_cast<int32_t>(tq * T::BN);
+        for (int64_t ks = 0; ks < k_steps; ++ks, ++it) {
+          const uint32_t stage = it % T::kStages, round = it / T::kStages;
+          if (round > 0) bulk::mbar_wait(&empty[stage], (round - 1) & 1);  // its last readers are done
+          uint8_t* dst = ring + stage * T::kStageBytes;
+          bulk::mbar_arrive_expect(&full[stage], T::kStageBytes);
+          const int32_t k0 = static_cast<int32_t>((first_step + ks) * kBK);
+          tma::load_2d(dst, &map_p, k0, p0, &full[stage]);
+          tma::load_2d(dst + T::kPBytes, &map_q, k0, q0, &full[stage]);
+        }
       }
     }
-    return;
-  }
+  } else {
+    // Consumers: warpgroup 1 takes P rows 0..63 of the tile, warpgroup 2 rows 64..127.
+    wgmma::set_max_registers<true, kConsumerRegs>();
+    const int half = warpgroup - 1;
+    const int wq = warp % 4;  // warp within the warpgroup: rows 16 wq .. 16 wq + 15 of its 64
+    int* buf = staging + (warp - 4) * 16 * kStagePitch;
+    const uint32_t ring_u32 = smem_u32(ring);
+    uint32_t it = 0;
+    for (int64_t tile = first_tile; tile < tiles; tile += tile_step) {
+      int64_t tp, tq;
+      tile_coords(tile, s.tiles_p, s.tiles_q, &tp, &tq);
 
-  // Consumers: warpgroup 1 takes P rows 0..63 of the tile, warpgroup 2 rows 64..127.
-  wgmma::set_max_registers<true, kConsumerRegs>();
-  const int half = warpgroup - 1;
-  const int wq = warp % 4;  // warp within the warpgroup: rows 16 wq .. 16 wq + 15 of its 64
-  int* buf = staging + (warp - 4) * 16 * kStagePitch;
-  const uint32_t ring_u32 = smem_u32(ring);
-  uint32_t it = 0;
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    int64_t tp, tq;
-    tile_coords(tile, s.tiles_p, s.tiles_q, &tp, &tq);
-
-    int acc[T::BN / 2];
+      int acc[T::BN / 2];
 #pragma unroll
-    for (int i = 0; i < T::BN / 2; ++i) acc[i] = 0;
-    wgmma::fence_operands(acc);
-
-    for (int64_t ks = 0; ks < k_steps; ++ks, ++it) {
-      const uint32_t stage = it % T::kStages, round = it / T::kStages;
-      bulk::mbar_wait(&full[stage], round & 1);
-      const uint32_t p_tile = ring_u32 + stage * T::kStageBytes + half * 64 * kBK;
-      const uint32_t q_tile = ring_u32 + stage * T::kStageBytes + T::kPBytes;
-      const uint64_t da = wgmma::desc_k128_swizzled(p_tile), db = wgmma::desc_k128_swizzled(q_tile);
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 32; ++kk)
-        wgmma::mma_s8<T::BN>(acc, wgmma::desc_advance(da, 32 * kk), wgmma::desc_advance(db, 32 * kk));
-      wgmma::commit_group();
-      // The previous stage's MMAs are done: its shared memory may be refilled.
-      wgmma::wait_group<1>();
+      for (int i = 0; i < T::BN / 2; ++i) acc[i] = 0;
       wgmma::fence_operands(acc);
-      if (ks > 0 && lane == 0) bulk::mbar_arrive(&empty[(it - 1) % T::kStages]);
-    }
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(acc);
-    if (k_steps > 0 && lane == 0) bulk::mbar_arrive(&empty[(it - 1) % T::kStages]);
 
-    const int64_t p_row = tp * kBM + half * 64 + wq * 16;
-    if (p_row < s.rows_p) store_tile<T::BN>(s, ep, acc, buf, p_row, tq * T::BN, lane);
+      for (int64_t ks = 0; ks < k_steps; ++ks, ++it) {
+        const uint32_t stage = it % T::kStages, round = it / T::kStages;
+        bulk::mbar_wait(&full[stage], round & 1);
+        const uint32_t p_tile = ring_u32 + stage * T::kStageBytes + half * 64 * kBK;
+        const uint32_t q_tile = ring_u32 + stage * T::kStageBytes + T::kPBytes;
+        const uint64_t da = wgmma::desc_k128_swizzled(p_tile), db = wgmma::desc_k128_swizzled(q_tile);
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 32; ++kk)
+          wgmma::mma_s8<T::BN>(acc, wgmma::desc_advance(da, 32 * kk), wgmma::desc_advance(db, 32 * kk));
+        wgmma::commit_group();
+        // The previous stage's MMAs are done: its shared memory may be refilled.
+        wgmma::wait_group<1>();
+        wgmma::fence_operands(acc);
+        if (ks > 0 && lane == 0) bulk::mbar_arrive(&empty[(it - 1) % T::kStages]);
+      }
+      wgmma::wait_group<0>();
+      wgmma::fence_operands(acc);
+      if (k_steps > 0 && lane == 0) bulk::mbar_arrive(&empty[(it - 1) % T::kStages]);
+
+      const int row = half * 64 + wq * 16 + lane / 4;  // of the tile's 128
+      if (T::kSplitK && splits > 1) {
+        // The partial tile into this CTA's ring, row-major, for the cluster
+        // to add up: every stage has landed, and once both consumer
+        // warpgroups are here (named barrier 1: the producer warpgroup is not
+        // part of it) no MMA still reads one.
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        int* part = reinterpret_cast<int*>(ring);
+#pragma unroll
+        for (int j = 0; j < T::BN / 8; ++j) {
+          const int col = 8 * j + 2 * (lane % 4);
+          part[row * T::BN + col] = acc[4 * j];
+          part[row * T::BN + col + 1] = acc[4 * j + 1];
+          part[(row + 8) * T::BN + col] = acc[4 * j + 2];
+          part[(row + 8) * T::BN + col + 1] = acc[4 * j + 3];
+        }
+      } else {
+        const int64_t p_row = tp * kBM + row - lane / 4;
+        if (p_row < s.rows_p) store_tile<T::BN>(s, ep, acc, buf, p_row, tq * T::BN, lane);
+      }
+    }
   }
+  if (T::kSplitK && splits > 1) cluster_reduce_store<T>(s, ep, reinterpret_cast<const int*>(ring), first_tile, rank, warpgroup);
 #else
   __trap();  // the registry admits this kernel on sm_90a images alone
 #endif
@@ -240,9 +303,14 @@ Status launch(const GemmArgs& g, const Operand& p, const Operand& q, WgShape s, 
                                               " (cuda_i8_wgmma): the driver refused the operands' tensor maps (" +
                                               shape_text(g) + "); a driver for CUDA 12 or newer is needed");
   s.tiles_q = (s.rows_q + T::BN - 1) / T::BN;
-  const int64_t grid = std::min<int64_t>(s.tiles_p * s.tiles_q, static_cast<int64_t>(lim.sms) * fit.blocks_per_sm);
-  gemm_i8_wgmma_kernel<T><<<static_cast<unsigned>(grid), kThreads, T::kSmemBytes, stream>>>(map_p, map_q, s,
-                                                                                            epilogue_params(g));
+  const int64_t tiles = s.tiles_p * s.tiles_q;
+  // Too few tiles for the SMs (a long K, few rows): split K over a cluster,
+  // each CTA keeping at least kMinSplitSteps stages so its pipeline fills.
+  s.splits = T::kSplitK ? pick_splits(fit, lim, tiles, (s.k + kBK - 1) / kBK, kMinSplitSteps) : 1;
+  const int64_t grid =
+      s.splits > 1 ? tiles * s.splits : std::min<int64_t>(tiles, static_cast<int64_t>(lim.sms) * fit.blocks_per_sm);
+  launch_clustered(gemm_i8_wgmma_kernel<T>, grid, kThreads, T::kSmemBytes, s.splits, stream, map_p, map_q, s,
+                   epilogue_params(g));
   return launch_result(g);
 }
 
