@@ -7,6 +7,10 @@
 //   cuda_i8_mma   i8 x i8, K-contiguous rows (sm_80+): int8 mma.sync m16n8k32,
 //                 cp.async pipeline, split K over sm_90 clusters; int32 sums
 //                 (and code sums for zero points), then epilogue_store_int
+//   cuda_i8_dp4a  i8 x i8, K-contiguous 4-byte-aligned rows, K % 4 == 0
+//                 (sm_61+, for GPUs without int8 tensor cores): shared-memory
+//                 tiles, DP4A on register tiles of up to 8 x 8; the same sums
+//                 and store
 //   cuda_wo_gemv  i4 weights with group scales (and zero points) x f16 / bf16
 //                 activations, N <= 16 a launch (larger N in slices): fp16/bf16 mma.sync over
 //                 exact codes, fp32 group rescale, then epilogue_store
@@ -38,6 +42,8 @@ bool gemm_i8_wgmma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_i8_wgmma_run(const GemmArgs& args, Stream stream);
 bool gemm_i8_mma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_i8_mma_run(const GemmArgs& args, Stream stream);
+bool gemm_i8_dp4a_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_i8_dp4a_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not);

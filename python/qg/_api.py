@@ -166,17 +166,19 @@ class _Epilogue(NamedTuple):
 
     def arrays(self):
         """(argument name, array) of every array the call carries besides its operands."""
-        return tuple(
-            (name, value)
-            for name, value in (
-                ("bias", self.bias), ("row_scale", self.row_scale), ("col_scale", self.col_scale),
-                ("row_zero_point", self.row_zero_point), ("col_zero_point", self.col_zero_point),
-                ("scales", self.a_scales), ("zero_points", self.a_zero_points),
-            )
-            if value is not None
-        )
+        return [(name, self[i]) for i, name in _EPILOGUE_ARRAYS if self[i] is not None]
 
 
+# _Epilogue's array fields as (index, argument name): indexing beats attribute
+# lookups in arrays(), which runs on every GEMM call.
+_EPILOGUE_ARRAYS = tuple(
+    (_Epilogue._fields.index(field), name)
+    for field, name in (
+        ("bias", "bias"), ("row_scale", "row_scale"), ("col_scale", "col_scale"),
+        ("row_zero_point", "row_zero_point"), ("col_zero_point", "col_zero_point"), ("a_scales", "scales"),
+        ("a_zero_points", "zero_points"),
+    )
+)
 _PLAIN = _Epilogue()
 _EXTRA_EXPECT = {
     "bias": _FLOAT_IN, "row_scale": "float32", "col_scale": "float32", "row_zero_point": "int32",
@@ -340,11 +342,14 @@ def _run_dequantize(op: _Op, xq, K, out, stream):
 
 
 def _run_gemm(op: _Op, a, b, M, N, K, out, stream, epi: _Epilogue = _PLAIN):
-    m, n, k = _size(M, "M", op.fn), _size(N, "N", op.fn), _size(K, "K", op.fn)
+    fn = op.fn
+    m = -1 if M is None else _size(M, "M", fn)
+    n = -1 if N is None else _size(N, "N", fn)
+    k = -1 if K is None else _size(K, "K", fn)
     if stream is None and type(a) in _FAST_TYPES and type(b) in _FAST_TYPES and _fast_out(out):
         if _torch_ops.fast_ok(op, a, out, b) and _torch_ops.epilogue_ok(op, epi):
             r = _qg.fast_gemm(
-                a, b, op.a_fmt, op.b_fmt, m, n, k, op.fn, op.a_name, op.b_name, out, epi.bias,
+                a, b, op.a_fmt, op.b_fmt, m, n, k, fn, op.a_name, op.b_name, out, epi.bias,
                 _OUT_DTYPES[epi.out_dtype], epi.transpose, epi.row_scale, epi.col_scale, epi.row_zero_point,
                 epi.col_zero_point, epi.a_scales, epi.a_zero_points, epi.group_size, epi.alpha,
                 1 if epi.relu else 0, epi.a_k_major, epi.b_k_major,
@@ -358,7 +363,7 @@ def _run_quantize_int(op: _Op, x, gran: str, group_size: int = 0, asym: bool = F
                       zero_points=None):
     """-> (codes, scales or None, zero points or None), on the fast path when it can."""
     if type(x) in _FAST_TYPES and _torch_ops.fast_ok(op, x, None):
-        if _torch_ops.extras_ok(op, (scales, zero_points)):
+        if scales is None or _torch_ops.extras_ok(op, (scales, zero_points)):  # zero points come with scales
             r = _qg.fast_quantize_int(x, op.fmt, GRANULARITY[gran], group_size, asym, scales, zero_points, op.fn)
             if r is not None:
                 return r

@@ -85,12 +85,11 @@ _NUMPY_WHERE = Where("numpy", CPU, 0)
 _TORCH_CPU_WHERE = Where("torch", CPU, 0)
 _TORCH_CUDA_WHERE: dict = {}  # device index -> Where
 _TORCH_TYPES: set = set()  # torch tensor types seen here (their operators are registered)
+_TORCH_STRIDED = None  # torch.strided, set with _TORCH_TYPES' first entry (no import per call)
 
 
 def _torch_where(x, fn: str, arg: str) -> Where:
-    import torch
-
-    if x.layout != torch.strided:
+    if x.layout != _TORCH_STRIDED:
         raise TypeError(f"{fn}: {arg} is a {x.layout} torch tensor; pass a dense tensor ({arg}.to_dense())")
     if x.is_nested:
         raise TypeError(f"{fn}: {arg} is a nested torch tensor; pass a dense tensor ({arg}.to_padded_tensor(0))")
@@ -122,6 +121,8 @@ def where(x, fn: str, arg: str = "x") -> Where:
         if not _TORCH_DTYPE_NAMES:
             import torch
 
+            global _TORCH_STRIDED
+            _TORCH_STRIDED = torch.strided
             for name in ("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8"):
                 _TORCH_DTYPE_NAMES[getattr(torch, name)] = name
         _TORCH_TYPES.add(type(x))
@@ -166,6 +167,8 @@ def dtype_name(x) -> str:
 
 def check_same_kind(wa: Where, wb: Where, fn: str, a: str, b: str) -> None:
     """Both operands of one call come from one framework: the result's kind is then never ambiguous."""
+    if wa is wb:  # the shared Where of NumPy, torch on the CPU, or one CUDA device
+        return
     if wa.kind != wb.kind:
         raise TypeError(
             f"{fn}: {a} is a {wa.kind} array but {b} is a {wb.kind} array; pass both from one framework "

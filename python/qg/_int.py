@@ -7,6 +7,12 @@ torch fast path when it can, the generic path otherwise, qg's registered
 torch operators while torch traces). Scales and zero points constant along K
 go to the GEMM's epilogue; group-wise weight scales go with the weight
 operand (docs/architecture.md, "The integer family").
+
+That mapping (the plan) is Python, tens of microseconds a call. So
+quantize_tensor, int8_matmul and linear_int4 first hand eager calls on torch
+tensors to their single-crossing entries (python/src/fast_int_ops.cpp), which
+make the same core call when the arguments are plain (what the plan would
+pass on unchanged) and otherwise return None, leaving the call to the plan.
 """
 from __future__ import annotations
 
@@ -14,7 +20,8 @@ from . import _api
 from . import _arrays as xa
 from . import _frameworks as fw
 from . import _int_args as ia
-from ._api import BF16, F16, F32, I4, I4X8, I8, _Epilogue, _Op
+from . import _qg
+from ._api import _FAST_TYPES, BF16, F16, F32, I4, I4X8, I8, _Epilogue, _Op
 
 # ------------------------------------------------------------ quantize_tensor
 _QT_FN = "qg.quantize_tensor"
@@ -103,6 +110,10 @@ def quantize_tensor(x, *, bits=8, scheme="symmetric", granularity="tensor", axis
     Returns (codes, scale) for symmetric, (codes, scale, zero_point) for
     asymmetric: scale float32, zero_point int32, in x's framework and device.
     """
+    if type(x) in _FAST_TYPES and _api._torch_ops.plain_ok(x):
+        r = _qg.fast_quantize_tensor(x, bits, scheme, granularity, axis, group_size, scale, zero_point, packing)
+        if r is not None:
+            return r
     fn = _QT_FN
     fmt = ia.int_format(fn, bits, packing)
     asym = ia.scheme_arg(fn, scheme)
@@ -111,7 +122,7 @@ def quantize_tensor(x, *, bits=8, scheme="symmetric", granularity="tensor", axis
         raise ValueError(f"{fn}: packing='int32' (seed 003's words) is symmetric only; pass scheme='symmetric' "
                          "or packing='uint8'")
     w = fw.where(x, fn, "x")
-    shape = tuple(x.shape)
+    shape = x.shape
     if len(shape) < 1:
         raise ValueError(f"{fn}: x must have shape [..., K], got a 0-d array; reshape it to [1, K]")
     gs = 0
@@ -129,11 +140,11 @@ def quantize_tensor(x, *, bits=8, scheme="symmetric", granularity="tensor", axis
                 f"the last axis), got shape {ia.shape_text(shape)} and axis={axis}; reshape x to [C, K] "
                 "(moving the channel axis first), or use bits=8"
             )
-        if fmt == I8:
+        if len(shape) == 2 and ax == 0:
+            xv = x  # already [C, K] rows
+        else:  # bits=8 (checked above)
             xt, xv = _rows_view(x, w, ax)
             moved = (ax, tuple(xt.shape))
-        else:
-            xv = x
         core_gran, scale_shape = "row", (shape[ax],)
     elif gran == "tensor":
         xv, core_gran, scale_shape = x, "tensor", (1,)
@@ -159,7 +170,7 @@ def quantize_tensor(x, *, bits=8, scheme="symmetric", granularity="tensor", axis
             z_arr = _static_zero_point(fn, zero_point, w, scale_shape, fmt, repr(gran))
 
     codes, sc, zp = _api._run_quantize_int(_QT_OPS[fmt], xv, core_gran, gs, asym, s_arr, z_arr)
-    if s_arr is None and (xa.numel(x) == 0):
+    if s_arr is None and 0 in shape:
         # An empty scope's parameters are those of an all-zero one (scale 0,
         # zero point qmin), which the core does not write when x is empty.
         sc = xa.full(w, tuple(sc.shape), 0.0, "float32")
@@ -319,8 +330,10 @@ def operand_layout(x, w: fw.Where, k_major: bool):
     """A 2-D operand as the core reads it: (array, k_major). A transposed view
     of a contiguous array (W.T) is passed as the contiguous array with the
     other layout, so it needs no copy and keeps the fast path."""
-    if len(tuple(x.shape)) == 2 and not xa.is_c_contiguous(x, w) and xa.is_c_contiguous(x.T, w):
-        return x.T, not k_major
+    if len(x.shape) == 2 and not xa.is_c_contiguous(x, w):
+        xt = x.T
+        if xa.is_c_contiguous(xt, w):
+            return xt, not k_major
     return x, k_major
 
 
@@ -344,6 +357,11 @@ def int8_matmul(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point_a=Non
     K is limited to what int32 accumulates exactly (131071 without zero
     points); a larger K raises, naming the limit.
     """
+    if type(A) in _FAST_TYPES and _api._torch_ops.plain_ok(A, B, scale_a, scale_b, bias):
+        r = _qg.fast_int8_matmul(A, B, scale_a, scale_b, scale_c, zero_point_a, zero_point_b, bias, activation,
+                                 out_dtype, b_layout)
+        if r is not None:
+            return r
     op, a, b, k, epi, shape = _int8_matmul_plan(A, B, scale_a, scale_b, scale_c, zero_point_a=zero_point_a,
                                                 zero_point_b=zero_point_b, bias=bias, activation=activation,
                                                 out_dtype=out_dtype, b_layout=b_layout)
@@ -361,7 +379,7 @@ def _int8_matmul_plan(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point
         raise ValueError(f"{fn}: b_layout must be 'kn' (B is [K, N]) or 'nk' (B is [N, K]), got {b_layout!r}")
     w = fw.where(A, fn, "A")
     fw.check_same_kind(w, fw.where(B, fn, "B"), fn, "A", "B")
-    ashape, bshape = tuple(A.shape), tuple(B.shape)
+    ashape, bshape = A.shape, B.shape
     if len(ashape) < 1:
         raise ValueError(f"{fn}: A must have shape [M, K], got a 0-d array")
     if len(bshape) != 2:
@@ -425,10 +443,14 @@ def linear_int4(x, weight_q, scales, zero_points=None, *, group_size=128, bias=N
     activations are read as they are (no activation quantization).
     NumPy and CuPy take float32 or float16 x (no bfloat16 result arrays).
     """
+    if type(x) in _FAST_TYPES and _api._torch_ops.plain_ok(x, weight_q, scales, bias):
+        r = _qg.fast_linear_int4(x, weight_q, scales, zero_points, group_size, bias, activation)
+        if r is not None:
+            return r
     op, a, b, k, epi, out_shape = _linear_int4_plan(x, weight_q, scales, zero_points, group_size=group_size,
                                                     bias=bias, activation=activation)
     y = _api._run_gemm(op, a, b, None, None, k, None, None, epi)
-    return y.reshape((*out_shape[:-1], y.shape[-1]))
+    return y if len(out_shape) == 2 else y.reshape((*out_shape[:-1], y.shape[-1]))
 
 
 def _linear_int4_plan(x, weight_q, scales, zero_points=None, *, group_size=128, bias=None, activation=None):
@@ -443,7 +465,7 @@ def _linear_int4_plan(x, weight_q, scales, zero_points=None, *, group_size=128, 
     if dtype == "bfloat16" and w.kind != "torch":
         raise TypeError(f"{fn}: x is a {w.kind} bfloat16 array, whose result qg cannot return as bfloat16 there; "
                         "pass x as float32 or float16, or use torch tensors")
-    shape = tuple(x.shape)
+    shape = x.shape
     if len(shape) < 1:
         raise ValueError(f"{fn}: x must have shape [..., K], got a 0-d array; reshape it to [1, K]")
     gs = ia.group_size_arg(fn, group_size)
@@ -454,7 +476,8 @@ def _linear_int4_plan(x, weight_q, scales, zero_points=None, *, group_size=128, 
         if fw.dtype_name(zero_points) in ("int8", "int32"):
             xa.check_range(fn, "zero_points", zero_points, w, -8, 7, "the int4 code range")
     epi = _Epilogue(bias, dtype, True, relu=relu, a_scales=scales, a_zero_points=zero_points, group_size=gs)
-    n_out = tuple(weight_q.shape)[0] if len(tuple(weight_q.shape)) >= 1 else 0
+    wshape = weight_q.shape
+    n_out = wshape[0] if len(wshape) >= 1 else 0
     return op, weight_q, x, shape[-1], epi, (*shape[:-1], n_out)
 
 

@@ -21,13 +21,16 @@ _INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
 
 def is_number(value) -> bool:
     """A Python or NumPy scalar real number (not bool, not an array)."""
+    t = type(value)
+    if t is float or t is int:  # the common case, without the ABC checks below
+        return True
     if isinstance(value, (bool, np.bool_)):
         return False
     return isinstance(value, numbers.Real) and (not hasattr(value, "shape") or isinstance(value, np.generic))
 
 
 def is_int_number(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
 def int_format(fn: str, bits, packing) -> int:
@@ -82,6 +85,8 @@ def float_array(fn: str, arg: str, value, w: fw.Where, dtype: str = "float32"):
     bfloat16 and float64 are accepted and converted)."""
     fw.check_same_kind(w, fw.where(value, fn, arg), fn, "the operands", arg)
     name = fw.dtype_name(value)
+    if name == dtype:
+        return value
     if name not in _FLOAT_DTYPES:
         raise TypeError(f"{fn}: {arg} must be a float array (float32, float16 or bfloat16), got {name}")
     return xa.astype(value, w, dtype)
@@ -90,6 +95,8 @@ def float_array(fn: str, arg: str, value, w: fw.Where, dtype: str = "float32"):
 def int32_array(fn: str, arg: str, value, w: fw.Where):
     fw.check_same_kind(w, fw.where(value, fn, arg), fn, "the operands", arg)
     name = fw.dtype_name(value)
+    if name == "int32":
+        return value
     if name not in _INT_DTYPES:
         raise TypeError(f"{fn}: {arg} must be an integer array (int32 or int8), got {name}")
     return xa.astype(value, w, "int32")
@@ -107,7 +114,7 @@ def vector_scale(fn: str, arg: str, value, w: fw.Where, length: int, length_name
             f"got {type(value).__module__}.{type(value).__name__}"
         )
     arr = float_array(fn, arg, value, w)
-    shape = tuple(arr.shape)
+    shape = arr.shape
     if len(shape) == 0 or (len(shape) > 1 and xa.numel(arr) == 1):
         arr = arr.reshape((1,))
     elif len(shape) != 1 or shape[0] not in (1, length):
@@ -136,7 +143,7 @@ def vector_zero_point(fn: str, arg: str, value, w: fw.Where, length: int, length
             f"got {type(value).__module__}.{type(value).__name__}"
         )
     arr = int32_array(fn, arg, value, w)
-    shape = tuple(arr.shape)
+    shape = arr.shape
     if len(shape) == 0 or (len(shape) > 1 and xa.numel(arr) == 1):
         arr = arr.reshape((1,))
     elif len(shape) != 1 or shape[0] not in (1, length):

@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from . import _api
+from . import _api, _qg, torch_ops
 from ._api import BF16, F16, F32, I4, I8, Q4_0, Q8_1, _Epilogue, _Op
 from ._int import quantize_tensor
 
@@ -54,9 +54,18 @@ def _forward(x, bias, weight_q, weight_scale, weight_zero_point, fmt: str, group
     if dtype is None:
         raise TypeError(f"{_FN}: x must be float32, float16 or bfloat16, got {str(x.dtype).replace('torch.', '')}")
     shape = x.shape
-    if x.dim() < 1 or shape[-1] != in_features:
+    ndim = len(shape)
+    if ndim < 1 or shape[-1] != in_features:
         raise ValueError(f"{_FN}: x must have shape [..., {in_features}] (in_features), got {list(shape)}")
-    if x.dim() == 2:
+    # The integer GEMMs below are the core calls qg.int8_matmul and
+    # qg.linear_int4 make: for plain tensors their single-crossing entries
+    # make them under the layer's name (None: the steps below do).
+    act = "relu" if relu else None
+    if fmt == "int4" and torch_ops.plain_ok(x, weight_q, weight_scale, bias):
+        y = _qg.fast_linear_int4(x, weight_q, weight_scale, weight_zero_point, group_size, bias, act, _FN)
+        if y is not None:
+            return y
+    if ndim == 2:
         x2 = x
     else:
         tokens = 1
@@ -67,8 +76,13 @@ def _forward(x, bias, weight_q, weight_scale, weight_zero_point, fmt: str, group
         codes, x_scale, _ = _api._run_quantize_int(_QUANTIZE_X_I8, x2, "row")  # per token, symmetric
         if weight_scale.dtype != torch.float32:
             weight_scale = weight_scale.float()  # e.g. after module.half(): the epilogue's scales are float32
-        epi = _Epilogue(bias, dtype, True, weight_scale, x_scale, relu=relu)
-        y = _api._run_gemm(_GEMM_I8, weight_q, codes, None, None, None, None, None, epi)
+        y = None
+        if torch_ops.plain_ok(codes, weight_q, x_scale, weight_scale, bias):
+            y = _qg.fast_int8_matmul(codes, weight_q, x_scale, weight_scale, 1.0, None, None, bias, act, dtype, "nk",
+                                     _FN, "weight_q", "x")
+        if y is None:
+            epi = _Epilogue(bias, dtype, True, weight_scale, x_scale, relu=relu)
+            y = _api._run_gemm(_GEMM_I8, weight_q, codes, None, None, None, None, None, epi)
     elif fmt == "int4":
         epi = _Epilogue(bias, dtype, True, relu=relu, a_scales=weight_scale, a_zero_points=weight_zero_point,
                         group_size=group_size)
@@ -77,7 +91,7 @@ def _forward(x, bias, weight_q, weight_scale, weight_zero_point, fmt: str, group
         xq = _api._run_quantize(_QUANTIZE_X_Q8_1, x2, None, None)
         y = _api._run_gemm(_GEMM_Q4_0, weight_q, xq, None, None, None, None, None,
                            _Epilogue(bias, dtype, True, relu=relu))
-    return y if x.dim() == 2 else y.reshape(*shape[:-1], y.shape[-1])
+    return y if ndim == 2 else y.reshape(*shape[:-1], y.shape[-1])
 
 
 def _dequantized_weight(weight_q, weight_scale, weight_zero_point, fmt: str, group_size: int, in_features: int):
@@ -85,8 +99,6 @@ def _dequantized_weight(weight_q, weight_scale, weight_zero_point, fmt: str, gro
     multiplies. Calls qg's registered operators directly: backward runs them
     under torch.compile's strict tracing of autograd.Function backwards, which
     admits torch operators but not the public functions' Python glue."""
-    from . import torch_ops
-
     if fmt == "q4_0":
         return torch_ops._dequantize_op(weight_q, "q4_0", in_features).reshape(weight_q.shape[0], in_features)
     scale = weight_scale.to(torch.float32)
@@ -228,10 +240,12 @@ class QuantizedLinear(torch.nn.Module):
                                    self.group_size, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        relu = self.activation == "relu"
-        args = (x, self.bias, self.weight_q, self.weight_scale, self.weight_zero_point, self.weight_format,
-                self.group_size, relu, self.in_features)
-        if torch.is_grad_enabled() and (x.requires_grad or (self.bias is not None and self.bias.requires_grad)):
+        # The registries nn.Module.__getattr__ would search: that Python
+        # fallback costs about a microsecond for each name, on every call.
+        buffers, bias = self._buffers, self._parameters["bias"]
+        args = (x, bias, buffers["weight_q"], buffers["weight_scale"], buffers["weight_zero_point"],
+                self.weight_format, self.group_size, self.activation == "relu", self.in_features)
+        if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
             return _QuantizedLinearFn.apply(*args)
         return _forward(*args)
 

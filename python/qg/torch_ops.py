@@ -36,6 +36,13 @@ _TRAITS = [dict(_qg.format_traits(i)) for i in range(_qg.format_count)]
 _NAMES = [t["name"] for t in _TRAITS]
 _CONV_NAMES = ["reference", "ggml_cuda"]
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Bound once: the fast-path checks run on every eager call, where each
+# attribute lookup counts.
+_is_compiling = torch.compiler.is_compiling
+_tracing_state = torch._C._get_tracing_state
+_dispatch_depth = torch._C._len_torch_dispatch_stack
+_is_grad_enabled = torch.is_grad_enabled
+_STRIDED = torch.strided
 
 
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -373,7 +380,7 @@ def _use_op(*tensors) -> bool:
 
 
 def _grad_check(op, x) -> None:
-    if x.requires_grad and torch.is_grad_enabled():
+    if x.requires_grad and _is_grad_enabled():
         fmt = _NAMES[op.fmt]
         alt = (
             f"qg.torch.fake_quantize(x, '{fmt}') for quantization-aware training (straight-through gradient)"
@@ -394,19 +401,39 @@ def fast_ok(op, x, out, y=None) -> bool:
     fast path itself declines what torch will not export (sparse tensors,
     functorch wrappers). Complex tensors (the only ones with a lazy conj bit)
     are refused by the core's dtype check."""
-    if torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None:
+    if _is_compiling() or _tracing_state() is not None:
         return False
     if op.kind == "quantize":
         _grad_check(op, x)
-    if torch._C._len_torch_dispatch_stack() > 0:
+    if _dispatch_depth() > 0:
         return False
-    strided = torch.strided
-    if x.layout != strided or x.is_neg() or not x.is_contiguous():
+    if x.layout != _STRIDED or x.is_neg() or not x.is_contiguous():
         return False
-    if y is not None and (y.layout != strided or y.is_neg() or not y.is_contiguous()):
+    if y is not None and (y.layout != _STRIDED or y.is_neg() or not y.is_contiguous()):
         return False
-    if out is not None and (out.layout != strided or out.is_neg() or out.is_conj() or out.is_meta):
+    if out is not None and (out.layout != _STRIDED or out.is_neg() or out.is_conj() or out.is_meta):
         return False  # the generic path explains what is wrong with it
+    return True
+
+
+def plain_ok(*args) -> bool:
+    """May an eager call take an integer-family entry (qg._qg.fast_int8_matmul,
+    fast_linear_int4, fast_quantize_tensor)? args: the arguments the entry
+    reads as tensors; None and Python numbers pass. False while torch traces,
+    and for an argument that is not a tensor of a fast type, a lazily negated
+    view (exported as stored) or one that requires grad: the function's plan
+    then takes the call and says what is wrong. The entries decline whatever
+    else is not plain themselves."""
+    if _is_compiling() or _tracing_state() is not None or _dispatch_depth() > 0:
+        return False
+    fast = _api._FAST_TYPES
+    for t in args:
+        tt = type(t)
+        if tt in fast:
+            if t.is_neg() or (t.requires_grad and _is_grad_enabled()):
+                return False
+        elif t is not None and tt is not float and tt is not int:
+            return False
     return True
 
 
@@ -464,7 +491,7 @@ def route_dequantize(op, xq, k: int, out, stream):
 def _bias_grad_check(op, bias, name: str = "bias") -> None:
     """qg's GEMM has no backward: a bias (or scale) that requires grad (with
     grad mode on) is refused rather than silently dropped from the graph."""
-    if isinstance(bias, torch.Tensor) and bias.requires_grad and torch.is_grad_enabled():
+    if isinstance(bias, torch.Tensor) and bias.requires_grad and _is_grad_enabled():
         raise RuntimeError(
             f"{op.fn}: {name} requires grad, but qg's quantized GEMM has no backward, so the autograd graph would "
             f"be lost; call it under torch.no_grad() / torch.inference_mode(), pass {name}.detach(), or use "
@@ -479,20 +506,25 @@ def extras_ok(op, tensors) -> bool:
     for t in tensors:
         if t is None:
             continue
-        if type(t) not in _api._FAST_TYPES or t.layout != torch.strided or t.is_neg():
+        if type(t) not in _api._FAST_TYPES or t.layout != _STRIDED or t.is_neg():
             return False
-        if t.requires_grad and torch.is_grad_enabled():
+        if t.requires_grad and _is_grad_enabled():
             return False  # the generic path raises the message
     return True
 
 
 def epilogue_ok(op, epi) -> bool:
-    """bias_ok and extras_ok for every array of a GEMM call's _Epilogue."""
+    """_bias_grad_check and extras_ok for every array of a GEMM call's _Epilogue."""
     if epi is _api._PLAIN:
         return True
+    fast = _api._FAST_TYPES
     for name, t in epi.arrays():
-        _bias_grad_check(op, t, name)
-        if type(t) not in _api._FAST_TYPES or t.layout != torch.strided or t.is_neg():
+        if type(t) not in fast:
+            _bias_grad_check(op, t, name)  # a tensor subclass may require grad too
+            return False
+        if t.requires_grad:
+            _bias_grad_check(op, t, name)
+        if t.layout != _STRIDED or t.is_neg():
             return False
     return True
 

@@ -8,16 +8,13 @@
 // Checks and messages are the core's, identical on both paths.
 #include <string>
 
-#include "bind_util.h"
+#include "fast_path.h"
 
 namespace qg::python {
 
-namespace {
+namespace fast {
 
-// Reads an input's metadata through its type's exchange table. False: not
-// for this path (no table, or the producer declined, e.g. a sparse tensor);
-// the generic path then reports it with qg's message.
-bool import_input(nb::handle obj, const char* fn, const char* arg, const dlx::Api** api, TensorView* v) {
+bool read_input(nb::handle obj, const char* fn, const char* arg, const dlx::Api** api, TensorView* v, Status* error) {
   const dlx::Api* a = dlx::api_for(Py_TYPE(obj.ptr()));
   if (a == nullptr || a->dltensor_from_py_object_no_sync == nullptr) return false;
   dlx::Tensor t;
@@ -25,16 +22,19 @@ bool import_input(nb::handle obj, const char* fn, const char* arg, const dlx::Ap
     PyErr_Clear();
     return false;
   }
-  Status err;
-  if (!to_view(t, fn, arg, v, &err)) throw_if_error(err);
+  if (!to_view(t, fn, arg, v, error)) return false;
   v->writable = false;
   *api = a;
   return true;
 }
 
-// An optional input (None: absent, *present false). False: not for this path
-// (another framework, or a view the core would refuse as not contiguous,
-// which the generic path copies first).
+bool import_input(nb::handle obj, const char* fn, const char* arg, const dlx::Api** api, TensorView* v) {
+  Status err;
+  if (read_input(obj, fn, arg, api, v, &err)) return true;
+  throw_if_error(err);
+  return false;
+}
+
 bool import_optional(nb::handle obj, const char* fn, const char* arg, const dlx::Api* api, TensorView* v,
                      bool* present) {
   *present = false;
@@ -44,6 +44,8 @@ bool import_optional(nb::handle obj, const char* fn, const char* arg, const dlx:
   *present = true;
   return true;
 }
+
+namespace {
 
 void record_error(void* ctx, const char* kind, const char* message) {
   *static_cast<std::string*>(ctx) = std::string(kind ? kind : "Error") + ": " + (message ? message : "");
@@ -60,7 +62,8 @@ dlx::DataType dl_dtype(DType d) {
   }
 }
 
-// Allocates the result with the caller's framework; *out views it.
+}  // namespace
+
 nb::object allocate(const dlx::Api* api, const char* fn, const ResultSpec& spec, Device device, TensorView* out) {
   ResultSpec shape = spec;  // the prototype wants a mutable pointer
   dlx::Tensor proto{};
@@ -86,6 +89,39 @@ Stream current_stream(const dlx::Api* api, Device device) {
   if (api->current_work_stream(dlx::kCUDA, device.id, &s) != 0) throw nb::python_error();
   return s;
 }
+
+nb::tuple quantize_int(const dlx::Api* api, const char* fn, const QuantizeViews& v) {
+  ResultSpec codes_spec, scales_spec_;
+  throw_if_error(result_spec(v, &codes_spec));
+  throw_if_error(scales_spec(v, &scales_spec_));
+  const Device device = v.x.device;
+  QuantizeOutputs o;
+  nb::object codes = allocate(api, fn, codes_spec, device, &o.codes);
+  nb::object scales = nb::none(), zero_points = nb::none();
+  TensorView sv, zv;
+  if (v.static_scales == nullptr) {
+    scales = allocate(api, fn, scales_spec_, device, &sv);
+    o.scales = &sv;
+    if (v.asymmetric) {
+      ResultSpec zspec = scales_spec_;
+      zspec.dtype = DType::i32;
+      zero_points = allocate(api, fn, zspec, device, &zv);
+      o.zero_points = &zv;
+    }
+  }
+  const Stream stream = current_stream(api, device);
+  throw_if_error(run_released(device, [&] { return quantize(v, o, stream); }));
+  return nb::make_tuple(codes, scales, zero_points);
+}
+
+}  // namespace fast
+
+namespace {
+
+using fast::allocate;
+using fast::current_stream;
+using fast::import_input;
+using fast::import_optional;
 
 // out_obj: None (allocate the result) or the caller's out= tensor of the
 // same framework, which the core checks like any out= (shape, dtype, device,
@@ -165,27 +201,7 @@ void bind_fast_ops(nb::module_& m) {
           return nb::none();
         v.static_scales = has_s ? &ss : nullptr;
         v.static_zero_points = has_z ? &sz : nullptr;
-        ResultSpec codes_spec, scales_spec_;
-        throw_if_error(result_spec(v, &codes_spec));
-        throw_if_error(scales_spec(v, &scales_spec_));
-        const Device device = v.x.device;
-        QuantizeOutputs o;
-        nb::object codes = allocate(api, fn, codes_spec, device, &o.codes);
-        nb::object scales = nb::none(), zero_points = nb::none();
-        TensorView sv, zv;
-        if (!has_s) {
-          scales = allocate(api, fn, scales_spec_, device, &sv);
-          o.scales = &sv;
-          if (asymmetric) {
-            ResultSpec zspec = scales_spec_;
-            zspec.dtype = DType::i32;
-            zero_points = allocate(api, fn, zspec, device, &zv);
-            o.zero_points = &zv;
-          }
-        }
-        const Stream stream = current_stream(api, device);
-        throw_if_error(run_released(device, [&] { return quantize(v, o, stream); }));
-        return nb::make_tuple(codes, scales, zero_points);
+        return fast::quantize_int(api, fn, v);
       },
       "x"_a, "fmt"_a, "granularity"_a, "group_size"_a, "asymmetric"_a, "static_scales"_a.none(),
       "static_zero_points"_a.none(), "fn"_a);

@@ -6,6 +6,7 @@
 namespace qg::python {
 void bind_ops(nb::module_& m);
 void bind_fast_ops(nb::module_& m);
+void bind_fast_int_ops(nb::module_& m);
 void bind_runtime(nb::module_& m);
 }  // namespace qg::python
 
@@ -13,5 +14,6 @@ NB_MODULE(_qg, m) {
   m.doc() = "qg core bindings (internal; use the qg package)";
   qg::python::bind_ops(m);
   qg::python::bind_fast_ops(m);
+  qg::python::bind_fast_int_ops(m);
   qg::python::bind_runtime(m);
 }

@@ -2,8 +2,9 @@
 // test_cuda_int_fast.cpp: the fast CUDA kernels of the integer family, each
 // forced by name through the registry (after the dispatcher's admission:
 // arch window, epilogue caps, can_run), against host references:
-//   cuda_i8_mma, cuda_i8_wgmma  i8 x i8 (one suite over both, each case run
-//                 where the kernel's scope takes it and refused elsewhere):
+//   cuda_i8_mma, cuda_i8_wgmma, cuda_i8_dp4a  i8 x i8 (one suite over all
+//                 three, each case run where the kernel's scope takes it and
+//                 refused elsewhere):
 //                 an int64 sum with zero points; int32 outputs bit-exact,
 //                 float outputs (scales, bias, relu, beta, f16 / bf16,
 //                 transposed C) NMSE <= 1e-6 against float64
@@ -217,15 +218,18 @@ void check_i8(const I8Case& c) {
   EXPECT_EQ(clobbered, 0) << "bytes written outside the output elements";
 }
 
-// The two int8 tensor-core kernels and what each takes; a case outside its
-// scope must be refused, one inside run.
+// The int8 kernels and what each takes; a case outside its scope must be
+// refused, one inside run.
 struct I8Scope {
   const char* name;
-  int64_t min_side;   // M and N both at least this
-  bool zero_points;   // claims row / column zero points
+  int64_t min_side;    // M and N both at least this
+  bool zero_points;    // claims row / column zero points
+  int64_t k_multiple;  // K a multiple of this
+  int align;           // row starts and strides a multiple of this many bytes
 };
-constexpr I8Scope kMma{"cuda_i8_mma", 1, true};
-constexpr I8Scope kWgmma{"cuda_i8_wgmma", 128, false};
+constexpr I8Scope kMma{"cuda_i8_mma", 1, true, 16, 16};
+constexpr I8Scope kWgmma{"cuda_i8_wgmma", 128, false, 16, 16};
+constexpr I8Scope kDp4a{"cuda_i8_dp4a", 1, true, 4, 4};
 
 class CudaI8 : public qgtest::CudaFixture<::testing::TestWithParam<I8Scope>> {
  protected:
@@ -240,7 +244,9 @@ class CudaI8 : public qgtest::CudaFixture<::testing::TestWithParam<I8Scope>> {
       GTEST_SKIP() << name << " does not run on cuda:0: " << why;
   }
 
-  bool takes(const I8Case& c) const { return c.m >= GetParam().min_side && c.n >= GetParam().min_side; }
+  bool takes(const I8Case& c) const {
+    return c.m >= GetParam().min_side && c.n >= GetParam().min_side && c.k % GetParam().k_multiple == 0;
+  }
 
   // Drops the zero points of c when the kernel does not claim them (the
   // dispatcher would not hand it such a call); the rest of the epilogue stays.
@@ -290,11 +296,12 @@ TEST_P(CudaI8, ZeroPointsAndEpilogue) {
   struct Shape {
     int64_t m, n, k;
   };
-  // Narrow tiles (split K over clusters on sm_90: N = 16 x K = 8192), the
-  // mid and large tiles (2304 x 2048: the 128 x 256 warpgroup tiles fill the
-  // SMs), and small odd shapes.
+  // Narrow tiles (split K over clusters on sm_90: N = 16 x K = 8192, and
+  // 300 x 200 x 8192 for the warpgroup kernel), the mid and large tiles
+  // (2304 x 2048: the 128 x 256 warpgroup tiles fill the SMs), and small odd
+  // shapes.
   for (const Shape& s : {Shape{17, 5, 48}, Shape{300, 16, 8192}, Shape{129, 33, 1024}, Shape{257, 64, 2048},
-                         Shape{300, 129, 512}, Shape{2304, 2048, 128}}) {
+                         Shape{300, 129, 512}, Shape{300, 200, 8192}, Shape{2304, 2048, 128}}) {
     for (int variant = 0; variant < 4; ++variant) {
       const bool i32 = variant == 0;
       I8Case c = i8_case(rng, s.m, s.n, s.k, i32 ? DType::i32 : (variant == 3 ? DType::bf16 : DType::f32),
@@ -359,30 +366,37 @@ TEST_P(CudaI8, ManyTilesPerCta) {
 
 TEST_P(CudaI8, RefusesWhatItCannotRead) {
   QG_SEEDED_RNG(rng, 4);
-  const int64_t side = GetParam().min_side < 17 ? 17 : GetParam().min_side;
+  const I8Scope& scope = GetParam();
+  const int64_t side = scope.min_side < 17 ? 17 : scope.min_side;
+  // An offset (and a row stride's excess) that breaks the scope's alignment
+  // by the least it can: 4 bytes for the 16-byte kernels, 2 for the 4-byte one.
+  const size_t off = scope.align > 4 ? 4 : 2;
+  const std::string align_text = std::to_string(scope.align) + "-byte";
   std::string why;
   {
     I8Case c = i8_case(rng, side, side, 64, DType::i32);
-    c.a_offset = 4;
+    c.a_offset = off;
     EXPECT_FALSE(run_i8(*kernel_, c, &why));
-    EXPECT_NE(why.find("16-byte"), std::string::npos) << why;
+    EXPECT_NE(why.find(align_text), std::string::npos) << why;
   }
   {
-    I8Case c = i8_case(rng, side, side, 64, DType::i32, false, 4);  // row stride 68
+    I8Case c = i8_case(rng, side, side, 64, DType::i32, false, static_cast<int64_t>(off));  // row stride 64 + off
     EXPECT_FALSE(run_i8(*kernel_, c, &why));
+    EXPECT_NE(why.find(align_text), std::string::npos) << why;
   }
   {
-    I8Case c = i8_case(rng, side, side, 40, DType::i32);  // K % 16 != 0
+    const int64_t k = 32 + scope.k_multiple / 2;  // 40 for K % 16, 34 for K % 4
+    I8Case c = i8_case(rng, side, side, k, DType::i32);
     EXPECT_FALSE(run_i8(*kernel_, c, &why));
-    EXPECT_NE(why.find("multiple of 16"), std::string::npos) << why;
+    EXPECT_NE(why.find("multiple of " + std::to_string(scope.k_multiple)), std::string::npos) << why;
   }
   {
     I8Case c = i8_case(rng, side, side, 64, DType::i32);
     c.b_offset = 1;
     EXPECT_FALSE(run_i8(*kernel_, c, &why));
   }
-  if (GetParam().min_side > 1) {
-    I8Case c = i8_case(rng, GetParam().min_side - 1, 512, 64, DType::i32);
+  if (scope.min_side > 1) {
+    I8Case c = i8_case(rng, scope.min_side - 1, 512, 64, DType::i32);
     EXPECT_FALSE(run_i8(*kernel_, c, &why));
     EXPECT_NE(why.find("cuda_i8_mma"), std::string::npos) << why;
   }
@@ -390,7 +404,7 @@ TEST_P(CudaI8, RefusesWhatItCannotRead) {
 
 std::string i8_scope_name(const ::testing::TestParamInfo<I8Scope>& info) { return info.param.name; }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, CudaI8, ::testing::Values(kMma, kWgmma), i8_scope_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaI8, ::testing::Values(kMma, kWgmma, kDp4a), i8_scope_name);
 
 // ====================================================================== weight-only GEMV
 struct WoCase {

@@ -759,6 +759,67 @@ def test_fast_path_equals_generic_path(rng):
 
 
 @needs_torch
+def test_single_crossing_entries_equal_the_plans(monkeypatch, rng):
+    """Eager calls on plain torch tensors go to the integer family's C++ entries; with them turned away, the
+    Python plans make each call: the same bytes, shapes and dtypes, or the same error."""
+    import torch
+
+    from qg import _qg, torch_ops
+
+    A = torch.from_numpy(_int8(rng, (3, 2, 40)))
+    W = torch.from_numpy(_int8(rng, (9, 40)))
+    sa, sb = torch.rand(6) + 0.1, torch.rand(9) + 0.1
+    x = torch.from_numpy(rng.standard_normal((2, 3, 64)).astype(np.float32))
+    q, s, _, _ = (torch.from_numpy(a) if a is not None else None for a in _weight_int4(rng, 5, 64, 16, False))
+    bias = torch.rand(5)
+    cases = [
+        lambda: qg.int8_matmul(A, W.T),
+        lambda: qg.int8_matmul(A[0], W, sa[:2], sb, 0.5, out_dtype="float16", b_layout="nk", activation="relu"),
+        lambda: qg.int8_matmul(A, W, 2.0, sb[:1], bias=sb, out_dtype="bfloat16", b_layout="nk"),
+        lambda: qg.int8_matmul(A, W.T.contiguous(), sa, sb.half(), out_dtype="float32"),  # the plan converts
+        lambda: qg.int8_matmul(A, W, bias=sb, b_layout="nk"),  # an int32 result takes no bias
+        lambda: qg.int8_matmul(A, W, sa[:5], b_layout="nk"),  # scale_a of neither [1] nor [M]
+        lambda: qg.int8_matmul(A[..., :39], W, b_layout="nk"),  # K differs: the core's message
+        lambda: qg.quantize_tensor(x[0], granularity="channel"),
+        lambda: qg.quantize_tensor(x, bits=4, scheme="asymmetric", granularity="group", group_size=8),
+        lambda: qg.quantize_tensor(x, bits=4, packing="int32"),
+        lambda: qg.quantize_tensor(x, granularity="group", group_size=7),
+        lambda: qg.quantize_tensor(x.int()),
+        lambda: qg.linear_int4(x, q, s, group_size=16),
+        lambda: qg.linear_int4(x.half(), q, s.half(), bias=bias, activation="relu", group_size=16),
+        lambda: qg.linear_int4(x[..., :48], q, s, group_size=16),
+    ]
+
+    def outcome(case):
+        try:
+            r = case()
+        except (TypeError, ValueError) as e:
+            return type(e), str(e)
+        return [(t.dtype, tuple(t.shape), t.float().numpy().tobytes()) for t in (r if isinstance(r, tuple) else (r,))]
+
+    taken = []  # the entries that made a call (not None)
+
+    def counted(name):
+        entry = getattr(_qg, name)
+
+        def call(*args):
+            r = entry(*args)
+            if r is not None:
+                taken.append(name)
+            return r
+
+        return call
+
+    for name in ("fast_int8_matmul", "fast_quantize_tensor", "fast_linear_int4"):
+        monkeypatch.setattr(_qg, name, counted(name))
+    with torch.no_grad():
+        fast = [outcome(c) for c in cases]
+        assert sorted(set(taken)) == ["fast_int8_matmul", "fast_linear_int4", "fast_quantize_tensor"]
+        monkeypatch.setattr(torch_ops, "plain_ok", lambda *args: False)
+        assert [outcome(c) for c in cases] == fast
+
+
+@needs_torch
 def test_quantize_refuses_grad_inputs():
     import torch
 

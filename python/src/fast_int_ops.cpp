@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: MIT
+// fast_int_ops.cpp: single-crossing entries of the integer family's public
+// functions (qg.int8_matmul, qg.linear_int4, qg.quantize_tensor) for tensors
+// that publish the DLPack C exchange API.
+//
+// Each public function has a plan (qg/_int.py) that checks its arguments,
+// converts what needs converting (half-precision scales, Python zero points,
+// a [K, N] weight copied to K-contiguous rows, ...) and maps the call onto one
+// core op, costing tens of microseconds of Python per call. The entries here
+// take the plain case as given, the one in which that plan would check and
+// pass on the arguments unchanged: Python numbers or float32 vectors for
+// scales, no zero points, C-contiguous tensors of one framework on one device.
+// For anything else they return None before doing anything, and the plan takes
+// the call, with its checks and messages. Past that point the core checks, as
+// on the plan's path, with the same messages.
+#include "fast_path.h"
+
+namespace qg::python {
+
+namespace {
+
+bool is_str(nb::handle h, const char* s) {
+  return PyUnicode_CheckExact(h.ptr()) && PyUnicode_CompareWithASCIIString(h.ptr(), s) == 0;
+}
+
+// A Python int (not bool) that fits int64.
+bool plain_int(nb::handle h, int64_t* out) {
+  if (!PyLong_CheckExact(h.ptr())) return false;
+  int overflow = 0;
+  *out = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+  if (overflow == 0 && !(*out == -1 && PyErr_Occurred())) return true;
+  PyErr_Clear();
+  return false;
+}
+
+// A Python float or int (not bool) as the plan's float(value) reads it.
+bool plain_number(nb::handle h, double* out) {
+  if (PyFloat_CheckExact(h.ptr())) {
+    *out = PyFloat_AS_DOUBLE(h.ptr());
+    return true;
+  }
+  if (!PyLong_CheckExact(h.ptr())) return false;
+  *out = PyLong_AsDouble(h.ptr());
+  if (!(*out == -1.0 && PyErr_Occurred())) return true;
+  PyErr_Clear();  // too large for a float: the plan raises
+  return false;
+}
+
+// activation None, "none" or "relu" -> 0 or 1; -1: not plain.
+int plain_activation(nb::handle h) {
+  if (h.is_none() || is_str(h, "none")) return 0;
+  return is_str(h, "relu") ? 1 : -1;
+}
+
+// A C-contiguous tensor of `api` (any exchange table when api is null; *api
+// then names it). Everything else, including what a view cannot hold (whose
+// message the plan's earlier checks may precede), is not plain.
+bool plain_tensor(nb::handle obj, const char* fn, const char* arg, const dlx::Api** api, TensorView* v) {
+  const dlx::Api* a;
+  Status ignored;
+  if (!fast::read_input(obj, fn, arg, &a, v, &ignored) || !v->is_contiguous()) return false;
+  if (*api == nullptr) *api = a;
+  return a == *api;
+}
+
+// An optional tensor (None: absent, *present false).
+bool plain_optional(nb::handle obj, const char* fn, const char* arg, const dlx::Api* api, TensorView* v,
+                    bool* present) {
+  *present = !obj.is_none();
+  return !*present || plain_tensor(obj, fn, arg, &api, v);
+}
+
+// A scale constant along K as the plan's vector_scale passes it on: a Python
+// number (-> *factor) or a float32 vector [1] or [length] on the operands'
+// device (-> *v, *present; the plan converts other dtypes, reshapes other
+// shapes and refuses other devices).
+bool plain_scale(nb::handle obj, const char* fn, const char* arg, const dlx::Api* api, Device device,
+                 int64_t length, double* factor, TensorView* v, bool* present) {
+  *present = false;
+  if (plain_number(obj, factor)) return true;
+  *factor = 1.0;
+  if (!plain_tensor(obj, fn, arg, &api, v) || v->device != device || v->dtype != DType::f32 || v->ndim != 1 ||
+      (v->shape[0] != 1 && v->shape[0] != length))
+    return false;
+  *present = true;
+  return true;
+}
+
+// out_dtype as a name -> the bindings' id (0 float32, 1 float16, 2 bfloat16,
+// 3 int32); -1: not plain (torch / NumPy dtype objects are the plan's to read).
+int plain_out_dtype(nb::handle h) {
+  static const char* const names[] = {"float32", "float16", "bfloat16", "int32"};
+  for (int i = 0; i < 4; ++i)
+    if (is_str(h, names[i])) return i;
+  return -1;
+}
+
+// Float activations of a weight-only GEMM: their format and the result
+// dtype's id (the result is in x's dtype). False: not a float dtype.
+bool float_format(DType d, Format* fmt, int* dtype) {
+  switch (d) {
+    case DType::f32: *fmt = Format::f32; *dtype = 0; return true;
+    case DType::f16: *fmt = Format::f16; *dtype = 1; return true;
+    case DType::bf16: *fmt = Format::bf16; *dtype = 2; return true;
+    default: return false;
+  }
+}
+
+// Runs a GEMM whose [rows, cols] result is returned as [*lead, cols], lead
+// the leading dims of `rows_of` (the input whose rows are the result's rows;
+// the plan's reshape, here without a copy or a view of one).
+nb::object gemm_rows(const dlx::Api* api, const char* fn, const GemmViews& v, const TensorView& rows_of) {
+  ResultSpec spec;
+  throw_if_error(result_spec(v, &spec));
+  ResultSpec shape = spec;
+  if (rows_of.ndim != 2) {
+    shape.ndim = 0;
+    for (int d = 0; d + 1 < rows_of.ndim; ++d) shape.shape[shape.ndim++] = rows_of.shape[d];
+    shape.shape[shape.ndim++] = spec.shape[1];
+  }
+  const Device device = v.a.device;
+  TensorView out;
+  nb::object result = fast::allocate(api, fn, shape, device, &out);
+  out.ndim = 2;  // the same bytes, as the core's [rows, cols]
+  out.shape[0] = spec.shape[0];
+  out.shape[1] = spec.shape[1];
+  out.strides[0] = spec.shape[1];
+  out.strides[1] = 1;
+  const Stream stream = fast::current_stream(api, device);
+  throw_if_error(run_released(device, [&] { return gemm(v, out, stream); }));
+  return result;
+}
+
+nb::object int8_matmul(nb::handle A, nb::handle B, nb::handle scale_a, nb::handle scale_b, nb::handle scale_c,
+                       nb::handle zero_point_a, nb::handle zero_point_b, nb::handle bias, nb::handle activation,
+                       nb::handle out_dtype, nb::handle b_layout, const char* fn, const char* a_name,
+                       const char* b_name) {
+  const int relu = plain_activation(activation), dtype = plain_out_dtype(out_dtype);
+  const bool kn = is_str(b_layout, "kn");
+  if (relu < 0 || dtype < 0 || !(kn || is_str(b_layout, "nk"))) return nb::none();
+  // The core's a is B (N rows along K), its b is A: C^T = B . A^T, written transposed.
+  const dlx::Api *api = nullptr, *api_b = nullptr;
+  TensorView a, b;
+  Status ignored;
+  if (!plain_tensor(A, fn, "A", &api, &b) || b.ndim < 1 || !fast::read_input(B, fn, "B", &api_b, &a, &ignored) ||
+      api_b != api || a.ndim != 2 || a.device != b.device)
+    return nb::none();
+  if (kn) {  // B [K, N] is read through its transpose, [N, K]
+    std::swap(a.shape[0], a.shape[1]);
+    std::swap(a.strides[0], a.strides[1]);
+  }
+  // Plain when those rows are K-contiguous, as for the transposed view of an
+  // [N, K] array (W.T); a B stored [K, N] itself the plan copies to such rows.
+  if (!a.is_contiguous()) return nb::none();
+  int64_t m = 1;  // rows of A, the length of a per-row scale_a
+  for (int d = 0; d + 1 < b.ndim; ++d)
+    if (__builtin_mul_overflow(m, b.shape[d], &m)) return nb::none();
+  GemmExtras e;
+  double fa, fb, fc;
+  if (!plain_scale(scale_a, fn, "scale_a", api, b.device, m, &fa, &e.col_scale, &e.has_col_scale) ||
+      !plain_scale(scale_b, fn, "scale_b", api, b.device, a.shape[0], &fb, &e.row_scale, &e.has_row_scale) ||
+      !plain_number(scale_c, &fc))
+    return nb::none();
+  int64_t zp;
+  for (nb::handle z : {zero_point_a, zero_point_b})
+    if (!z.is_none() && !(plain_int(z, &zp) && zp == 0)) return nb::none();  // 0 is no zero point
+  TensorView biasv;
+  bool has_bias;
+  if (!plain_optional(bias, fn, "bias", api, &biasv, &has_bias)) return nb::none();
+  if (dtype == 3) {  // the exact integer sum: scales checked, not applied; a bias the plan refuses
+    if (has_bias) return nb::none();
+    e.has_row_scale = e.has_col_scale = false;
+    fa = fb = fc = 1.0;
+  }
+  e.alpha = static_cast<float>(fa * fb * fc);
+  e.activation = relu;
+  GemmViews v =
+      gemm_views(static_cast<int>(Format::i8), static_cast<int>(Format::i8), a, b, -1, -1, -1, fn, a_name, b_name);
+  set_epilogue(&v, has_bias ? &biasv : nullptr, dtype, true);
+  set_extras(&v, e);
+  return gemm_rows(api, fn, v, b);
+}
+
+nb::object linear_int4(nb::handle x, nb::handle weight_q, nb::handle scales, nb::handle zero_points,
+                       nb::handle group_size, nb::handle bias, nb::handle activation, const char* fn) {
+  const int relu = plain_activation(activation);
+  int64_t gs;
+  if (relu < 0 || !plain_int(group_size, &gs) || gs <= 0 || !zero_points.is_none()) return nb::none();
+  const dlx::Api* api = nullptr;
+  TensorView xv, wv, sv, biasv;
+  Format x_fmt;
+  int dtype;  // the result's: x's
+  if (!plain_tensor(x, fn, "x", &api, &xv) || xv.ndim < 1 || !float_format(xv.dtype, &x_fmt, &dtype))
+    return nb::none();
+  bool has_s, has_bias;
+  if (!plain_tensor(weight_q, fn, "weight_q", &api, &wv) || !plain_optional(scales, fn, "scales", api, &sv, &has_s) ||
+      !plain_optional(bias, fn, "bias", api, &biasv, &has_bias))
+    return nb::none();
+  GemmExtras e;
+  e.a_scales = sv;
+  e.has_a_scales = has_s;
+  e.group_size = gs;
+  e.activation = relu;
+  GemmViews v = gemm_views(static_cast<int>(Format::i4), static_cast<int>(x_fmt), wv, xv, -1, -1,
+                           xv.shape[xv.ndim - 1], fn, "weight_q", "x");
+  set_epilogue(&v, has_bias ? &biasv : nullptr, dtype, true);
+  set_extras(&v, e);
+  return gemm_rows(api, fn, v, xv);
+}
+
+nb::object quantize_tensor(nb::handle x, nb::handle bits, nb::handle scheme, nb::handle granularity,
+                           nb::handle axis, nb::handle group_size, nb::handle scale, nb::handle zero_point,
+                           nb::handle packing) {
+  const char* fn = "qg.quantize_tensor";
+  int64_t nbits;
+  if (!plain_int(bits, &nbits) || !scale.is_none() || !zero_point.is_none()) return nb::none();
+  const bool words = is_str(packing, "int32");
+  if (!(words || is_str(packing, "uint8")) || (nbits != 4 && (nbits != 8 || words))) return nb::none();
+  const Format fmt = nbits == 8 ? Format::i8 : words ? Format::i4x8 : Format::i4;
+  const bool asym = is_str(scheme, "asymmetric");
+  if (!(asym || is_str(scheme, "symmetric")) || (asym && words)) return nb::none();
+  const dlx::Api* api = nullptr;
+  QuantizeViews v{fmt, {}, Q8_1Convention::reference, fn};
+  if (!plain_tensor(x, fn, "x", &api, &v.x) || v.x.ndim < 1 || v.x.numel() == 0) return nb::none();
+  int64_t n;
+  if (is_str(granularity, "tensor") && group_size.is_none()) {
+    v.granularity = Granularity::tensor;
+  } else if (is_str(granularity, "channel") && group_size.is_none()) {
+    // One scale per row of a 2-D x (axis 0); other axes and shapes move the
+    // axis first, which the plan does.
+    if (v.x.ndim != 2 || !plain_int(axis, &n) || (n != 0 && n != -2)) return nb::none();
+    v.granularity = Granularity::row;
+  } else if (is_str(granularity, "group") && plain_int(group_size, &n) && n > 0 &&
+             v.x.shape[v.x.ndim - 1] % n == 0) {
+    v.granularity = Granularity::group;
+    v.group_size = n;
+  } else {
+    return nb::none();
+  }
+  v.asymmetric = asym;
+  nb::tuple r = fast::quantize_int(api, fn, v);
+  return asym ? r : nb::make_tuple(r[0], r[1]);
+}
+
+}  // namespace
+
+// fn and the operand names (what the core's messages call them) are the
+// public function's unless a caller that makes the same core call under its
+// own name (qg.torch.QuantizedLinear) passes its own.
+void bind_fast_int_ops(nb::module_& m) {
+  m.def("fast_int8_matmul", &int8_matmul, "A"_a.none(), "B"_a.none(), "scale_a"_a.none(), "scale_b"_a.none(),
+        "scale_c"_a.none(), "zero_point_a"_a.none(), "zero_point_b"_a.none(), "bias"_a.none(),
+        "activation"_a.none(), "out_dtype"_a.none(), "b_layout"_a.none(), "fn"_a = "qg.int8_matmul",
+        "a_name"_a = "B", "b_name"_a = "A");
+  m.def("fast_linear_int4", &linear_int4, "x"_a.none(), "weight_q"_a.none(), "scales"_a.none(),
+        "zero_points"_a.none(), "group_size"_a.none(), "bias"_a.none(), "activation"_a.none(),
+        "fn"_a = "qg.linear_int4");
+  m.def("fast_quantize_tensor", &quantize_tensor, "x"_a.none(), "bits"_a.none(), "scheme"_a.none(),
+        "granularity"_a.none(), "axis"_a.none(), "group_size"_a.none(), "scale"_a.none(), "zero_point"_a.none(),
+        "packing"_a.none());
+}
+
+}  // namespace qg::python
