@@ -102,4 +102,17 @@ __device__ __forceinline__ uint16_t load_u16_b1(const uint8_t* p) {
   return static_cast<uint16_t>(p[0] | (p[1] << 8));
 }
 
+// Signed 8-bit dot product of four byte pairs plus c: one DP4A on sm_61+
+// (the kernels that use it are registered for sm_61+; the fallback only keeps
+// builds for older targets compiling).
+__device__ __forceinline__ int dp4a(int a, int b, int c) {
+#if __CUDA_ARCH__ >= 610
+  return __dp4a(a, b, c);
+#else
+  const char4 x = *reinterpret_cast<const char4*>(&a);
+  const char4 y = *reinterpret_cast<const char4*>(&b);
+  return c + x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+#endif
+}
+
 }  // namespace qg::detail::cuda

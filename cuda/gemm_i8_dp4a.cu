@@ -104,19 +104,6 @@ struct Operands {
   int64_t m, n, k, lda, ldb;
 };
 
-// Signed 8-bit dot product of four byte pairs plus c: one DP4A on sm_61+.
-// The registry never runs this kernel below sm_61; the fallback only keeps a
-// build for older GPUs compiling.
-__device__ __forceinline__ int dp4a_s8(int a, int b, int c) {
-#if __CUDA_ARCH__ >= 610
-  return __dp4a(a, b, c);
-#else
-  const char4 x = *reinterpret_cast<const char4*>(&a);
-  const char4 y = *reinterpret_cast<const char4*>(&b);
-  return c + x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
-#endif
-}
-
 // V consecutive ints from shared memory, one access (p is V-int aligned).
 template <int V>
 __device__ __forceinline__ void load_shared(const int* p, int* out) {
@@ -203,9 +190,9 @@ gemm_i8_dp4a_kernel(Operands op, EpilogueParams ep) {
       }
       if constexpr (kZP) {
 #pragma unroll
-        for (int j = 0; j < LoadA::kWords; ++j) a_sum = dp4a_s8(ra[j], 0x01010101, a_sum);
+        for (int j = 0; j < LoadA::kWords; ++j) a_sum = dp4a(ra[j], 0x01010101, a_sum);
 #pragma unroll
-        for (int j = 0; j < LoadB::kWords; ++j) b_sum = dp4a_s8(rb[j], 0x01010101, b_sum);
+        for (int j = 0; j < LoadB::kWords; ++j) b_sum = dp4a(rb[j], 0x01010101, b_sum);
       }
     };
     auto compute = [&](int buf) {
@@ -223,7 +210,7 @@ gemm_i8_dp4a_kernel(Operands op, EpilogueParams ep) {
 #pragma unroll
           for (int e = 0; e < T::TMV; ++e)
 #pragma unroll
-            for (int j = 0; j < T::TN; ++j) acc[g * T::TMV + e][j] = dp4a_s8(a[e], b[j], acc[g * T::TMV + e][j]);
+            for (int j = 0; j < T::TN; ++j) acc[g * T::TMV + e][j] = dp4a(a[e], b[j], acc[g * T::TMV + e][j]);
         }
       }
     };
@@ -293,30 +280,6 @@ Status launch(const GemmArgs& g, const Operands& op, cudaStream_t stream) {
   return launch_tile<TileN16, kZP>(g, op, stream);
 }
 
-// An operand the 4-byte word loads can read: K-contiguous rows, each starting
-// 4-byte aligned.
-bool operand_ok(const Operand& o, const char* name, std::string* why_not) {
-  if (o.block_stride != 0 && o.block_stride != 1) {
-    if (why_not)
-      *why_not = std::string(name) + " is not K-contiguous (block stride " + std::to_string(o.block_stride) +
-                 " bytes; the DP4A kernel reads rows along K: pass a K-contiguous copy)";
-    return false;
-  }
-  if (!is_aligned(o.data, 4) || (o.rows > 1 && o.row_stride % 4 != 0)) {
-    if (why_not)
-      *why_not = std::string(name) + " rows are not 4-byte aligned (ptr % 4 = " +
-                 std::to_string(reinterpret_cast<uintptr_t>(o.data) % 4) + ", row stride = " +
-                 std::to_string(o.row_stride) + "; DP4A reads rows as 4-byte words: start them at, and pad the " +
-                 "stride to, a multiple of 4 bytes)";
-    return false;
-  }
-  if (o.scales.data || o.zero_points.data) {
-    if (why_not) *why_not = std::string(name) + " has group-wise scales or zero points (not an int8 x int8 product)";
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 bool gemm_i8_dp4a_can_run(const GemmArgs& args, std::string* why_not) {
@@ -326,7 +289,9 @@ bool gemm_i8_dp4a_can_run(const GemmArgs& args, std::string* why_not) {
                  " is not a multiple of 4 (DP4A reads 4 codes a word; cuda_int_generic takes any K)";
     return false;
   }
-  return operand_ok(args.a, "a", why_not) && operand_ok(args.b, "b", why_not);
+  constexpr const char* kHow =
+      "DP4A reads rows as 4-byte words: start them at, and pad the stride to, a multiple of 4 bytes";
+  return int8_rows_ok(args.a, "a", 4, kHow, why_not) && int8_rows_ok(args.b, "b", 4, kHow, why_not);
 }
 
 Status gemm_i8_dp4a_run(const GemmArgs& args, Stream stream) {

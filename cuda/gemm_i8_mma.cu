@@ -476,29 +476,6 @@ Status launch(const GemmArgs& g, const Operands& op, const DeviceLimits& lim, cu
   return launch_tile<TileN16, kZP>(g, op, lim, stream);
 }
 
-// An operand the 16-byte copies can read: K-contiguous rows, each starting
-// 16-byte aligned.
-bool operand_ok(const Operand& o, const char* name, std::string* why_not) {
-  if (o.block_stride != 0 && o.block_stride != 1) {
-    if (why_not)
-      *why_not = std::string(name) + " is not K-contiguous (block stride " + std::to_string(o.block_stride) +
-                 " bytes; the tensor-core kernel reads rows along K)";
-    return false;
-  }
-  if (!is_aligned(o.data, 16) || (o.rows > 1 && o.row_stride % 16 != 0)) {
-    if (why_not)
-      *why_not = std::string(name) + " rows are not 16-byte aligned (ptr % 16 = " +
-                 std::to_string(reinterpret_cast<uintptr_t>(o.data) % 16) + ", row stride = " +
-                 std::to_string(o.row_stride) + "; 16-byte cp.async)";
-    return false;
-  }
-  if (o.scales.data || o.zero_points.data) {
-    if (why_not) *why_not = std::string(name) + " has group-wise scales or zero points (not an int8 x int8 product)";
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 bool gemm_i8_mma_can_run(const GemmArgs& args, std::string* why_not) {
@@ -506,7 +483,8 @@ bool gemm_i8_mma_can_run(const GemmArgs& args, std::string* why_not) {
     if (why_not) *why_not = "K=" + std::to_string(args.a.k) + " is not a multiple of 16 (16-byte copies of rows)";
     return false;
   }
-  return operand_ok(args.a, "a", why_not) && operand_ok(args.b, "b", why_not);
+  constexpr const char* kHow = "16-byte cp.async";
+  return int8_rows_ok(args.a, "a", 16, kHow, why_not) && int8_rows_ok(args.b, "b", 16, kHow, why_not);
 }
 
 Status gemm_i8_mma_run(const GemmArgs& args, Stream stream) {

@@ -314,27 +314,6 @@ Status launch(const GemmArgs& g, const Operand& p, const Operand& q, WgShape s, 
   return launch_result(g);
 }
 
-bool operand_ok(const Operand& o, const char* name, std::string* why_not) {
-  if (o.block_stride != 0 && o.block_stride != 1) {
-    if (why_not)
-      *why_not = std::string(name) + " is not K-contiguous (block stride " + std::to_string(o.block_stride) +
-                 " bytes; tensor copies read rows along K)";
-    return false;
-  }
-  if (!is_aligned(o.data, 16) || (o.rows > 1 && o.row_stride % 16 != 0)) {
-    if (why_not)
-      *why_not = std::string(name) + " rows are not 16-byte aligned (ptr % 16 = " +
-                 std::to_string(reinterpret_cast<uintptr_t>(o.data) % 16) + ", row stride = " +
-                 std::to_string(o.row_stride) + "; tensor copies need both)";
-    return false;
-  }
-  if (o.scales.data || o.zero_points.data) {
-    if (why_not) *why_not = std::string(name) + " has group-wise scales or zero points (not an int8 x int8 product)";
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 bool gemm_i8_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
@@ -355,7 +334,8 @@ bool gemm_i8_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
     if (why_not) *why_not = "a dimension is past 2^31 (tensor-copy coordinates are 32-bit)";
     return false;
   }
-  return operand_ok(args.a, "a", why_not) && operand_ok(args.b, "b", why_not);
+  constexpr const char* kHow = "tensor copies need both";
+  return int8_rows_ok(args.a, "a", 16, kHow, why_not) && int8_rows_ok(args.b, "b", 16, kHow, why_not);
 }
 
 Status gemm_i8_wgmma_run(const GemmArgs& args, Stream stream) {

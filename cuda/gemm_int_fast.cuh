@@ -107,5 +107,29 @@ __device__ __forceinline__ void tile_coords(int64_t tile, int64_t tiles_m, int64
   *tn = in / rows;
 }
 
+// An int8 operand a fast kernel can read: K-contiguous rows, each starting
+// (and its stride) a multiple of `align` bytes, no group scales. `how` ends
+// the alignment message: what the kernel's loads need.
+inline bool int8_rows_ok(const Operand& o, const char* name, int align, const char* how, std::string* why_not) {
+  if (o.block_stride != 0 && o.block_stride != 1) {
+    if (why_not)
+      *why_not = std::string(name) + " is not K-contiguous (block stride " + std::to_string(o.block_stride) +
+                 " bytes; the kernel reads rows along K: pass a K-contiguous copy)";
+    return false;
+  }
+  if (!is_aligned(o.data, static_cast<uintptr_t>(align)) || (o.rows > 1 && o.row_stride % align != 0)) {
+    if (why_not)
+      *why_not = std::string(name) + " rows are not " + std::to_string(align) + "-byte aligned (ptr % " +
+                 std::to_string(align) + " = " + std::to_string(reinterpret_cast<uintptr_t>(o.data) % align) +
+                 ", row stride = " + std::to_string(o.row_stride) + "; " + how + ")";
+    return false;
+  }
+  if (o.scales.data || o.zero_points.data) {
+    if (why_not) *why_not = std::string(name) + " has group-wise scales or zero points (not an int8 x int8 product)";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace intfast
 }  // namespace qg::detail::cuda

@@ -45,17 +45,6 @@ inline bool gemm_operands_aligned(const GemmArgs& g, std::string* why_not) {
   return true;
 }
 
-// Signed 8-bit dot product of four byte pairs plus c: one DP4A on sm_61+.
-__device__ __forceinline__ int dp4a(int a, int b, int c) {
-#if __CUDA_ARCH__ >= 610
-  return __dp4a(a, b, c);
-#else
-  const char4 x = *reinterpret_cast<const char4*>(&a);
-  const char4 y = *reinterpret_cast<const char4*>(&b);
-  return c + x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
-#endif
-}
-
 // Four Q4_0 codes held as bytes 0..15 -> the signed bytes code - 8, so that a
 // single DP4A gives sum (w - 8) * a exactly. Done with three logic ops instead
 // of __vsub4, which has no single instruction on sm_70 and later: code < 8
