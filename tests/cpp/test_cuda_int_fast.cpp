@@ -355,8 +355,10 @@ TEST_P(CudaI8, ManyTilesPerCta) {
     int64_t m, n, k;
     bool transposed;
   };
+  // 20000 x 200: enough 128 x 256 tiles to take the wide ones, whose
+  // 256-row copies of B then reach past its 200 rows (zero-filled).
   for (const Shape& s : {Shape{4096, 1000, 64, false}, Shape{1000, 4096, 64, true}, Shape{2200, 2100, 272, false},
-                         Shape{640, 700, 1024, true}}) {
+                         Shape{640, 700, 1024, true}, Shape{20000, 200, 64, false}}) {
     I8Case c = i8_case(rng, s.m, s.n, s.k, DType::i32, s.transposed);
     run_checked(c);
     if (HasFailure()) return;
