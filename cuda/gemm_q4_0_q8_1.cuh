@@ -56,6 +56,8 @@ __device__ __forceinline__ int q4_0_codes_minus_8(uint32_t nibbles) {
 
 bool gemm_mmvq_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_mmvq_run(const GemmArgs& args, Stream stream);
+bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_wgmma_run(const GemmArgs& args, Stream stream);
 bool gemm_mma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_mma_run(const GemmArgs& args, Stream stream);
 bool gemm_dp4a_tiled_can_run(const GemmArgs& args, std::string* why_not);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // cuda/tma.cuh: 2D tensor copies (sm_90's TMA unit with a tensor map) of
-// int8 row-major operands into shared memory, in the 128-byte swizzle that
-// wgmma.cuh's descriptors read.
+// row-major operands into shared memory: int8 tiles in the 128-byte swizzle
+// that wgmma.cuh's descriptors read, and plain boxes of bytes or floats.
 //
 // A tensor map describes the operand once (base, K and row count, row
 // stride) and a box of rows x 128 bytes; one thread then moves a whole box
@@ -58,6 +58,29 @@ inline bool encode_rows_k128(CUtensorMap* map, const void* base, int64_t rows, i
   const cuuint32_t element_strides[2] = {1, 1};
   return fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, element_strides,
             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// A map of `rows` rows of `width` elements of `type` (uint8 or float32),
+// `row_stride` bytes apart (a multiple of 16; base 16-byte aligned), read in
+// boxes of box_rows x box_width elements (box_width x element size a multiple
+// of 16, at most 256 elements) without a swizzle: the box lands row after row,
+// box_width elements a row. A copy's inner coordinate times the element size
+// must be a multiple of 16 (the hardware faults with an illegal instruction
+// otherwise), and its shared destination 128-byte aligned. False when the
+// driver refuses the map.
+inline bool encode_rows_plain(CUtensorMap* map, CUtensorMapDataType type, const void* base, int64_t rows,
+                              int64_t width, int64_t row_stride, int box_width, int box_rows) {
+  const EncodeTiled fn = encoder();
+  if (!fn) return false;
+  const int64_t elem = type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : 1;
+  const int64_t stride = rows > 1 ? row_stride : ((width * elem + 15) / 16) * 16;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(width), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_width), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  return fn(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

@@ -432,6 +432,14 @@ const char* tiled_impl() {
   return !devs.empty() && devs[0].compute_capability >= 80 ? "cuda_mma" : "dp4a_tiled";
 }
 
+// ... and for M >= 128, N >= 64, K % 256 == 0 on an sm_90 device with the
+// sm_90a image: the warpgroup kernel.
+const char* warpgroup_impl() {
+  std::string why;
+  const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), "cuda_wgmma");
+  return k && qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why) ? "cuda_wgmma" : tiled_impl();
+}
+
 TEST_F(CudaBackend, GemmShapes) {
   const char* tiled = tiled_impl();
   const GemmCase cases[] = {
@@ -440,7 +448,7 @@ TEST_F(CudaBackend, GemmShapes) {
       {33, 9, 320, 0, 0, 0, 0, 0, tiled},
       {130, 8, 4096, 0, 0, 0, 0, 0, "mmvq"},
       {64, 64, 128, 0, 0, 0, 0, 0, tiled},
-      {257, 129, 1024, 0, 0, 0, 0, 0, tiled},
+      {257, 129, 1024, 0, 0, 0, 0, 0, warpgroup_impl()},
       {1, 512, 256, 0, 0, 0, 0, 0, tiled},
       {5, 300, 32, 0, 0, 0, 0, 0, tiled},
       {4096, 1, 4096, 0, 0, 0, 0, 0, "mmvq"},
@@ -474,7 +482,7 @@ TEST_F(CudaBackend, GemmLargeTiles) {
   run_gemm_case({1300, 1100, 320, 0, 0, 0, 0, 0, tiled}, nullptr, seed++, nullptr);
   run_gemm_case({1000, 800, 288, 0, 0, 0, 0, 0, tiled}, nullptr, seed++, nullptr);
   run_gemm_case({1000, 800, 288, 6, 12, 0, 0, 0, tiled}, nullptr, seed++, nullptr);
-  run_gemm_case({1031, 777, 512, 0, 0, 5, 0, 0, tiled}, nullptr, seed++, nullptr);
+  run_gemm_case({1031, 777, 512, 0, 0, 5, 0, 0, warpgroup_impl()}, nullptr, seed++, nullptr);
 }
 
 // Few tiles and a long K: on sm_90 the tensor-core kernel splits K across the
@@ -617,20 +625,22 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   const qg::detail::Registry& r = qg::detail::cuda::registry();
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cuda(0)), &r);
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
-            (std::vector<std::string>{"cuda_mmvq", "cuda_mma", "cuda_dp4a_tiled", "cuda_generic", "dispatch"}));
+            (std::vector<std::string>{"cuda_mmvq", "cuda_wgmma", "cuda_mma", "cuda_dp4a_tiled", "cuda_generic",
+                                      "dispatch"}));
   // The Q4_0 kernels come first (the integer family's follow: test_cuda_int*.cpp).
-  ASSERT_GE(r.gemm.size(), 4u);
-  for (int i = 0; i < 4; ++i) {
+  ASSERT_GE(r.gemm.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
     const qg::detail::GemmKernel& k = r.gemm[i];
     SCOPED_TRACE(k.name);
     EXPECT_EQ(k.epilogue_caps, static_cast<uint32_t>(qg::detail::kEpiFloatAll));
     EXPECT_EQ(k.arch.cpu_features, 0u);
-    EXPECT_FALSE(k.arch.arch_specific);
+    EXPECT_EQ(k.arch.arch_specific, i == 1);  // wgmma: the sm_90a image only
   }
   EXPECT_EQ(r.gemm[0].arch.min_cc, 61);  // DP4A
-  EXPECT_EQ(r.gemm[1].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
-  EXPECT_EQ(r.gemm[2].arch.min_cc, 61);
-  EXPECT_EQ(r.gemm[3].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
+  EXPECT_EQ(r.gemm[1].arch.min_cc, 90);  // wgmma, tensor copies
+  EXPECT_EQ(r.gemm[2].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
+  EXPECT_EQ(r.gemm[3].arch.min_cc, 61);
+  EXPECT_EQ(r.gemm[4].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
   // quantize / dequantize: the ggml blocks' kernel first, then the integer family's.
   ASSERT_GE(r.quantize.size(), 1u);
   ASSERT_GE(r.dequantize.size(), 1u);
@@ -658,8 +668,9 @@ class GemmCudaKernel : public qgtest::CudaFixture<::testing::TestWithParam<std::
 
 QG_GEMM_KERNEL_TESTS(GemmCudaKernel)
 
-// Which kernel takes which case: the GEMV kernel N <= 8 only, the fast paths
-// aligned operands only, the generic kernel anything.
+// Which kernel takes which case: the GEMV kernel N <= 8 only, the warpgroup
+// kernel 128 x 128 tiles and more only (test_cuda_q4_0_wgmma.cpp), the fast
+// paths aligned operands only, the generic kernel anything.
 TEST_P(GemmCudaKernel, AdmitsWhatItsCanRunSays) {
   if (tester().is_dispatch()) GTEST_SKIP() << "dispatch takes every case";
   QG_SEEDED_RNG(rng, 1800);
@@ -667,8 +678,8 @@ TEST_P(GemmCudaKernel, AdmitsWhatItsCanRunSays) {
   qgtest::GemmCase small = qgtest::random_case(rng, 9, 8, 64);
   qgtest::GemmCase wide = qgtest::random_case(rng, 9, 9, 64);
   qgtest::GemmCase odd = qgtest::random_case(rng, 9, 4, 64, /*a_pad=*/1, /*b_pad=*/2);
-  EXPECT_TRUE(tester().run_and_check(small));
-  EXPECT_EQ(tester().run_and_check(wide), name != "cuda_mmvq");
+  EXPECT_EQ(tester().run_and_check(small), name != "cuda_wgmma");
+  EXPECT_EQ(tester().run_and_check(wide), name != "cuda_mmvq" && name != "cuda_wgmma");
   EXPECT_EQ(tester().run_and_check(odd), name == "cuda_generic") << tester().refusals();
 }
 

@@ -1,0 +1,621 @@
+// SPDX-License-Identifier: MIT
+// cuda/gemm_q4_0_q8_1_wgmma.cu: Q4_0 x Q8_1 on Hopper's warpgroup MMAs
+// (sm_90a), for products with many tokens (prefill).
+//
+// What bounds a Q4_0 x Q8_1 GEMM on tensor cores is not the MMA but the
+// block-32 rescale: every output needs acc += d_w * d_a * isum once per 32
+// MACs. cuda_mma spends two FMAs on it (the magic-number trick, below) and
+// about 15 more instructions per mma.sync on fragment loads, scale loads and
+// nibble unpacking, all from the same issue slots: 157 TFLOP/s on an H200.
+// Here one wgmma.m64n64k32 per warpgroup and block replaces 32 mma.sync, B
+// (the activations) is read by the tensor cores straight from shared memory,
+// and the issue slots go to the rescale.
+//
+// Operands.
+//   - W (Q4_0) is wgmma's A, from registers. A block's byte j holds elements
+//     j (low nibble) and j + 16 (high nibble), which is the register fragment
+//     wgmma.cuh describes: one 32-bit word of bytes 4t..4t+3 gives a thread
+//     both its k = 4t.. and k = 16 + 4t.. registers. W's bytes travel
+//     untouched: a tensor copy brings 128 rows x 8 blocks (144 bytes a row)
+//     into shared memory, and each thread loads its two words a block.
+//   - The activations are B and must be K-major int8 rows in shared memory,
+//     which Q8_1's 36-byte blocks (scale, sum, 32 codes) are not. A first
+//     kernel (split_q8_1_kernel) rewrites them into a workspace: the codes as
+//     [N, K] int8 rows, fetched by tensor copies in the 128-byte swizzle, and
+//     per block the scales of token pairs as float4 (d_a, d_a', -M d_a,
+//     -M d_a') with M = 1.5 * 2^23, ready for the rescale; plus one byte per
+//     (block, 128-token tile) saying whether any of the tile's scales is
+//     not finite. That pass reads and writes about 2 N K bytes, a few percent
+//     of the GEMM's time at the N this kernel is chosen for.
+//
+// The rescale. Each wgmma starts its int32 sums at 0x4B400000, the bits of
+// M = 1.5 * 2^23, so they come out as the float M + isum exactly (|isum| <=
+// 32 * 8 * 128 = 2^15). Then f = fma(D as float, d_a, -M d_a) is isum * d_a
+// rounded once, and acc = fma(d_w, f, acc): two FMAs and one move (resetting
+// D to M) per output and block, no int -> float convert. A tile whose
+// scales include a non-finite one takes acc += d_w * (d_a * float(isum)) for
+// that block instead, which agrees with the reference on every Inf and NaN.
+//
+// Pipelining inside a warpgroup. Each consumer warpgroup owns 64 W rows x
+// 128 tokens, split into four quarters of 32 tokens with their own fp32
+// sums. A stage is 32 units (block, quarter), each one wgmma.m64n32k32 into
+// one of three sets of int32 sums: unit U is issued, then unit U - 2 is
+// waited for and rescaled, so two MMAs stay queued while the FMAs run, and
+// the W fragment of the next block and the scales of the next unit are
+// loaded a step ahead (measured on an H200 with one MMA in flight and no
+// prefetch: issue slots 40 % busy, a third of the stalls on those loads).
+// The stage's code is straight-line and ends with nothing in flight.
+//
+// Roles. A CTA is two consumer warpgroups of 64 W rows each and a producer
+// warp, one thread of which issues per stage (8 blocks of K) five tensor
+// copies (two code tiles, the W tile, the scales, the non-finite bytes) into
+// a ring of 3 stages. CTAs are persistent, walking 128 x 128 tiles in groups
+// of 8 tile rows (L2 reuse of W and codes); where those tiles are fewer than
+// the SMs, the CTAs of a cluster split K (cluster_reduce_store).
+//
+// Tails: the tensor copies fill W rows past M and tokens past N with zeros
+// (d = 0: they add nothing), and the epilogue stores only elements inside C.
+// K must be a multiple of 256 (whole stages; W rows 16-byte aligned).
+#include <type_traits>
+
+#include <cooperative_groups.h>
+
+#include "bulk_copy.cuh"
+#include "gemm_int_fast.cuh"
+#include "gemm_q4_0_q8_1.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh"
+#include "workspace.cuh"
+
+namespace cg = cooperative_groups;
+
+namespace qg::detail::cuda {
+namespace {
+
+using intfast::cached_fit;
+using intfast::KernelFit;
+using intfast::tile_coords;
+
+constexpr int kBM = 128;                  // W rows a tile: two consumer warpgroups x m64
+constexpr int kBN = 128;                  // tokens a tile: four quarters of n32
+constexpr int kBlocks = 8;                // Q4_0 blocks (256 values of K) a stage
+constexpr int kStages = 3;
+// Two consumer warpgroups (warps 0..7: a warpgroup must start at a warp
+// index that is a multiple of 4) and one producer warp (warp 8). 288 threads
+// leave ptxas 224 registers a thread: the consumers hold 64 fp32 sums, 64
+// int32 MMA sums, three W fragments and prefetched scales, which the 168 of
+// a three-warpgroup CTA could not hold without spilling.
+constexpr int kConsumerThreads = 256;
+constexpr int kThreads = kConsumerThreads + 32;
+constexpr int kConsumerWarps = 8;
+constexpr int kCodeRowBytes = tma::kSwizzleBytes;                   // 4 blocks of codes a swizzled row
+constexpr int kSubTileBytes = kBN * kCodeRowBytes;                  // 16 KB: all tokens, 4 blocks
+constexpr int kCodeBytes = 2 * kSubTileBytes;
+constexpr int kWRowBytes = kBlocks * kQ4_0Bytes;                    // 144
+constexpr int kWBytes = kBM * kWRowBytes;
+constexpr int kPairsPerTile = kBN / 2;
+constexpr int kScaleBytes = kBlocks * kPairsPerTile * 16;           // float4 per token pair and block
+constexpr int kStageBytes = kCodeBytes + kWBytes + kScaleBytes;
+constexpr int kEpiPitch = 20;  // floats a staged token column takes: fragment writes hit 32 banks
+constexpr int kEpilogueBytes = kConsumerWarps * 32 * kEpiPitch * 4;
+constexpr int kFlagBytes = 16;    // a stage's non-finite bytes (8 used): one 16-byte tensor copy
+constexpr int kFlagStride = 128;  // tensor copies land on 128-byte-aligned shared addresses
+constexpr int kBarrierBytes = kStages * kFlagStride + 2 * kStages * 8;  // the stages' flags, full, empty
+constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + kEpilogueBytes + 1024;
+static_assert(kCodeBytes % 1024 == 0 && kWBytes % 1024 == 0 && kStageBytes % 1024 == 0,
+              "code tiles start on the swizzle's 1024-byte period");
+static_assert(kWRowBytes % 16 == 0, "a W box row is a whole number of 16-byte units");
+
+constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
+constexpr float kMagic = 12582912.0f;
+constexpr int64_t kMinN = 64;                 // tokens: below, most of each tile would be zeros
+constexpr int64_t kMinSplitSteps = 4;         // K stages a CTA of a split keeps (pipeline fill)
+constexpr int kPartPitch = kBN + 1;           // floats a row of a split's partial tile takes
+static_assert(kBM * kPartPitch * 4 <= kStages * kStageBytes, "a split's partial tile fits in the ring");
+
+// The workspace: codes [N, K] int8, then per block a row of float4 scales of
+// token pairs (npad = N rounded up to even, so 2 npad floats a row), then
+// per 128-token tile a row of non-finite bytes, 16 per stage (8 used): a
+// tensor copy's box must start on a 16-byte boundary.
+struct SplitLayout {
+  int64_t codes = 0, scales = 0, flags = 0, bytes = 0;
+  int64_t scale_row_floats = 0, tiles_n = 0, flag_row = 0;
+};
+
+SplitLayout split_layout(int64_t n, int64_t k) {
+  auto up = [](int64_t v) { return (v + 255) / 256 * 256; };
+  SplitLayout l;
+  const int64_t nb = k / 32, npad = n + (n & 1);
+  l.scale_row_floats = 2 * npad;
+  l.tiles_n = (n + kBN - 1) / kBN;
+  l.scales = up(n * k);
+  l.flag_row = nb / kBlocks * kFlagBytes;
+  l.flags = l.scales + up(nb * l.scale_row_floats * 4);
+  l.bytes = l.flags + up(l.tiles_n * l.flag_row);
+  return l;
+}
+
+// One CTA per 128 tokens x 8 blocks; thread pairs share a token, 4 blocks
+// each (144 bytes: nine 16-byte loads).
+__global__ void __launch_bounds__(256) split_q8_1_kernel(const uint8_t* a, int64_t lda, int64_t n, int64_t k,
+                                                         uint8_t* codes, float* scales, int64_t scale_row_floats,
+                                                         uint8_t* flags, int64_t flag_row) {
+  __shared__ int nonfinite[kBlocks];
+  if (threadIdx.x < kBlocks) nonfinite[threadIdx.x] = 0;
+  __syncthreads();
+  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kBN + threadIdx.x / 2;
+  const int part = threadIdx.x % 2;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.y) * kBlocks + 4 * part;
+  if (tok < n) {
+    uint32_t w[36];
+    const uint4* src = reinterpret_cast<const uint4*>(a + tok * lda + b0 * kQ8_1Bytes);
+#pragma unroll
+    for (int i = 0; i < 9; ++i) {
+      const uint4 v = src[i];
+      w[4 * i] = v.x;
+      w[4 * i + 1] = v.y;
+      w[4 * i + 2] = v.z;
+      w[4 * i + 3] = v.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint4* dst = reinterpret_cast<uint4*>(codes + tok * k + (b0 + i) * 32);
+      dst[0] = make_uint4(w[9 * i + 1], w[9 * i + 2], w[9 * i + 3], w[9 * i + 4]);
+      dst[1] = make_uint4(w[9 * i + 5], w[9 * i + 6], w[9 * i + 7], w[9 * i + 8]);
+      const float da = half_bits_to_float(w[9 * i] & 0xFFFFu);
+      float* slot = scales + (b0 + i) * scale_row_floats + (tok / 2) * 4 + (tok % 2);
+      slot[0] = da;
+      slot[2] = -kMagic * da;  // exact: 2 significant bits times 11
+      if (!isfinite(da)) atomicOr(&nonfinite[4 * part + i], 1);
+    }
+  } else if (tok == n && (n & 1)) {  // the odd last token's partner slot
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float* slot = scales + (b0 + i) * scale_row_floats + (tok / 2) * 4 + 1;
+      slot[0] = 0.0f;
+      slot[2] = 0.0f;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kFlagBytes)
+    flags[blockIdx.x * flag_row + blockIdx.y * kFlagBytes + threadIdx.x] =
+        threadIdx.x < kBlocks && nonfinite[threadIdx.x] ? 1 : 0;
+}
+
+struct Shape {
+  int64_t m, n, nb;
+  int64_t tiles_m, tiles_n;
+  bool m_contiguous;     // C's m step is 1: the epilogue's lanes run along m
+  int splits;            // CTAs of a cluster sharing one tile's K range (1: no cluster)
+};
+
+// Shared-memory loads by 32-bit shared address: generic loads would carry
+// 64-bit addresses (registers) and an address-space check each. volatile:
+// they stay where the pipeline puts them, between its waits and MMAs.
+__device__ __forceinline__ float4 lds_f4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_b32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float lds_half(uint32_t addr) {
+  unsigned short h;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(h) : "r"(addr));
+  return __half2float(__ushort_as_half(h));
+}
+
+// Four codes 0..15 held in bytes -> the signed bytes code - 8: adding 0x78
+// cannot carry out of a byte; flipping bit 7 gives two's complement.
+__device__ __forceinline__ int centered(uint32_t nibbles) {
+  return static_cast<int>((nibbles + 0x78787878u) ^ 0x80808080u);
+}
+
+// This thread's W fragment of block kB of the stage, rows `row` and row + 8
+// (row: the W stage's row of lane g), and those rows' scales. A block sits at
+// 18 kB of its row: its 16 code bytes start 2 bytes past a word for even kB,
+// so those take two words and a byte permute.
+template <int kB>
+__device__ __forceinline__ void load_w(uint32_t row, int t, int (&a)[4], float (&dw)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint32_t blk = row + r * 8 * kWRowBytes + kB * kQ4_0Bytes;
+    dw[r] = lds_half(blk);
+    uint32_t q;
+    if constexpr (kB % 2 == 1) {
+      q = lds_b32(blk + 2 + 4 * t);
+    } else {
+      q = __byte_perm(lds_b32(blk + 4 * t), lds_b32(blk + 4 * t + 4), 0x5432);
+    }
+    a[r] = centered(q & 0x0F0F0F0Fu);
+    a[r + 2] = centered((q >> 4) & 0x0F0F0F0Fu);
+  }
+}
+
+// D = the magic number, as a move of an immediate into each register: a
+// plain assignment lets the compiler copy one register holding the constant
+// into the others, and if that register is an accumulator an MMA still
+// writes, ptxas must wait for the MMA before the copy (it inserts a
+// warpgroup.wait and the pipelining is gone).
+__device__ __forceinline__ void reset_magic(int& v) { asm volatile("mov.b32 %0, 0x4B400000;" : "=r"(v)); }
+
+// A consumer warpgroup's state while it walks one stage. The stage is 32
+// units (block b = U / 4, quarter q = U % 4: tokens 32q .. 32q + 31), each one
+// wgmma.m64n32k32 into int32 sums d[U % 3]. Unit U is issued, then unit U - 2
+// is waited for and rescaled into acc[its quarter]: two MMAs stay queued
+// behind the FMAs. (Registers decide the depth: ptxas holds a thread of this
+// kernel to 168, and 64 fp32 sums + 3 x 16 int32 sums + the fragments and
+// prefetched scales use most of them.)
+struct StageCtx {
+  int (&d)[3][16];
+  float (&acc)[4][16];
+  int (&a)[2][4];      // W fragments of blocks b % 2: loaded 3 steps ahead, live until their last MMA retires
+  float (&dw)[2][2];   // and their rows' scales
+  float4 (&sc)[4];     // the scales of the next unit to rescale, loaded a step ahead
+  uint32_t w_row;        // shared address of this thread's first W row in the stage
+  uint32_t scales;       // and of the stage's scales: [8 blocks][64 token pairs] float4
+  uint64_t codes_desc;   // wgmma descriptor of the stage's first code tile
+  int t;
+};
+
+template <int U>
+__device__ __forceinline__ void load_scales(StageCtx& c) {
+  const uint32_t p = c.scales + 16 * ((U / 4) * kPairsPerTile + 16 * (U % 4) + c.t);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) c.sc[j] = lds_f4(p + 64 * j);
+}
+
+// acc += d_w * d_a * isum for unit U (its thread's tokens 8j + 2t, + 1 of the
+// quarter are pair 4j + t), d reset to the magic number. kFinite: the
+// two-FMA form; otherwise the reference's d_w * (d_a * isum), which is the
+// same value for finite scales and right for Inf and NaN.
+template <bool kFinite, int U>
+__device__ __forceinline__ void rescale_unit(StageCtx& c) {
+  constexpr int q = U % 4, slot = (U / 4) % 2;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float4 s = c.sc[j];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float da = (e & 1) ? s.y : s.x, neg = (e & 1) ? s.w : s.z, w = c.dw[slot][e >> 1];
+      int& v = c.d[U % 3][4 * j + e];
+      float& acc = c.acc[q][4 * j + e];
+      if constexpr (kFinite)
+        acc = fmaf(w, fmaf(__int_as_float(v), da, neg), acc);
+      else
+        acc = fmaf(w, da * static_cast<float>(v - static_cast<int>(kMagicBits)), acc);
+      reset_magic(v);
+    }
+  }
+}
+
+__device__ __forceinline__ void fence_fragments(StageCtx& c) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) wgmma::fence_operands(c.a[i]);
+}
+
+template <bool kFinite, int U>
+__device__ __forceinline__ void unit_step(StageCtx& c) {
+  constexpr int b = U / 4, q = U % 4;
+  constexpr uint32_t kB = (b / 4) * kSubTileBytes + q * 32 * kCodeRowBytes + 32 * (b % 4);
+  wgmma::fence();
+  wgmma::mma_s8_rs_n32<kB>(c.d[U % 3], c.a[b % 2], c.codes_desc);
+  wgmma::commit_group();
+  if constexpr (U >= 2) {
+    wgmma::wait_group<2>();
+    // Only operands of retired MMAs are touched: an asm "+r" on registers an
+    // MMA still reads would let the compiler move the value and reuse them.
+    wgmma::fence_operands(c.d[(U - 2) % 3]);
+    if constexpr (q == 1 && b > 0) wgmma::fence_operands(c.a[(b + 1) % 2]);  // block b - 1's last MMA retired
+    rescale_unit<kFinite, U - 2>(c);  // (unit 4b - 1 still reads block b - 1's d_w)
+  }
+  // The next block's W, three steps ahead of its first MMA, into the buffer
+  // of block b - 1; and the scales of the next step's rescale.
+  if constexpr (q == 1 && b + 1 < kBlocks) load_w<b + 1>(c.w_row, c.t, c.a[(b + 1) % 2], c.dw[(b + 1) % 2]);
+  if constexpr (U >= 1) load_scales<U - 1>(c);
+}
+
+template <bool kFinite, int... U>
+__device__ __forceinline__ void unit_steps(StageCtx& c, std::integer_sequence<int, U...>) {
+  (unit_step<kFinite, U>(c), ...);
+}
+
+// One stage, straight-line code that ends with nothing in flight: ptxas
+// cannot follow MMA groups still pending across a loop's back edge and
+// would serialise every MMA of the kernel instead (warning C7514).
+template <bool kFinite>
+__device__ __forceinline__ void consume_stage(StageCtx& c) {
+  constexpr int kUnits = 4 * kBlocks;
+  load_w<0>(c.w_row, c.t, c.a[0], c.dw[0]);
+  unit_steps<kFinite>(c, std::make_integer_sequence<int, kUnits>{});
+  wgmma::wait_group<0>();
+#pragma unroll
+  for (int i = 0; i < 3; ++i) wgmma::fence_operands(c.d[i]);
+  fence_fragments(c);
+  rescale_unit<kFinite, kUnits - 2>(c);
+  load_scales<kUnits - 1>(c);
+  rescale_unit<kFinite, kUnits - 1>(c);
+}
+
+// Stores a consumer warp's 16 W rows x 128 tokens through its staging buffer
+// (32 tokens x kEpiPitch floats, one quarter at a time): every store
+// instruction then covers 16 consecutive m (two tokens) or 32 consecutive
+// tokens, whichever C's layout makes contiguous, instead of the fragment's
+// scattered pairs.
+__device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams& ep, const float (&acc)[4][16],
+                                           float* buf, int64_t m0, int64_t n0, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int col = 8 * j + 2 * t;
+      buf[col * kEpiPitch + g] = acc[q][4 * j];
+      buf[(col + 1) * kEpiPitch + g] = acc[q][4 * j + 1];
+      buf[col * kEpiPitch + g + 8] = acc[q][4 * j + 2];
+      buf[(col + 1) * kEpiPitch + g + 8] = acc[q][4 * j + 3];
+    }
+    __syncwarp();
+    const int64_t nc = n0 + q * 32;
+    if (s.m_contiguous) {
+      const int mi = lane % 16;
+      if (m0 + mi < s.m) {
+#pragma unroll 1
+        for (int i = lane / 16; i < 32 && nc + i < s.n; i += 2) epilogue_store(ep, m0 + mi, nc + i, buf[i * kEpiPitch + mi]);
+      }
+    } else if (nc + lane < s.n) {
+#pragma unroll 1
+      for (int r = 0; r < 16 && m0 + r < s.m; ++r) epilogue_store(ep, m0 + r, nc + lane, buf[lane * kEpiPitch + r]);
+    }
+    __syncwarp();  // the buffer is refilled by the next quarter
+  }
+}
+
+// Split K: the cluster's CTAs add their partial tiles (in each CTA's ring,
+// [W row][token] or [token][W row], whichever puts C's contiguous dimension
+// in consecutive threads) through distributed shared memory, in rank order
+// whatever the schedule (deterministic), each CTA finishing an interleaved
+// 1/splits of the tile. Every thread of every CTA takes part in the two
+// cluster barriers.
+__device__ __forceinline__ void cluster_reduce_store(const Shape& s, const EpilogueParams& ep, const float* part,
+                                                     int64_t tm, int64_t tn, int rank) {
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every CTA's partial tile is in its shared memory
+  if (threadIdx.x < kConsumerThreads) {
+    for (int i = rank * kConsumerThreads + static_cast<int>(threadIdx.x); i < kBM * kBN;
+         i += s.splits * kConsumerThreads) {
+      const int fast = i % kBM, slow = i / kBM;  // kBM == kBN: either dimension may be the fast one
+      const int row = s.m_contiguous ? fast : slow, col = s.m_contiguous ? slow : fast;
+      const int64_t m = tm * kBM + row, n = tn * kBN + col;
+      if (m >= s.m || n >= s.n) continue;
+      const int at = s.m_contiguous ? col * kPartPitch + row : row * kPartPitch + col;
+      float v = 0.0f;
+      for (int c = 0; c < s.splits; ++c) v += cluster.map_shared_rank(part, c)[at];
+      epilogue_store(ep, m, n, v);
+    }
+  }
+  cluster.sync();  // no CTA leaves while others read its shared memory
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_codes,
+                       const __grid_constant__ CUtensorMap map_scales, const __grid_constant__ CUtensorMap map_flags,
+                       Shape s, EpilogueParams ep) {
+#if QG_WGMMA_ENABLED
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* ring = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  // Each stage's non-finite bytes arrive by tensor copy with the stage, so
+  // they are ordered by the same full/empty barriers as its other data.
+  uint8_t* stage_flags = ring + kStages * kStageBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(stage_flags + kStages * kFlagStride);
+  uint64_t* empty = full + kStages;
+  float* staging = reinterpret_cast<float*>(empty + kStages);
+
+  const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      bulk::mbar_init(&full[i], 1);
+      bulk::mbar_init(&empty[i], kConsumerWarps);
+    }
+    bulk::mbar_init_fence();
+  }
+  __syncthreads();  // the only CTA-wide barrier: the roles part here
+
+  // Split K: the `splits` CTAs of a cluster (consecutive blockIdx.x) share
+  // a tile, each taking a contiguous run of K stages; the host then launches
+  // one tile per CTA, so the ring is free for the reduction afterwards.
+  const int splits = s.splits, rank = static_cast<int>(blockIdx.x % splits);
+  const int64_t tiles = s.tiles_m * s.tiles_n, all_steps = s.nb / kBlocks;
+  const int64_t first_step = all_steps * rank / splits;
+  const int64_t steps = all_steps * (rank + 1) / splits - first_step;
+  const int64_t first_tile = blockIdx.x / splits, tile_step = gridDim.x / splits;
+  if (threadIdx.x >= kConsumerThreads) {
+    if (threadIdx.x == kConsumerThreads) {
+      tma::prefetch_map(&map_w);
+      tma::prefetch_map(&map_codes);
+      tma::prefetch_map(&map_scales);
+      tma::prefetch_map(&map_flags);
+      uint32_t it = 0;
+      for (int64_t tile = first_tile; tile < tiles; tile += tile_step) {
+        int64_t tm, tn;
+        tile_coords(tile, s.tiles_m, s.tiles_n, &tm, &tn);
+        const int32_t w0 = static_cast<int32_t>(tm * kBM), n0 = static_cast<int32_t>(tn * kBN);
+        for (int64_t ks = 0; ks < steps; ++ks, ++it) {
+          const uint32_t stage = it % kStages, round = it / kStages;
+          if (round > 0) bulk::mbar_wait(&empty[stage], (round - 1) & 1);  // its last readers are done
+          const int64_t step = first_step + ks;
+          uint8_t* dst = ring + stage * kStageBytes;
+          bulk::mbar_arrive_expect(&full[stage], kStageBytes + kFlagBytes);
+          const int32_t kb = static_cast<int32_t>(step * kBlocks);
+          tma::load_2d(dst, &map_codes, kb * 32, n0, &full[stage]);
+          tma::load_2d(dst + kSubTileBytes, &map_codes, kb * 32 + kCodeRowBytes, n0, &full[stage]);
+          tma::load_2d(dst + kCodeBytes, &map_w, kb * kQ4_0Bytes, w0, &full[stage]);
+          tma::load_2d(dst + kCodeBytes + kWBytes, &map_scales, 2 * n0, kb, &full[stage]);
+          tma::load_2d(stage_flags + stage * kFlagStride, &map_flags, static_cast<int32_t>(step * kFlagBytes),
+                       static_cast<int32_t>(tn), &full[stage]);
+        }
+      }
+    }
+  } else {
+    const int wq = warp % 4, g = lane / 4, t = lane % 4;
+    const int w_row = warpgroup * 64 + wq * 16 + g;  // the stage's W row of a[0]
+    float* buf = staging + warp * 32 * kEpiPitch;
+    const uint32_t ring_u32 = smem_u32(ring);
+    uint32_t it = 0;
+    for (int64_t tile = first_tile; tile < tiles; tile += tile_step) {
+      int64_t tm, tn;
+      tile_coords(tile, s.tiles_m, s.tiles_n, &tm, &tn);
+
+      float acc[4][16];
+      int d[3][16];
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int i = 0; i < 16; ++i) acc[q][i] = 0.0f;
+#pragma unroll
+      for (int u = 0; u < 3; ++u)
+#pragma unroll
+        for (int i = 0; i < 16; ++i) reset_magic(d[u][i]);
+      int a[2][4];
+      float dw[2][2];
+      float4 sc[4];
+
+      for (int64_t ks = 0; ks < steps; ++ks, ++it) {
+        const uint32_t stage = it % kStages, round = it / kStages;
+        bulk::mbar_wait(&full[stage], round & 1);
+        const uint32_t st = ring_u32 + stage * kStageBytes;
+        StageCtx c{d, acc, a, dw, sc, st + kCodeBytes + w_row * kWRowBytes, st + kCodeBytes + kWBytes,
+                   wgmma::desc_k128_swizzled(st), t};
+        // One branch a stage, so that the hot loop's code holds one rescale.
+        if (*reinterpret_cast<const uint64_t*>(stage_flags + stage * kFlagStride) == 0)
+          consume_stage<true>(c);
+        else
+          consume_stage<false>(c);
+        if (lane == 0) bulk::mbar_arrive(&empty[stage]);
+      }
+
+      if (splits > 1) {
+        // The partial tile into the ring, once both consumer warpgroups are
+        // past their last MMA (named barrier 1: the producer warp is not in
+        // it): a warpgroup that finished first would overwrite a stage the
+        // other still reads.
+        asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
+        float* part = reinterpret_cast<float*>(ring);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int row = w_row + 8 * (e >> 1), col = 32 * q + 8 * j + 2 * t + (e & 1);
+              part[s.m_contiguous ? col * kPartPitch + row : row * kPartPitch + col] = acc[q][4 * j + e];
+            }
+      } else {
+        const int64_t m0 = tm * kBM + w_row - g, n0 = tn * kBN;
+        if (m0 < s.m) store_tile(s, ep, acc, buf, m0, n0, lane);
+      }
+    }
+  }
+  if (splits > 1) {
+    int64_t tm, tn;
+    tile_coords(first_tile, s.tiles_m, s.tiles_n, &tm, &tn);
+    cluster_reduce_store(s, ep, reinterpret_cast<const float*>(ring), tm, tn, rank);
+  }
+#else
+  __trap();  // the registry admits this kernel on sm_90a images alone
+#endif
+}
+
+KernelFit fit_of(int device) {
+  static std::once_flag once[kMaxDevices];
+  static KernelFit cache[kMaxDevices];
+  return cached_fit(gemm_q4_0_wgmma_kernel, kThreads, kSmemBytes, device, once, cache);
+}
+
+Status refused(const GemmArgs& g, const std::string& what) {
+  return Status(StatusCode::cuda_error, std::string(g.fn) + " (cuda_wgmma): " + what + " (" + gemm_shape(g) + ")");
+}
+
+}  // namespace
+
+bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
+  const int64_t m = args.a.rows, n = args.b.rows, k = args.a.k;
+  if (k <= 0 || k % 256 != 0) {
+    if (why_not) *why_not = "K=" + std::to_string(k) + " is not a positive multiple of 256 (whole 8-block stages)";
+    return false;
+  }
+  if (m < kBM || n < kMinN) {
+    if (why_not)
+      *why_not = "M=" + std::to_string(m) + ", N=" + std::to_string(n) + ": needs M >= " + std::to_string(kBM) +
+                 " and N >= " + std::to_string(kMinN) + " (128 x 128 warpgroup tiles; cuda_mma takes fewer tokens)";
+    return false;
+  }
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) {
+    if (why_not) *why_not = "a dimension is past 2^31 (tensor-copy coordinates are 32-bit)";
+    return false;
+  }
+  for (const auto& [o, name] : {std::pair<const Operand&, const char*>{args.a, "W"}, {args.b, "A"}}) {
+    if (!is_aligned(o.data, 16) || o.row_stride % 16 != 0) {
+      if (why_not)
+        *why_not = std::string(name) + " rows are not 16-byte aligned (ptr % 16 = " +
+                   std::to_string(reinterpret_cast<uintptr_t>(o.data) % 16) + ", row stride = " +
+                   std::to_string(o.row_stride) + "; tensor copies and 16-byte loads need both)";
+      return false;
+    }
+  }
+  return true;
+}
+
+Status gemm_wgmma_run(const GemmArgs& args, Stream stream) {
+  if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
+  DeviceGuard guard(args.device.id);
+  if (Status st = guard_status(guard, args.fn, args.device.id); !st.ok()) return st;
+  const DeviceLimits lim = device_limits(args.device.id);
+  const KernelFit fit = fit_of(args.device.id);
+  if (fit.blocks_per_sm == 0) return refused(args, "the kernel cannot be launched on cuda:" + std::to_string(args.device.id));
+
+  const int64_t m = args.a.rows, n = args.b.rows, k = args.a.k, nb = k / 32;
+  const cudaStream_t cs = to_cuda(stream);
+  const SplitLayout lay = split_layout(n, k);
+  Workspace ws(args.device.id, static_cast<size_t>(lay.bytes), cs);
+  if (!ws.ok()) return gemm_mma_run(args, stream);  // no scratch memory: the kernel that needs none
+
+  uint8_t* codes = ws.bytes() + lay.codes;
+  float* scales = reinterpret_cast<float*>(ws.bytes() + lay.scales);
+  uint8_t* flags = ws.bytes() + lay.flags;
+  split_q8_1_kernel<<<dim3(static_cast<unsigned>(lay.tiles_n), static_cast<unsigned>(nb / kBlocks)), 256, 0, cs>>>(
+      static_cast<const uint8_t*>(args.b.data), args.b.row_stride, n, k, codes, scales, lay.scale_row_floats, flags,
+      lay.flag_row);
+
+  CUtensorMap map_w, map_codes, map_scales, map_flags;
+  if (!tma::encode_rows_plain(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a.data, m, nb * kQ4_0Bytes,
+                              args.a.row_stride, kWRowBytes, kBM) ||
+      !tma::encode_rows_k128(&map_codes, codes, n, k, k, kBN) ||
+      !tma::encode_rows_plain(&map_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, scales, nb, lay.scale_row_floats,
+                              lay.scale_row_floats * 4, 2 * kBN, kBlocks) ||
+      !tma::encode_rows_plain(&map_flags, CU_TENSOR_MAP_DATA_TYPE_UINT8, flags, lay.tiles_n, lay.flag_row,
+                              lay.flag_row, kFlagBytes, 1))
+    return refused(args, "the driver refused the operands' tensor maps; a driver for CUDA 12 or newer is needed");
+
+  Shape s{};
+  s.m = m;
+  s.n = n;
+  s.nb = nb;
+  s.tiles_m = (m + kBM - 1) / kBM;
+  s.tiles_n = lay.tiles_n;
+  s.m_contiguous = args.ldc == 1;
+  // Too few tiles for the SMs (a long K against few tokens or rows): split K
+  // over a cluster, each CTA keeping at least kMinSplitSteps stages.
+  const int64_t tiles = s.tiles_m * s.tiles_n;
+  s.splits = intfast::pick_splits(fit, lim, tiles, nb / kBlocks, kMinSplitSteps);
+  const int64_t grid =
+      s.splits > 1 ? tiles * s.splits : std::min<int64_t>(tiles, static_cast<int64_t>(lim.sms) * fit.blocks_per_sm);
+  intfast::launch_clustered(gemm_q4_0_wgmma_kernel, grid, kThreads, kSmemBytes, s.splits, cs, map_w, map_codes,
+                            map_scales, map_flags, s, epilogue_params(args));
+  return gemm_launch_status(args);
+}
+
+}  // namespace qg::detail::cuda

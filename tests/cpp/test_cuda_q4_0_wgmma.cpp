@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: MIT
+// test_cuda_q4_0_wgmma.cpp: the warpgroup Q4_0 x Q8_1 kernel (cuda_wgmma),
+// forced by name, on shapes inside its scope (M >= 128, N >= 64, K a multiple
+// of 256, 16-byte-aligned rows), where the shared suite's small shapes are
+// refused. Against the float64 reference of test_util.h (NMSE <= 1e-6, NaN
+// and Inf exactly where the reference has them), C poisoned, so an element
+// left unwritten or written twice into a gap fails. Skips without an sm_90
+// device and an sm_90a image.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <qg/qg.h>
+
+#include "backend.h"
+#include "cuda_test_util.h"
+#include "test_util.h"
+
+namespace {
+
+using qgtest::GemmCase;
+using qgtest::random_case;
+using Shape = qgtest::gemm_suite::Shape;
+
+class CudaQ4Wgmma : public qgtest::CudaFixture<> {
+ protected:
+  void SetUp() override {
+    CudaFixture::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    std::string why;
+    const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), "cuda_wgmma");
+    ASSERT_NE(k, nullptr) << "the CUDA registry has no cuda_wgmma";
+    if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why)) GTEST_SKIP() << "cuda_wgmma: " << why;
+  }
+  // Runs c on the kernel and checks it; fails if the kernel refused it.
+  void check(GemmCase& c) {
+    SCOPED_TRACE(c.describe());
+    ASSERT_TRUE(tester_.run_and_check(c)) << "refused: " << tester_.refusals();
+  }
+
+  qgtest::CudaMemory mem_;
+  qgtest::GemmKernelTester tester_{qg::detail::cuda::registry(), "cuda_wgmma", mem_};
+};
+
+// Tails of the 128 x 128 tile on both sides (N from 64: fewer tokens than a
+// tile), one stage and many, more tiles than SMs (each CTA walks several), a
+// single full tile.
+TEST_F(CudaQ4Wgmma, TailsOfEveryTile) {
+  QG_SEEDED_RNG(rng, 1);
+  for (const Shape& s : {Shape{128, 128, 256}, Shape{129, 129, 512}, Shape{255, 200, 256}, Shape{300, 257, 2048},
+                         Shape{1000, 130, 768}, Shape{128, 383, 4096}, Shape{2048, 1290, 256}, Shape{300, 64, 2048},
+                         Shape{129, 100, 768}}) {
+    GemmCase c = random_case(rng, s.m, s.n, s.k);
+    check(c);
+  }
+}
+
+// Rows padded by 16-byte multiples (W and A read through their strides, the
+// padding holds sentinels), C padded and transposed.
+TEST_F(CudaQ4Wgmma, StridedRowsAndCLayouts) {
+  QG_SEEDED_RNG(rng, 2);
+  for (const qgtest::gemm_suite::CLayout& l : qgtest::gemm_suite::c_layouts(200, 150)) {
+    SCOPED_TRACE(l.name);
+    GemmCase c = random_case(rng, 200, 150, 512, /*a_pad=*/16, /*b_pad=*/48);
+    qgtest::set_c_layout(c, qg::DType::f32, l.ldc, l.ldc_n);
+    check(c);
+  }
+}
+
+// Every epilogue feature alone and together, every output dtype, every C layout.
+TEST_F(CudaQ4Wgmma, EpilogueFeatures) {
+  QG_SEEDED_RNG(rng, 3);
+  const Shape s{130, 129, 256};
+  for (const auto& e : qgtest::gemm_suite::epilogue_configs())
+    for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16})
+      for (const auto& l : qgtest::gemm_suite::c_layouts(s.m, s.n)) {
+        SCOPED_TRACE(std::string("epilogue ") + e.name + ", out " + qg::dtype_name(dt) + ", C " + l.name);
+        GemmCase c = qgtest::gemm_suite::epilogue_case(rng, s, e, dt, l);
+        check(c);
+      }
+}
+
+// The integer part at its extremes with unit scales: exact.
+TEST_F(CudaQ4Wgmma, ExtremeCodesExact) {
+  struct Ext {
+    uint8_t nibble;
+    int8_t a;
+  };
+  for (const Ext& e : {Ext{0, -128}, Ext{15, -128}, Ext{0, 127}, Ext{15, 127}}) {
+    SCOPED_TRACE("nibble " + std::to_string(e.nibble) + " a " + std::to_string(e.a));
+    std::mt19937_64 unused(0);
+    GemmCase c = random_case(unused, 130, 140, 4096);
+    qgtest::set_all_scales(c, 0x3C00);
+    for (int64_t r = 0; r < c.m; ++r)
+      for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.w_block(r, blk) + 2, e.nibble | (e.nibble << 4), 16);
+    for (int64_t r = 0; r < c.n; ++r)
+      for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.a_block(r, blk) + 4, static_cast<uint8_t>(e.a), 32);
+    ASSERT_TRUE(tester_.run(c)) << tester_.refusals();
+    qgtest::expect_gemm_exact(c);
+    EXPECT_EQ(c.out(129, 139), (e.nibble - 8.0) * e.a * c.k);
+  }
+}
+
+// Non-finite scales: a NaN W block poisons its row, a NaN A block its column;
+// an Inf A scale (the tile's slow path, acc += d_w * (d_a * isum)) gives the
+// reference's signed Inf, or NaN where the block's integer sum is 0.
+TEST_F(CudaQ4Wgmma, NonFiniteScales) {
+  QG_SEEDED_RNG(rng, 4);
+  {
+    GemmCase c = random_case(rng, 150, 140, 512);
+    qgtest::store_u16(c.w_block(2, 1), 0x7E00);
+    qgtest::store_u16(c.a_block(7, 9), 0x7E00);
+    check(c);
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j)
+        ASSERT_EQ(std::isnan(c.out(i, j)), i == 2 || j == 7) << "C[" << i << "," << j << "] = " << c.out(i, j);
+  }
+  for (uint16_t inf : {uint16_t{0x7C00}, uint16_t{0xFC00}}) {
+    GemmCase c = random_case(rng, 140, 300, 768);
+    qgtest::store_u16(c.a_block(200, 17), inf);  // second token tile, 3rd stage
+    check(c);
+    int64_t infinite = 0;
+    for (int64_t i = 0; i < c.m; ++i) infinite += std::isinf(c.out(i, 200)) ? 1 : 0;
+    EXPECT_GT(infinite, c.m / 2) << "column 200 should be mostly +-Inf";
+  }
+}
+
+// Two runs give the same bytes (the block order of the sums is fixed).
+TEST_F(CudaQ4Wgmma, Deterministic) {
+  QG_SEEDED_RNG(rng, 5);
+  GemmCase c = random_case(rng, 700, 600, 2048);
+  check(c);
+  const std::vector<uint8_t> first = c.c_out;
+  check(c);
+  EXPECT_EQ(0, std::memcmp(first.data(), c.c_out.data(), first.size()));
+}
+
+// Few tiles and a long K: the CTAs of a cluster split K and add their partial
+// tiles through distributed shared memory in rank order. Both partial-tile
+// layouts (C row-major, and transposed with m contiguous), tails on both
+// sides, bit-identical on a second run.
+TEST_F(CudaQ4Wgmma, SplitKAcrossClusters) {
+  QG_SEEDED_RNG(rng, 7);
+  for (const Shape& sh : {Shape{256, 128, 8192}, Shape{200, 70 + 64, 14336}, Shape{130, 129, 4096}}) {
+    for (bool transposed : {false, true}) {
+      GemmCase c = random_case(rng, sh.m, sh.n, sh.k);
+      if (transposed) qgtest::set_c_layout(c, qg::DType::f32, 1, sh.m + 1);
+      check(c);
+      const std::vector<uint8_t> first = c.c_out;
+      check(c);
+      EXPECT_EQ(0, std::memcmp(first.data(), c.c_out.data(), first.size())) << c.describe();
+    }
+  }
+}
+
+// Outside its scope the kernel refuses, saying why.
+TEST_F(CudaQ4Wgmma, RefusesOutsideItsScope) {
+  QG_SEEDED_RNG(rng, 6);
+  struct Out {
+    int64_t m, n, k, a_pad, b_pad;
+    const char* why;
+  };
+  for (const Out& o : {Out{127, 200, 256, 0, 0, "M=127"}, Out{200, 63, 256, 0, 0, "N=63"},
+                       Out{200, 200, 288, 0, 0, "multiple of 256"}, Out{200, 200, 256, 2, 0, "16-byte"},
+                       Out{200, 200, 256, 0, 4, "16-byte"}}) {
+    GemmCase c = random_case(rng, o.m, o.n, o.k, o.a_pad, o.b_pad);
+    qgtest::GemmKernelTester one{qg::detail::cuda::registry(), "cuda_wgmma", mem_};  // its own refusal text
+    EXPECT_FALSE(one.run(c)) << c.describe();
+    EXPECT_NE(one.refusals().find(o.why), std::string::npos) << one.refusals();
+  }
+}
+
+}  // namespace
