@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// cuda/wgmma.cuh: Hopper's warpgroup MMA (sm_90a) on int8 operands that lie
-// in shared memory, as the 2D tensor copies of tma.cuh leave them.
+// cuda/wgmma.cuh: Hopper's warpgroup MMA (sm_90a) on int8 operands: B (and
+// A, or A from registers) in shared memory as the 2D tensor copies of tma.cuh
+// leave them.
 //
 // One wgmma.mma_async.m64nNk32.s32.s8.s8 is issued by the 128 threads of a
 // warpgroup together: a 64 x 32 slice of A and an N x 32 slice of B, both read
@@ -142,32 +143,16 @@ __device__ __forceinline__ void mma_s8<256>(int (&d)[128], uint64_t a, uint64_t 
 #endif
 }
 
-// d += A (64 x 32, in registers) * B^T (64 x 32, desc b), s8 x s8 -> s32.
+// d += A (64 x 32, in registers) * B^T (32 x 32, at the descriptor b
+// advanced by kBytes), s8 x s8 -> s32, 16 sums a thread (n8 blocks j = 0..3).
 // A's fragment is mma.sync.m16n8k32's, once per warp of the warpgroup: warp
 // w, lane (g = l / 4, t = l % 4) holds rows 16w + g and 16w + g + 8, K bytes
 // 4t..4t+3 (a[0], a[1]) and 16+4t..16+4t+3 (a[2], a[3]). The MMA reads a
 // asynchronously: a is tied to the instruction ("+r", so its values stay in
 // the registers the MMA reads) and must be kept live and unchanged until the
-// group is waited (fence_operands on it after the wait).
-__device__ __forceinline__ void mma_s8_rs_n64(int (&d)[32], int (&a)[4], uint64_t b) {
-#if QG_WGMMA_ENABLED
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p;\n}\n"
-      : QG_ACC8(d, 0), QG_ACC8(d, 8), QG_ACC8(d, 16), QG_ACC8(d, 24), "+r"(a[0]), "+r"(a[1]), "+r"(a[2]), "+r"(a[3])
-      : "l"(b), "r"(1));
-#else
-  __trap();
-#endif
-}
-
-// The same with N = 32 (16 sums a thread: n8 blocks j = 0..3), B at the
-// descriptor b advanced by kBytes (desc_advance inside the instruction's
-// block: with many MMAs unrolled, descriptors computed ahead would each hold
-// two registers until their MMA).
+// group is waited (fence_operands on it after the wait). The descriptor is
+// advanced inside the instruction's block: with many MMAs unrolled,
+// descriptors computed ahead would each hold two registers until their MMA.
 template <uint32_t kBytes>
 __device__ __forceinline__ void mma_s8_rs_n32(int (&d)[16], int (&a)[4], uint64_t b) {
 #if QG_WGMMA_ENABLED
