@@ -382,6 +382,7 @@ __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams&
 // cluster barriers.
 __device__ __forceinline__ void cluster_reduce_store(const Shape& s, const EpilogueParams& ep, const float* part,
                                                      int64_t tm, int64_t tn, int rank) {
+#if QG_WGMMA_ENABLED  // (clusters: sm_90 code only, and this kernel has no other)
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every CTA's partial tile is in its shared memory
   if (threadIdx.x < kConsumerThreads) {
@@ -398,6 +399,7 @@ __device__ __forceinline__ void cluster_reduce_store(const Shape& s, const Epilo
     }
   }
   cluster.sync();  // no CTA leaves while others read its shared memory
+#endif
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
