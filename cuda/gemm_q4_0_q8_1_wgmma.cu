@@ -69,6 +69,11 @@
 
 namespace cg = cooperative_groups;
 
+// The sm_80 pass of a multi-arch build compiles the kernel's body out (wgmma
+// is sm_90a only), and each of its helpers would warn "declared but never
+// referenced".
+#pragma nv_diag_suppress 177
+
 namespace qg::detail::cuda {
 namespace {
 
