@@ -82,45 +82,61 @@ using intfast::KernelFit;
 using intfast::tile_coords;
 
 constexpr int kBM = 128;                  // W rows a tile: two consumer warpgroups x m64
-constexpr int kBN = 128;                  // tokens a tile: four quarters of n32
 constexpr int kBlocks = 8;                // Q4_0 blocks (256 values of K) a stage
-constexpr int kStages = 3;
 // Two consumer warpgroups (warps 0..7: a warpgroup must start at a warp
-// index that is a multiple of 4) and one producer warp (warp 8). 288 threads
-// leave ptxas 224 registers a thread: the consumers hold 64 fp32 sums, 64
-// int32 MMA sums, three W fragments and prefetched scales, which the 168 of
-// a three-warpgroup CTA could not hold without spilling.
+// index that is a multiple of 4) and one producer warp (warp 8).
 constexpr int kConsumerThreads = 256;
 constexpr int kThreads = kConsumerThreads + 32;
 constexpr int kConsumerWarps = 8;
 constexpr int kCodeRowBytes = tma::kSwizzleBytes;                   // 4 blocks of codes a swizzled row
-constexpr int kSubTileBytes = kBN * kCodeRowBytes;                  // 16 KB: all tokens, 4 blocks
-constexpr int kCodeBytes = 2 * kSubTileBytes;
 constexpr int kWRowBytes = kBlocks * kQ4_0Bytes;                    // 144
 constexpr int kWBytes = kBM * kWRowBytes;
-constexpr int kPairsPerTile = kBN / 2;
-constexpr int kScaleBytes = kBlocks * kPairsPerTile * 16;           // float4 per token pair and block
-constexpr int kStageBytes = kCodeBytes + kWBytes + kScaleBytes;
 constexpr int kEpiPitch = 20;  // floats a staged token column takes: fragment writes hit 32 banks
 constexpr int kEpilogueBytes = kConsumerWarps * 32 * kEpiPitch * 4;
 constexpr int kFlagBytes = 16;    // a stage's non-finite bytes (8 used): one 16-byte tensor copy
 constexpr int kFlagStride = 128;  // tensor copies land on 128-byte-aligned shared addresses
-constexpr int kBarrierBytes = kStages * kFlagStride + 2 * kStages * 8;  // the stages' flags, full, empty
-constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + kEpilogueBytes + 1024;
-static_assert(kCodeBytes % 1024 == 0 && kWBytes % 1024 == 0 && kStageBytes % 1024 == 0,
-              "code tiles start on the swizzle's 1024-byte period");
-static_assert(kWRowBytes % 16 == 0, "a W box row is a whole number of 16-byte units");
+constexpr int kSplitTokens = 128; // tokens a CTA of the re-layout pass takes (and a non-finite byte covers)
+static_assert(kWBytes % 1024 == 0 && kWRowBytes % 16 == 0, "W boxes: whole 16-byte rows, 1024-byte tiles");
+
+// A tile: BN = kUnits x kUnitN tokens, each unit one wgmma.m64n<kUnitN>k32
+// a block; kStages stages in the ring (narrow tiles stream W, so they take
+// as many as shared memory holds). kABufs W fragments rotate: with one unit
+// a block, two MMAs in flight span two blocks, so a third buffer is needed.
+template <int kUnitN_, int kUnits_, int kStages_>
+struct Cfg {
+  static constexpr int kUnitN = kUnitN_, kUnits = kUnits_, kStages = kStages_;
+  static constexpr int BN = kUnitN * kUnits;
+  static constexpr int kSums = kUnitN / 2;              // int32 / fp32 sums a thread per unit
+  static constexpr int kABufs = kUnits == 1 ? 3 : 2;
+  static constexpr int kLoadQ = kUnits == 1 ? 0 : 1;    // the unit of a block after which the next block's W loads
+  static constexpr int kSubTileBytes = BN * kCodeRowBytes;  // all tokens, 4 blocks
+  static constexpr int kCodeBytes = 2 * kSubTileBytes;
+  static constexpr int kPairs = BN / 2;
+  static constexpr int kScaleBytes = kBlocks * kPairs * 16;  // float4 per token pair and block
+  static constexpr int kStageBytes = kCodeBytes + kWBytes + kScaleBytes;
+  // A split's partial tile: [W row][token] rows of BN + 1 floats, or
+  // [token][W row] rows of kBM + 1 when C's m is contiguous.
+  static constexpr int kRowPitch = BN + 1, kColPitch = kBM + 1;
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes + kStages * kFlagStride + 2 * kStages * 8 + kEpilogueBytes + 1024;
+  static_assert(kCodeBytes % 1024 == 0 && kStageBytes % 1024 == 0, "code tiles start on the swizzle's period");
+  static_assert(kBM * kRowPitch * 4 <= kStages * kStageBytes && BN * kColPitch * 4 <= kStages * kStageBytes,
+                "a split's partial tile fits in the ring");
+  static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 SM's shared memory");
+};
+using CfgWide = Cfg<32, 4, 3>;  // N > 64: 128 tokens
+using Cfg64 = Cfg<32, 2, 5>;    // N = 33..64
+using Cfg32 = Cfg<32, 1, 7>;    // N = 17..32
+using Cfg16 = Cfg<16, 1, 8>;    // N <= 16
 
 constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
 constexpr float kMagic = 12582912.0f;
-constexpr int64_t kMinN = 64;                 // tokens: below, most of each tile would be zeros
+constexpr int64_t kMinN = 9;                  // tokens: cuda_mmvq takes N <= 8
 constexpr int64_t kMinSplitSteps = 4;         // K stages a CTA of a split keeps (pipeline fill)
-constexpr int kPartPitch = kBN + 1;           // floats a row of a split's partial tile takes
-static_assert(kBM * kPartPitch * 4 <= kStages * kStageBytes, "a split's partial tile fits in the ring");
 
 // The workspace: codes [N, K] int8, then per block a row of float4 scales of
 // token pairs (npad = N rounded up to even, so 2 npad floats a row), then
-// per 128-token tile a row of non-finite bytes, 16 per stage (8 used): a
+// per 128 tokens a row of non-finite bytes, 16 per stage (8 used): a
 // tensor copy's box must start on a 16-byte boundary.
 struct SplitLayout {
   int64_t codes = 0, scales = 0, flags = 0, bytes = 0;
@@ -132,7 +148,7 @@ SplitLayout split_layout(int64_t n, int64_t k) {
   SplitLayout l;
   const int64_t nb = k / 32, npad = n + (n & 1);
   l.scale_row_floats = 2 * npad;
-  l.tiles_n = (n + kBN - 1) / kBN;
+  l.tiles_n = (n + kSplitTokens - 1) / kSplitTokens;
   l.scales = up(n * k);
   l.flag_row = nb / kBlocks * kFlagBytes;
   l.flags = l.scales + up(nb * l.scale_row_floats * 4);
@@ -148,7 +164,7 @@ __global__ void __launch_bounds__(256) split_q8_1_kernel(const uint8_t* a, int64
   __shared__ int nonfinite[kBlocks];
   if (threadIdx.x < kBlocks) nonfinite[threadIdx.x] = 0;
   __syncthreads();
-  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kBN + threadIdx.x / 2;
+  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kSplitTokens + threadIdx.x / 2;
   const int part = threadIdx.x % 2;
   const int64_t b0 = static_cast<int64_t>(blockIdx.y) * kBlocks + 4 * part;
   if (tok < n) {
@@ -247,41 +263,43 @@ __device__ __forceinline__ void load_w(uint32_t row, int t, int (&a)[4], float (
 // warpgroup.wait and the pipelining is gone).
 __device__ __forceinline__ void reset_magic(int& v) { asm volatile("mov.b32 %0, 0x4B400000;" : "=r"(v)); }
 
-// A consumer warpgroup's state while it walks one stage. The stage is 32
-// units (block b = U / 4, quarter q = U % 4: tokens 32q .. 32q + 31), each one
-// wgmma.m64n32k32 into int32 sums d[U % 3]. Unit U is issued, then unit U - 2
-// is waited for and rescaled into acc[its quarter]: two MMAs stay queued
-// behind the FMAs. (Registers decide the depth: ptxas holds a thread of this
-// kernel to 168, and 64 fp32 sums + 3 x 16 int32 sums + the fragments and
-// prefetched scales use most of them.)
+// A consumer warpgroup's state while it walks one stage. The stage is
+// 8 kUnits units (block b = U / kUnits, unit q = U % kUnits: tokens
+// kUnitN q .. kUnitN (q + 1) - 1), each one wgmma.m64n<kUnitN>k32 into int32
+// sums d[U % 3]. Unit U is issued, then unit U - 2 is waited for and
+// rescaled into acc[q]: two MMAs stay queued behind the FMAs. (Registers
+// decide the depth: ptxas holds a thread of this kernel to 168, and the wide
+// tile's 64 fp32 sums + 3 x 16 int32 sums + the fragments and prefetched
+// scales use most of them.)
+template <class C>
 struct StageCtx {
-  int (&d)[3][16];
-  float (&acc)[4][16];
-  int (&a)[2][4];      // W fragments of blocks b % 2: loaded 3 steps ahead, live until their last MMA retires
-  float (&dw)[2][2];   // and their rows' scales
-  float4 (&sc)[4];     // the scales of the next unit to rescale, loaded a step ahead
-  uint32_t w_row;        // shared address of this thread's first W row in the stage
-  uint32_t scales;       // and of the stage's scales: [8 blocks][64 token pairs] float4
-  uint64_t codes_desc;   // wgmma descriptor of the stage's first code tile
+  int (&d)[3][C::kSums];
+  float (&acc)[C::kUnits][C::kSums];
+  int (&a)[C::kABufs][4];     // W fragments of blocks b % kABufs: live until their last MMA retires
+  float (&dw)[C::kABufs][2];  // and their rows' scales
+  float4 (&sc)[C::kUnitN / 8];  // the scales of the next unit to rescale, loaded a step ahead
+  uint32_t w_row;             // shared address of this thread's first W row in the stage
+  uint32_t scales;            // and of the stage's scales: [8 blocks][BN / 2 token pairs] float4
+  uint64_t codes_desc;        // wgmma descriptor of the stage's first code tile
   int t;
 };
 
-template <int U>
-__device__ __forceinline__ void load_scales(StageCtx& c) {
-  const uint32_t p = c.scales + 16 * ((U / 4) * kPairsPerTile + 16 * (U % 4) + c.t);
+template <class C, int U>
+__device__ __forceinline__ void load_scales(StageCtx<C>& c) {
+  const uint32_t p = c.scales + 16 * ((U / C::kUnits) * C::kPairs + (U % C::kUnits) * (C::kUnitN / 2) + c.t);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) c.sc[j] = lds_f4(p + 64 * j);
+  for (int j = 0; j < C::kUnitN / 8; ++j) c.sc[j] = lds_f4(p + 64 * j);
 }
 
 // acc += d_w * d_a * isum for unit U (its thread's tokens 8j + 2t, + 1 of the
-// quarter are pair 4j + t), d reset to the magic number. kFinite: the
-// two-FMA form; otherwise the reference's d_w * (d_a * isum), which is the
-// same value for finite scales and right for Inf and NaN.
-template <bool kFinite, int U>
-__device__ __forceinline__ void rescale_unit(StageCtx& c) {
-  constexpr int q = U % 4, slot = (U / 4) % 2;
+// unit are pair 4j + t), d reset to the magic number. kFinite: the two-FMA
+// form; otherwise the reference's d_w * (d_a * isum), which is the same value
+// for finite scales and right for Inf and NaN.
+template <class C, bool kFinite, int U>
+__device__ __forceinline__ void rescale_unit(StageCtx<C>& c) {
+  constexpr int q = U % C::kUnits, slot = (U / C::kUnits) % C::kABufs;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < C::kUnitN / 8; ++j) {
     const float4 s = c.sc[j];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -297,66 +315,64 @@ __device__ __forceinline__ void rescale_unit(StageCtx& c) {
   }
 }
 
-__device__ __forceinline__ void fence_fragments(StageCtx& c) {
-#pragma unroll
-  for (int i = 0; i < 2; ++i) wgmma::fence_operands(c.a[i]);
-}
-
-template <bool kFinite, int U>
-__device__ __forceinline__ void unit_step(StageCtx& c) {
-  constexpr int b = U / 4, q = U % 4;
-  constexpr uint32_t kB = (b / 4) * kSubTileBytes + q * 32 * kCodeRowBytes + 32 * (b % 4);
+template <class C, bool kFinite, int U>
+__device__ __forceinline__ void unit_step(StageCtx<C>& c) {
+  constexpr int b = U / C::kUnits, q = U % C::kUnits;
+  constexpr uint32_t kB = (b / 4) * C::kSubTileBytes + q * C::kUnitN * kCodeRowBytes + 32 * (b % 4);
   wgmma::fence();
-  wgmma::mma_s8_rs_n32<kB>(c.d[U % 3], c.a[b % 2], c.codes_desc);
+  wgmma::mma_s8_rs<C::kUnitN, kB>(c.d[U % 3], c.a[b % C::kABufs], c.codes_desc);
   wgmma::commit_group();
   if constexpr (U >= 2) {
     wgmma::wait_group<2>();
     // Only operands of retired MMAs are touched: an asm "+r" on registers an
     // MMA still reads would let the compiler move the value and reuse them.
     wgmma::fence_operands(c.d[(U - 2) % 3]);
-    if constexpr (q == 1 && b > 0) wgmma::fence_operands(c.a[(b + 1) % 2]);  // block b - 1's last MMA retired
-    rescale_unit<kFinite, U - 2>(c);  // (unit 4b - 1 still reads block b - 1's d_w)
+    if constexpr (q == C::kLoadQ && b > 0) wgmma::fence_operands(c.a[(b + 1) % C::kABufs]);
+    rescale_unit<C, kFinite, U - 2>(c);  // (it may still read the d_w of the buffer reloaded below)
   }
-  // The next block's W, three steps ahead of its first MMA, into the buffer
-  // of block b - 1; and the scales of the next step's rescale.
-  if constexpr (q == 1 && b + 1 < kBlocks) load_w<b + 1>(c.w_row, c.t, c.a[(b + 1) % 2], c.dw[(b + 1) % 2]);
-  if constexpr (U >= 1) load_scales<U - 1>(c);
+  // The next block's W, into the buffer whose last MMA the wait retired.
+  if constexpr (q == C::kLoadQ && b + 1 < kBlocks)
+    load_w<b + 1>(c.w_row, c.t, c.a[(b + 1) % C::kABufs], c.dw[(b + 1) % C::kABufs]);
+  if constexpr (U >= 1) load_scales<C, U - 1>(c);
 }
 
-template <bool kFinite, int... U>
-__device__ __forceinline__ void unit_steps(StageCtx& c, std::integer_sequence<int, U...>) {
-  (unit_step<kFinite, U>(c), ...);
+template <class C, bool kFinite, int... U>
+__device__ __forceinline__ void unit_steps(StageCtx<C>& c, std::integer_sequence<int, U...>) {
+  (unit_step<C, kFinite, U>(c), ...);
 }
 
 // One stage, straight-line code that ends with nothing in flight: ptxas
 // cannot follow MMA groups still pending across a loop's back edge and
 // would serialise every MMA of the kernel instead (warning C7514).
-template <bool kFinite>
-__device__ __forceinline__ void consume_stage(StageCtx& c) {
-  constexpr int kUnits = 4 * kBlocks;
+template <class C, bool kFinite>
+__device__ __forceinline__ void consume_stage(StageCtx<C>& c) {
+  constexpr int kUnitsPerStage = C::kUnits * kBlocks;
   load_w<0>(c.w_row, c.t, c.a[0], c.dw[0]);
-  unit_steps<kFinite>(c, std::make_integer_sequence<int, kUnits>{});
+  unit_steps<C, kFinite>(c, std::make_integer_sequence<int, kUnitsPerStage>{});
   wgmma::wait_group<0>();
 #pragma unroll
   for (int i = 0; i < 3; ++i) wgmma::fence_operands(c.d[i]);
-  fence_fragments(c);
-  rescale_unit<kFinite, kUnits - 2>(c);
-  load_scales<kUnits - 1>(c);
-  rescale_unit<kFinite, kUnits - 1>(c);
+#pragma unroll
+  for (int i = 0; i < C::kABufs; ++i) wgmma::fence_operands(c.a[i]);
+  rescale_unit<C, kFinite, kUnitsPerStage - 2>(c);
+  load_scales<C, kUnitsPerStage - 1>(c);
+  rescale_unit<C, kFinite, kUnitsPerStage - 1>(c);
 }
 
-// Stores a consumer warp's 16 W rows x 128 tokens through its staging buffer
-// (32 tokens x kEpiPitch floats, one quarter at a time): every store
-// instruction then covers 16 consecutive m (two tokens) or 32 consecutive
-// tokens, whichever C's layout makes contiguous, instead of the fragment's
-// scattered pairs.
-__device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams& ep, const float (&acc)[4][16],
-                                           float* buf, int64_t m0, int64_t n0, int lane) {
+// Stores a consumer warp's 16 W rows x BN tokens through its staging buffer
+// (32 tokens x kEpiPitch floats, one unit at a time): every store
+// instruction then covers 16 consecutive m (two tokens) or up to 32
+// consecutive tokens, whichever C's layout makes contiguous, instead of the
+// fragment's scattered pairs.
+template <class C>
+__device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams& ep,
+                                           const float (&acc)[C::kUnits][C::kSums], float* buf, int64_t m0,
+                                           int64_t n0, int lane) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
+  for (int q = 0; q < C::kUnits; ++q) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < C::kUnitN / 8; ++j) {
       const int col = 8 * j + 2 * t;
       buf[col * kEpiPitch + g] = acc[q][4 * j];
       buf[(col + 1) * kEpiPitch + g] = acc[q][4 * j + 1];
@@ -364,18 +380,19 @@ __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams&
       buf[(col + 1) * kEpiPitch + g + 8] = acc[q][4 * j + 3];
     }
     __syncwarp();
-    const int64_t nc = n0 + q * 32;
+    const int64_t nc = n0 + q * C::kUnitN;
     if (s.m_contiguous) {
       const int mi = lane % 16;
       if (m0 + mi < s.m) {
 #pragma unroll 1
-        for (int i = lane / 16; i < 32 && nc + i < s.n; i += 2) epilogue_store(ep, m0 + mi, nc + i, buf[i * kEpiPitch + mi]);
+        for (int i = lane / 16; i < C::kUnitN && nc + i < s.n; i += 2)
+          epilogue_store(ep, m0 + mi, nc + i, buf[i * kEpiPitch + mi]);
       }
-    } else if (nc + lane < s.n) {
+    } else if (lane < C::kUnitN && nc + lane < s.n) {
 #pragma unroll 1
       for (int r = 0; r < 16 && m0 + r < s.m; ++r) epilogue_store(ep, m0 + r, nc + lane, buf[lane * kEpiPitch + r]);
     }
-    __syncwarp();  // the buffer is refilled by the next quarter
+    __syncwarp();  // the buffer is refilled by the next unit
   }
 }
 
@@ -385,19 +402,19 @@ __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams&
 // whatever the schedule (deterministic), each CTA finishing an interleaved
 // 1/splits of the tile. Every thread of every CTA takes part in the two
 // cluster barriers.
+template <class C>
 __device__ __forceinline__ void cluster_reduce_store(const Shape& s, const EpilogueParams& ep, const float* part,
                                                      int64_t tm, int64_t tn, int rank) {
 #if QG_WGMMA_ENABLED  // (clusters: sm_90 code only, and this kernel has no other)
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every CTA's partial tile is in its shared memory
   if (threadIdx.x < kConsumerThreads) {
-    for (int i = rank * kConsumerThreads + static_cast<int>(threadIdx.x); i < kBM * kBN;
+    for (int i = rank * kConsumerThreads + static_cast<int>(threadIdx.x); i < kBM * C::BN;
          i += s.splits * kConsumerThreads) {
-      const int fast = i % kBM, slow = i / kBM;  // kBM == kBN: either dimension may be the fast one
-      const int row = s.m_contiguous ? fast : slow, col = s.m_contiguous ? slow : fast;
-      const int64_t m = tm * kBM + row, n = tn * kBN + col;
+      const int row = s.m_contiguous ? i % kBM : i / C::BN, col = s.m_contiguous ? i / kBM : i % C::BN;
+      const int64_t m = tm * kBM + row, n = tn * C::BN + col;
       if (m >= s.m || n >= s.n) continue;
-      const int at = s.m_contiguous ? col * kPartPitch + row : row * kPartPitch + col;
+      const int at = s.m_contiguous ? col * C::kColPitch + row : row * C::kRowPitch + col;
       float v = 0.0f;
       for (int c = 0; c < s.splits; ++c) v += cluster.map_shared_rank(part, c)[at];
       epilogue_store(ep, m, n, v);
@@ -407,6 +424,7 @@ __device__ __forceinline__ void cluster_reduce_store(const Shape& s, const Epilo
 #endif
 }
 
+template <class C>
 __global__ void __launch_bounds__(kThreads, 1)
 gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_codes,
                        const __grid_constant__ CUtensorMap map_scales, const __grid_constant__ CUtensorMap map_flags,
@@ -416,14 +434,14 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
   uint8_t* ring = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   // Each stage's non-finite bytes arrive by tensor copy with the stage, so
   // they are ordered by the same full/empty barriers as its other data.
-  uint8_t* stage_flags = ring + kStages * kStageBytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(stage_flags + kStages * kFlagStride);
-  uint64_t* empty = full + kStages;
-  float* staging = reinterpret_cast<float*>(empty + kStages);
+  uint8_t* stage_flags = ring + C::kStages * C::kStageBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(stage_flags + C::kStages * kFlagStride);
+  uint64_t* empty = full + C::kStages;
+  float* staging = reinterpret_cast<float*>(empty + C::kStages);
 
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) {
+    for (int i = 0; i < C::kStages; ++i) {
       bulk::mbar_init(&full[i], 1);
       bulk::mbar_init(&empty[i], kConsumerWarps);
     }
@@ -449,20 +467,20 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       for (int64_t tile = first_tile; tile < tiles; tile += tile_step) {
         int64_t tm, tn;
         tile_coords(tile, s.tiles_m, s.tiles_n, &tm, &tn);
-        const int32_t w0 = static_cast<int32_t>(tm * kBM), n0 = static_cast<int32_t>(tn * kBN);
+        const int32_t w0 = static_cast<int32_t>(tm * kBM), n0 = static_cast<int32_t>(tn * C::BN);
         for (int64_t ks = 0; ks < steps; ++ks, ++it) {
-          const uint32_t stage = it % kStages, round = it / kStages;
+          const uint32_t stage = it % C::kStages, round = it / C::kStages;
           if (round > 0) bulk::mbar_wait(&empty[stage], (round - 1) & 1);  // its last readers are done
           const int64_t step = first_step + ks;
-          uint8_t* dst = ring + stage * kStageBytes;
-          bulk::mbar_arrive_expect(&full[stage], kStageBytes + kFlagBytes);
+          uint8_t* dst = ring + stage * C::kStageBytes;
+          bulk::mbar_arrive_expect(&full[stage], C::kStageBytes + kFlagBytes);
           const int32_t kb = static_cast<int32_t>(step * kBlocks);
           tma::load_2d(dst, &map_codes, kb * 32, n0, &full[stage]);
-          tma::load_2d(dst + kSubTileBytes, &map_codes, kb * 32 + kCodeRowBytes, n0, &full[stage]);
-          tma::load_2d(dst + kCodeBytes, &map_w, kb * kQ4_0Bytes, w0, &full[stage]);
-          tma::load_2d(dst + kCodeBytes + kWBytes, &map_scales, 2 * n0, kb, &full[stage]);
+          tma::load_2d(dst + C::kSubTileBytes, &map_codes, kb * 32 + kCodeRowBytes, n0, &full[stage]);
+          tma::load_2d(dst + C::kCodeBytes, &map_w, kb * kQ4_0Bytes, w0, &full[stage]);
+          tma::load_2d(dst + C::kCodeBytes + kWBytes, &map_scales, 2 * n0, kb, &full[stage]);
           tma::load_2d(stage_flags + stage * kFlagStride, &map_flags, static_cast<int32_t>(step * kFlagBytes),
-                       static_cast<int32_t>(tn), &full[stage]);
+                       n0 / kSplitTokens, &full[stage]);
         }
       }
     }
@@ -476,31 +494,31 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       int64_t tm, tn;
       tile_coords(tile, s.tiles_m, s.tiles_n, &tm, &tn);
 
-      float acc[4][16];
-      int d[3][16];
+      float acc[C::kUnits][C::kSums];
+      int d[3][C::kSums];
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
+      for (int q = 0; q < C::kUnits; ++q)
 #pragma unroll
-        for (int i = 0; i < 16; ++i) acc[q][i] = 0.0f;
+        for (int i = 0; i < C::kSums; ++i) acc[q][i] = 0.0f;
 #pragma unroll
       for (int u = 0; u < 3; ++u)
 #pragma unroll
-        for (int i = 0; i < 16; ++i) reset_magic(d[u][i]);
-      int a[2][4];
-      float dw[2][2];
-      float4 sc[4];
+        for (int i = 0; i < C::kSums; ++i) reset_magic(d[u][i]);
+      int a[C::kABufs][4];
+      float dw[C::kABufs][2];
+      float4 sc[C::kUnitN / 8];
 
       for (int64_t ks = 0; ks < steps; ++ks, ++it) {
-        const uint32_t stage = it % kStages, round = it / kStages;
+        const uint32_t stage = it % C::kStages, round = it / C::kStages;
         bulk::mbar_wait(&full[stage], round & 1);
-        const uint32_t st = ring_u32 + stage * kStageBytes;
-        StageCtx c{d, acc, a, dw, sc, st + kCodeBytes + w_row * kWRowBytes, st + kCodeBytes + kWBytes,
-                   wgmma::desc_k128_swizzled(st), t};
+        const uint32_t st = ring_u32 + stage * C::kStageBytes;
+        StageCtx<C> c{d, acc, a, dw, sc, st + C::kCodeBytes + w_row * kWRowBytes, st + C::kCodeBytes + kWBytes,
+                      wgmma::desc_k128_swizzled(st), t};
         // One branch a stage, so that the hot loop's code holds one rescale.
         if (*reinterpret_cast<const uint64_t*>(stage_flags + stage * kFlagStride) == 0)
-          consume_stage<true>(c);
+          consume_stage<C, true>(c);
         else
-          consume_stage<false>(c);
+          consume_stage<C, false>(c);
         if (lane == 0) bulk::mbar_arrive(&empty[stage]);
       }
 
@@ -512,38 +530,60 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
         asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
         float* part = reinterpret_cast<float*>(ring);
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
+        for (int q = 0; q < C::kUnits; ++q)
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
+          for (int j = 0; j < C::kUnitN / 8; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const int row = w_row + 8 * (e >> 1), col = 32 * q + 8 * j + 2 * t + (e & 1);
-              part[s.m_contiguous ? col * kPartPitch + row : row * kPartPitch + col] = acc[q][4 * j + e];
+              const int row = w_row + 8 * (e >> 1), col = C::kUnitN * q + 8 * j + 2 * t + (e & 1);
+              part[s.m_contiguous ? col * C::kColPitch + row : row * C::kRowPitch + col] = acc[q][4 * j + e];
             }
       } else {
-        const int64_t m0 = tm * kBM + w_row - g, n0 = tn * kBN;
-        if (m0 < s.m) store_tile(s, ep, acc, buf, m0, n0, lane);
+        const int64_t m0 = tm * kBM + w_row - g, n0 = tn * C::BN;
+        if (m0 < s.m) store_tile<C>(s, ep, acc, buf, m0, n0, lane);
       }
     }
   }
   if (splits > 1) {
     int64_t tm, tn;
     tile_coords(first_tile, s.tiles_m, s.tiles_n, &tm, &tn);
-    cluster_reduce_store(s, ep, reinterpret_cast<const float*>(ring), tm, tn, rank);
+    cluster_reduce_store<C>(s, ep, reinterpret_cast<const float*>(ring), tm, tn, rank);
   }
 #else
   __trap();  // the registry admits this kernel on sm_90a images alone
 #endif
 }
 
+template <class C>
 KernelFit fit_of(int device) {
   static std::once_flag once[kMaxDevices];
   static KernelFit cache[kMaxDevices];
-  return cached_fit(gemm_q4_0_wgmma_kernel, kThreads, kSmemBytes, device, once, cache);
+  return cached_fit(gemm_q4_0_wgmma_kernel<C>, kThreads, C::kSmemBytes, device, once, cache);
 }
 
 Status refused(const GemmArgs& g, const std::string& what) {
   return Status(StatusCode::cuda_error, std::string(g.fn) + " (cuda_wgmma): " + what + " (" + gemm_shape(g) + ")");
+}
+
+struct Maps {
+  CUtensorMap w, codes, scales, flags;
+};
+
+// The GEMM on the re-laid activations, BN = C::BN tokens a tile.
+template <class C>
+Status launch(const GemmArgs& args, const Maps& maps, Shape s, const DeviceLimits& lim, cudaStream_t cs) {
+  const KernelFit fit = fit_of<C>(args.device.id);
+  if (fit.blocks_per_sm == 0) return refused(args, "the kernel cannot be launched on cuda:" + std::to_string(args.device.id));
+  s.tiles_n = (s.n + C::BN - 1) / C::BN;
+  // Too few tiles for the SMs (a long K against few tokens or rows): split K
+  // over a cluster, each CTA keeping at least kMinSplitSteps stages.
+  const int64_t tiles = s.tiles_m * s.tiles_n;
+  s.splits = intfast::pick_splits(fit, lim, tiles, s.nb / kBlocks, kMinSplitSteps);
+  const int64_t grid =
+      s.splits > 1 ? tiles * s.splits : std::min<int64_t>(tiles, static_cast<int64_t>(lim.sms) * fit.blocks_per_sm);
+  intfast::launch_clustered(gemm_q4_0_wgmma_kernel<C>, grid, kThreads, C::kSmemBytes, s.splits, cs, maps.w,
+                            maps.codes, maps.scales, maps.flags, s, epilogue_params(args));
+  return gemm_launch_status(args);
 }
 
 }  // namespace
@@ -557,11 +597,19 @@ bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
   if (m < kBM || n < kMinN) {
     if (why_not)
       *why_not = "M=" + std::to_string(m) + ", N=" + std::to_string(n) + ": needs M >= " + std::to_string(kBM) +
-                 " and N >= " + std::to_string(kMinN) + " (128 x 128 warpgroup tiles; cuda_mma takes fewer tokens)";
+                 " and N >= " + std::to_string(kMinN) + " (128-row warpgroup tiles; cuda_mma and cuda_mmvq take the rest)";
     return false;
   }
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) {
     if (why_not) *why_not = "a dimension is past 2^31 (tensor-copy coordinates are 32-bit)";
+    return false;
+  }
+  // The narrow tiles' split-K reduction into a C whose m is contiguous (x @
+  // W^T, linear_q4_0's layout) is not enabled: cuda_mma takes those calls.
+  if (n <= Cfg64::BN && args.ldc == 1) {
+    if (why_not)
+      *why_not = "N=" + std::to_string(n) + " <= " + std::to_string(Cfg64::BN) +
+                 " with C's m contiguous (ldc = 1): the narrow tiles take row-major C only; cuda_mma takes this";
     return false;
   }
   for (const auto& [o, name] : {std::pair<const Operand&, const char*>{args.a, "W"}, {args.b, "A"}}) {
@@ -581,8 +629,6 @@ Status gemm_wgmma_run(const GemmArgs& args, Stream stream) {
   DeviceGuard guard(args.device.id);
   if (Status st = guard_status(guard, args.fn, args.device.id); !st.ok()) return st;
   const DeviceLimits lim = device_limits(args.device.id);
-  const KernelFit fit = fit_of(args.device.id);
-  if (fit.blocks_per_sm == 0) return refused(args, "the kernel cannot be launched on cuda:" + std::to_string(args.device.id));
 
   const int64_t m = args.a.rows, n = args.b.rows, k = args.a.k, nb = k / 32;
   const cudaStream_t cs = to_cuda(stream);
@@ -597,13 +643,16 @@ Status gemm_wgmma_run(const GemmArgs& args, Stream stream) {
       static_cast<const uint8_t*>(args.b.data), args.b.row_stride, n, k, codes, scales, lay.scale_row_floats, flags,
       lay.flag_row);
 
-  CUtensorMap map_w, map_codes, map_scales, map_flags;
-  if (!tma::encode_rows_plain(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a.data, m, nb * kQ4_0Bytes,
+  // The tile: the narrowest whose tokens cover N (up to 128), so that few
+  // tokens do not pay for a wide tile's zeros.
+  const int bn = n <= 16 ? Cfg16::BN : n <= 32 ? Cfg32::BN : n <= 64 ? Cfg64::BN : CfgWide::BN;
+  Maps maps;
+  if (!tma::encode_rows_plain(&maps.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a.data, m, nb * kQ4_0Bytes,
                               args.a.row_stride, kWRowBytes, kBM) ||
-      !tma::encode_rows_k128(&map_codes, codes, n, k, k, kBN) ||
-      !tma::encode_rows_plain(&map_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, scales, nb, lay.scale_row_floats,
-                              lay.scale_row_floats * 4, 2 * kBN, kBlocks) ||
-      !tma::encode_rows_plain(&map_flags, CU_TENSOR_MAP_DATA_TYPE_UINT8, flags, lay.tiles_n, lay.flag_row,
+      !tma::encode_rows_k128(&maps.codes, codes, n, k, k, bn) ||
+      !tma::encode_rows_plain(&maps.scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, scales, nb, lay.scale_row_floats,
+                              lay.scale_row_floats * 4, 2 * bn, kBlocks) ||
+      !tma::encode_rows_plain(&maps.flags, CU_TENSOR_MAP_DATA_TYPE_UINT8, flags, lay.tiles_n, lay.flag_row,
                               lay.flag_row, kFlagBytes, 1))
     return refused(args, "the driver refused the operands' tensor maps; a driver for CUDA 12 or newer is needed");
 
@@ -612,17 +661,11 @@ Status gemm_wgmma_run(const GemmArgs& args, Stream stream) {
   s.n = n;
   s.nb = nb;
   s.tiles_m = (m + kBM - 1) / kBM;
-  s.tiles_n = lay.tiles_n;
   s.m_contiguous = args.ldc == 1;
-  // Too few tiles for the SMs (a long K against few tokens or rows): split K
-  // over a cluster, each CTA keeping at least kMinSplitSteps stages.
-  const int64_t tiles = s.tiles_m * s.tiles_n;
-  s.splits = intfast::pick_splits(fit, lim, tiles, nb / kBlocks, kMinSplitSteps);
-  const int64_t grid =
-      s.splits > 1 ? tiles * s.splits : std::min<int64_t>(tiles, static_cast<int64_t>(lim.sms) * fit.blocks_per_sm);
-  intfast::launch_clustered(gemm_q4_0_wgmma_kernel, grid, kThreads, kSmemBytes, s.splits, cs, map_w, map_codes,
-                            map_scales, map_flags, s, epilogue_params(args));
-  return gemm_launch_status(args);
+  if (bn == Cfg16::BN) return launch<Cfg16>(args, maps, s, lim, cs);
+  if (bn == Cfg32::BN) return launch<Cfg32>(args, maps, s, lim, cs);
+  if (bn == Cfg64::BN) return launch<Cfg64>(args, maps, s, lim, cs);
+  return launch<CfgWide>(args, maps, s, lim, cs);
 }
 
 }  // namespace qg::detail::cuda

@@ -3,7 +3,7 @@
 // Arch windows and epilogue capabilities are data here; each can_run judges
 // only shape and alignment.
 //   cuda_mmvq        q4_0 x q8_1, N <= 8 (decode): memory-bound GEMV, K split across a CTA
-//   cuda_wgmma       q4_0 x q8_1, M >= 128, N >= 64, K % 256 == 0 (sm_90a): wgmma, W fragments from registers, activations re-laid by a first pass
+//   cuda_wgmma       q4_0 x q8_1, M >= 128, N >= 9, K % 256 == 0 (sm_90a): wgmma, W fragments from registers, activations re-laid by a first pass
 //   cuda_mma         q4_0 x q8_1, any N (sm_80+): int8 tensor cores, mma.sync m16n8k32
 //   cuda_dp4a_tiled  q4_0 x q8_1, any N, pre-Ampere: 64x64 shared-memory tiles, DP4A
 //   cuda_generic     q4_0 x q8_1, anything, including unaligned operands: byte loads

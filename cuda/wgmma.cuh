@@ -143,26 +143,38 @@ __device__ __forceinline__ void mma_s8<256>(int (&d)[128], uint64_t a, uint64_t 
 #endif
 }
 
-// d += A (64 x 32, in registers) * B^T (32 x 32, at the descriptor b
-// advanced by kBytes), s8 x s8 -> s32, 16 sums a thread (n8 blocks j = 0..3).
-// A's fragment is mma.sync.m16n8k32's, once per warp of the warpgroup: warp
-// w, lane (g = l / 4, t = l % 4) holds rows 16w + g and 16w + g + 8, K bytes
-// 4t..4t+3 (a[0], a[1]) and 16+4t..16+4t+3 (a[2], a[3]). The MMA reads a
-// asynchronously: a is tied to the instruction ("+r", so its values stay in
-// the registers the MMA reads) and must be kept live and unchanged until the
-// group is waited (fence_operands on it after the wait). The descriptor is
-// advanced inside the instruction's block: with many MMAs unrolled,
-// descriptors computed ahead would each hold two registers until their MMA.
-template <uint32_t kBytes>
-__device__ __forceinline__ void mma_s8_rs_n32(int (&d)[16], int (&a)[4], uint64_t b) {
+// d += A (64 x 32, in registers) * B^T (N x 32, at the descriptor b advanced
+// by kBytes), s8 x s8 -> s32, N / 2 sums a thread (n8 blocks j < N / 8).
+// N = 16 or 32. A's fragment is mma.sync.m16n8k32's, once per warp of the
+// warpgroup: warp w, lane (g = l / 4, t = l % 4) holds rows 16w + g and
+// 16w + g + 8, K bytes 4t..4t+3 (a[0], a[1]) and 16+4t..16+4t+3 (a[2],
+// a[3]). The MMA reads a asynchronously: a is tied to the instruction ("+r",
+// so its values stay in the registers the MMA reads) and must be kept live
+// and unchanged until the group is waited (fence_operands on it after the
+// wait). The descriptor is advanced inside the instruction's block: with
+// many MMAs unrolled, descriptors computed ahead would each hold two
+// registers until their MMA.
+template <int N, uint32_t kBytes>
+__device__ __forceinline__ void mma_s8_rs(int (&d)[N / 2], int (&a)[4], uint64_t b) {
 #if QG_WGMMA_ENABLED
-  asm volatile(
-      "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %21, 0;\nadd.s64 desc, %20, %22;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-      "}, {%16, %17, %18, %19}, desc, p;\n}\n"
-      : QG_ACC8(d, 0), QG_ACC8(d, 8), "+r"(a[0]), "+r"(a[1]), "+r"(a[2]), "+r"(a[3])
-      : "l"(b), "r"(1), "n"(kBytes >> 4));
+  static_assert(N == 16 || N == 32, "m64n16k32 or m64n32k32");
+  if constexpr (N == 32) {
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %21, 0;\nadd.s64 desc, %20, %22;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, {%16, %17, %18, %19}, desc, p;\n}\n"
+        : QG_ACC8(d, 0), QG_ACC8(d, 8), "+r"(a[0]), "+r"(a[1]), "+r"(a[2]), "+r"(a[3])
+        : "l"(b), "r"(1), "n"(kBytes >> 4));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %13, 0;\nadd.s64 desc, %12, %14;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7"
+        "}, {%8, %9, %10, %11}, desc, p;\n}\n"
+        : QG_ACC8(d, 0), "+r"(a[0]), "+r"(a[1]), "+r"(a[2]), "+r"(a[3])
+        : "l"(b), "r"(1), "n"(kBytes >> 4));
+  }
 #else
   __trap();
 #endif

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // test_cuda_q4_0_wgmma.cpp: the warpgroup Q4_0 x Q8_1 kernel (cuda_wgmma),
-// forced by name, on shapes inside its scope (M >= 128, N >= 64, K a multiple
+// forced by name, on shapes inside its scope (M >= 128, N >= 9, K a multiple
 // of 256, 16-byte-aligned rows), where the shared suite's small shapes are
 // refused. Against the float64 reference of test_util.h (NMSE <= 1e-6, NaN
 // and Inf exactly where the reference has them), C poisoned, so an element
@@ -45,14 +45,46 @@ class CudaQ4Wgmma : public qgtest::CudaFixture<> {
   qgtest::GemmKernelTester tester_{qg::detail::cuda::registry(), "cuda_wgmma", mem_};
 };
 
-// Tails of the 128 x 128 tile on both sides (N from 64: fewer tokens than a
-// tile), one stage and many, more tiles than SMs (each CTA walks several), a
-// single full tile.
+// Tails of the 128 x 128 tile on both sides, one stage and many, more tiles
+// than SMs (each CTA walks several), a single full tile.
 TEST_F(CudaQ4Wgmma, TailsOfEveryTile) {
   QG_SEEDED_RNG(rng, 1);
   for (const Shape& s : {Shape{128, 128, 256}, Shape{129, 129, 512}, Shape{255, 200, 256}, Shape{300, 257, 2048},
-                         Shape{1000, 130, 768}, Shape{128, 383, 4096}, Shape{2048, 1290, 256}, Shape{300, 64, 2048},
-                         Shape{129, 100, 768}}) {
+                         Shape{1000, 130, 768}, Shape{128, 383, 4096}, Shape{2048, 1290, 256}, Shape{129, 100, 768}}) {
+    GemmCase c = random_case(rng, s.m, s.n, s.k);
+    check(c);
+  }
+}
+
+// The narrow tiles (16, 32 and 64 tokens: one n16 or one or two n32 MMAs a
+// block) at every N tail, one stage and a split K, row-major C padded or not
+// (they refuse a C with m contiguous: RefusesOutsideItsScope).
+TEST_F(CudaQ4Wgmma, NarrowTilesEveryTail) {
+  QG_SEEDED_RNG(rng, 8);
+  for (int64_t n : {9, 15, 16, 17, 31, 32, 33, 63, 64}) {
+    for (const Shape& s : {Shape{130, n, 256}, Shape{300, n, 4096}}) {
+      GemmCase c = random_case(rng, s.m, s.n, s.k);
+      if (n % 2) qgtest::set_c_layout(c, qg::DType::f32, n + 3, 1);
+      check(c);
+    }
+  }
+}
+
+// The non-finite path of a narrow tile (a scale in the second stage).
+TEST_F(CudaQ4Wgmma, NarrowTileNonFiniteScale) {
+  QG_SEEDED_RNG(rng, 9);
+  for (int64_t n : {12, 30, 50}) {
+    GemmCase c = random_case(rng, 140, n, 768);
+    qgtest::store_u16(c.a_block(n - 2, 9), 0x7C00);
+    qgtest::store_u16(c.w_block(3, 20), 0x7E00);
+    check(c);
+  }
+}
+
+// The 128-token tile holding fewer tokens than its width (N = 65..127).
+TEST_F(CudaQ4Wgmma, WideTileFewTokens) {
+  QG_SEEDED_RNG(rng, 10);
+  for (const Shape& s : {Shape{300, 66, 2048}, Shape{200, 127, 512}}) {
     GemmCase c = random_case(rng, s.m, s.n, s.k);
     check(c);
   }
@@ -140,12 +172,14 @@ TEST_F(CudaQ4Wgmma, Deterministic) {
 
 // Few tiles and a long K: the CTAs of a cluster split K and add their partial
 // tiles through distributed shared memory in rank order. Both partial-tile
-// layouts (C row-major, and transposed with m contiguous), tails on both
-// sides, bit-identical on a second run.
+// layouts (C row-major, and transposed with m contiguous, which the narrow
+// tiles refuse), tails on both sides, bit-identical on a second run.
 TEST_F(CudaQ4Wgmma, SplitKAcrossClusters) {
   QG_SEEDED_RNG(rng, 7);
-  for (const Shape& sh : {Shape{256, 128, 8192}, Shape{200, 70 + 64, 14336}, Shape{130, 129, 4096}}) {
+  for (const Shape& sh : {Shape{256, 128, 8192}, Shape{200, 70 + 64, 14336}, Shape{130, 129, 4096}, Shape{1000, 16, 14336},
+                          Shape{256, 40, 8192}}) {
     for (bool transposed : {false, true}) {
+      if (transposed && sh.n <= 64) continue;
       GemmCase c = random_case(rng, sh.m, sh.n, sh.k);
       if (transposed) qgtest::set_c_layout(c, qg::DType::f32, 1, sh.m + 1);
       check(c);
@@ -163,7 +197,7 @@ TEST_F(CudaQ4Wgmma, RefusesOutsideItsScope) {
     int64_t m, n, k, a_pad, b_pad;
     const char* why;
   };
-  for (const Out& o : {Out{127, 200, 256, 0, 0, "M=127"}, Out{200, 63, 256, 0, 0, "N=63"},
+  for (const Out& o : {Out{127, 200, 256, 0, 0, "M=127"}, Out{200, 8, 256, 0, 0, "N=8"},
                        Out{200, 200, 288, 0, 0, "multiple of 256"}, Out{200, 200, 256, 2, 0, "16-byte"},
                        Out{200, 200, 256, 0, 4, "16-byte"}}) {
     GemmCase c = random_case(rng, o.m, o.n, o.k, o.a_pad, o.b_pad);
@@ -171,6 +205,11 @@ TEST_F(CudaQ4Wgmma, RefusesOutsideItsScope) {
     EXPECT_FALSE(one.run(c)) << c.describe();
     EXPECT_NE(one.refusals().find(o.why), std::string::npos) << one.refusals();
   }
+  GemmCase c = random_case(rng, 200, 64, 256);
+  qgtest::set_c_layout(c, qg::DType::f32, 1, 200);  // x @ W^T with 64 tokens
+  qgtest::GemmKernelTester one{qg::detail::cuda::registry(), "cuda_wgmma", mem_};
+  EXPECT_FALSE(one.run(c)) << c.describe();
+  EXPECT_NE(one.refusals().find("m contiguous"), std::string::npos) << one.refusals();
 }
 
 }  // namespace
