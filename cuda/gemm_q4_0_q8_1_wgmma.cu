@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_q4_0_q8_1_wgmma.cu: Q4_0 x Q8_1 on Hopper's warpgroup MMAs
-// (sm_90a), for products with many tokens (prefill).
+// (sm_90a), for every N past the decode GEMV's (N > 8).
 //
 // What bounds a Q4_0 x Q8_1 GEMM on tensor cores is not the MMA but the
 // block-32 rescale: every output needs acc += d_w * d_a * isum once per 32
 // MACs. cuda_mma spends two FMAs on it (the magic-number trick, below) and
 // about 15 more instructions per mma.sync on fragment loads, scale loads and
 // nibble unpacking, all from the same issue slots: 157 TFLOP/s on an H200.
-// Here one wgmma.m64n64k32 per warpgroup and block replaces 32 mma.sync, B
-// (the activations) is read by the tensor cores straight from shared memory,
-// and the issue slots go to the rescale.
+// Here one wgmma.m64n32k32 per warpgroup, block and 32 tokens replaces 16
+// mma.sync, B (the activations) is read by the tensor cores straight from
+// shared memory, and the issue slots go to the rescale.
 //
 // Operands.
 //   - W (Q4_0) is wgmma's A, from registers. A block's byte j holds elements
@@ -24,9 +24,9 @@
 //     [N, K] int8 rows, fetched by tensor copies in the 128-byte swizzle, and
 //     per block the scales of token pairs as float4 (d_a, d_a', -M d_a,
 //     -M d_a') with M = 1.5 * 2^23, ready for the rescale; plus one byte per
-//     (block, 128-token tile) saying whether any of the tile's scales is
-//     not finite. That pass reads and writes about 2 N K bytes, a few percent
-//     of the GEMM's time at the N this kernel is chosen for.
+//     (block, 128 tokens) saying whether any of those scales is not finite.
+//     That pass reads and writes about 2 N K bytes: 2 % of the GEMM at
+//     N = 4096, a few microseconds at small N.
 //
 // The rescale. Each wgmma starts its int32 sums at 0x4B400000, the bits of
 // M = 1.5 * 2^23, so they come out as the float M + isum exactly (|isum| <=
@@ -34,24 +34,26 @@
 // rounded once, and acc = fma(d_w, f, acc): two FMAs and one move (resetting
 // D to M) per output and block, no int -> float convert. A tile whose
 // scales include a non-finite one takes acc += d_w * (d_a * float(isum)) for
-// that block instead, which agrees with the reference on every Inf and NaN.
+// that stage instead, which agrees with the reference on every Inf and NaN
+// (and is the same value for finite scales).
 //
 // Pipelining inside a warpgroup. Each consumer warpgroup owns 64 W rows x
-// 128 tokens, split into four quarters of 32 tokens with their own fp32
-// sums. A stage is 32 units (block, quarter), each one wgmma.m64n32k32 into
-// one of three sets of int32 sums: unit U is issued, then unit U - 2 is
-// waited for and rescaled, so two MMAs stay queued while the FMAs run, and
-// the W fragment of the next block and the scales of the next unit are
-// loaded a step ahead (measured on an H200 with one MMA in flight and no
-// prefetch: issue slots 40 % busy, a third of the stalls on those loads).
-// The stage's code is straight-line and ends with nothing in flight.
+// BN tokens (Cfg: 128, 64, 32 or 16, the narrowest that covers N), split
+// into units of 32 (or 16) tokens with their own fp32 sums. A stage is 8
+// blocks x the units, each one MMA into one of three sets of int32 sums:
+// unit U is issued, then unit U - 2 is waited for and rescaled, so two MMAs
+// stay queued while the FMAs run, and the W fragment of the next block and
+// the scales of the next unit are loaded ahead (measured on an H200 with one
+// MMA in flight and no prefetch: issue slots 40 % busy, a third of the
+// stalls on those loads). The stage's code is straight-line and ends with
+// nothing in flight.
 //
 // Roles. A CTA is two consumer warpgroups of 64 W rows each and a producer
 // warp, one thread of which issues per stage (8 blocks of K) five tensor
 // copies (two code tiles, the W tile, the scales, the non-finite bytes) into
-// a ring of 3 stages. CTAs are persistent, walking 128 x 128 tiles in groups
-// of 8 tile rows (L2 reuse of W and codes); where those tiles are fewer than
-// the SMs, the CTAs of a cluster split K (cluster_reduce_store).
+// a ring of 3 to 8 stages. CTAs are persistent, walking 128 x BN tiles in
+// groups of 8 tile rows (L2 reuse of W and codes); where those tiles are
+// fewer than the SMs, the CTAs of a cluster split K (cluster_reduce_store).
 //
 // Tails: the tensor copies fill W rows past M and tokens past N with zeros
 // (d = 0: they add nothing), and the epilogue stores only elements inside C.
