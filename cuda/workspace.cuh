@@ -7,8 +7,9 @@
 // in stream order when the Workspace is destroyed, after the launches that
 // use it have been queued: the next call on the stream reuses the same bytes
 // without a device synchronisation, and stream capture records the pair as a
-// graph allocation. The pool keeps up to kKeepBytes between calls so that a
-// loop of calls does not map and unmap memory each time.
+// graph allocation (CUDA's stream-ordered allocator; no qg test captures it
+// yet). The pool keeps up to kKeepBytes between calls so that a loop of calls
+// does not map and unmap memory each time.
 #pragma once
 
 #include <cuda_runtime.h>
