@@ -10,6 +10,8 @@ back-to-back calls of
 
   * qg.gemm_q4_0_q8_1 at M=4096, K=14336, N=1 (decode) and at 64x64x64,
     each also with out= (a preallocated result);
+  * on CUDA, qg.gemm_q4_0_q8_1 at N=16 and N=128 and qg.linear_q4_0 of
+    16 fp16 tokens (the tensor-core GEMM and its re-layout pass);
   * qg.quantize_q8_1 of a 1 x 14336 activation (also with out=);
   * the integer family: int8_matmul of a 1 x 14336 int8 row against int8
     [4096, 14336] weights (int32, and fp32 with per-row scales),
@@ -201,6 +203,17 @@ def torch_rows(qg, torch, device: str, timer: Timer, data):
                     lambda: g(w_tiny, a_tiny, out=out_tiny), kt)
         finally:
             qg.set_cpu_threads(threads)
+    if cuda:
+        # The tensor-core GEMM's calls (a re-layout pass and the GEMM, a
+        # scratch buffer from qg's pool, tensor maps): host time only matters
+        # where it approaches the GPU time, so two small token counts.
+        for n_tok in (16, 128):
+            a_n = qg.quantize_q8_1(torch.randn(n_tok, K_BIG, device=dev))
+            measure(f"qg gemm {M_BIG}x{K_BIG} N={n_tok}", "gemm_big", lambda a=a_n: g(w_big, a),
+                    explain_kernel(qg, g, w_big, a_n))
+        x16 = torch.randn(16, K_BIG, device=dev, dtype=torch.float16)
+        measure(f"qg linear_q4_0 16x{K_BIG} fp16 @ [{M_BIG},{K_BIG}]^T", "gemm_big",
+                lambda: qg.linear_q4_0(x16, w_big), explain_kernel(qg, qg.linear_q4_0, x16, w_big))
     measure(f"qg quantize_q8_1 1x{K_BIG}", "quantize", lambda: qg.quantize_q8_1(x), kq)
     measure(f"qg quantize_q8_1 1x{K_BIG} out=", "quantize", lambda: qg.quantize_q8_1(x, out=out_q), kq)
 

@@ -606,14 +606,6 @@ bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
     if (why_not) *why_not = "a dimension is past 2^31 (tensor-copy coordinates are 32-bit)";
     return false;
   }
-  // The narrow tiles' split-K reduction into a C whose m is contiguous (x @
-  // W^T, linear_q4_0's layout) is not enabled: cuda_mma takes those calls.
-  if (n <= Cfg64::BN && args.ldc == 1) {
-    if (why_not)
-      *why_not = "N=" + std::to_string(n) + " <= " + std::to_string(Cfg64::BN) +
-                 " with C's m contiguous (ldc = 1): the narrow tiles take row-major C only; cuda_mma takes this";
-    return false;
-  }
   for (const auto& [o, name] : {std::pair<const Operand&, const char*>{args.a, "W"}, {args.b, "A"}}) {
     if (!is_aligned(o.data, 16) || o.row_stride % 16 != 0) {
       if (why_not)
