@@ -53,14 +53,14 @@
 // copies (two code tiles, the W tile, the scales, the non-finite bytes) into
 // a ring of 3 to 8 stages. CTAs are persistent, walking 128 x BN tiles in
 // groups of 8 tile rows (L2 reuse of W and codes); where those tiles are
-// fewer than the SMs, the CTAs of a cluster split K (cluster_reduce_store).
+// fewer than the SMs, several CTAs split each tile's K and the last to
+// finish adds their partials (split_reduce_store).
 //
 // Tails: the tensor copies fill W rows past M and tokens past N with zeros
 // (d = 0: they add nothing), and the epilogue stores only elements inside C.
 // K must be a multiple of 256 (whole stages; W rows 16-byte aligned).
+#include <algorithm>
 #include <type_traits>
-
-#include <cooperative_groups.h>
 
 #include "bulk_copy.cuh"
 #include "gemm_int_fast.cuh"
@@ -68,8 +68,6 @@
 #include "tma.cuh"
 #include "wgmma.cuh"
 #include "workspace.cuh"
-
-namespace cg = cooperative_groups;
 
 // The sm_80 pass of a multi-arch build compiles the kernel's body out (wgmma
 // is sm_90a only), and each of its helpers would warn "declared but never
@@ -116,14 +114,9 @@ struct Cfg {
   static constexpr int kPairs = BN / 2;
   static constexpr int kScaleBytes = kBlocks * kPairs * 16;  // float4 per token pair and block
   static constexpr int kStageBytes = kCodeBytes + kWBytes + kScaleBytes;
-  // A split's partial tile: [W row][token] rows of BN + 1 floats, or
-  // [token][W row] rows of kBM + 1 when C's m is contiguous.
-  static constexpr int kRowPitch = BN + 1, kColPitch = kBM + 1;
   static constexpr int kSmemBytes =
-      kStages * kStageBytes + kStages * kFlagStride + 2 * kStages * 8 + kEpilogueBytes + 1024;
+      kStages * kStageBytes + kStages * kFlagStride + 2 * kStages * 8 + kEpilogueBytes + 16 + 1024;
   static_assert(kCodeBytes % 1024 == 0 && kStageBytes % 1024 == 0, "code tiles start on the swizzle's period");
-  static_assert(kBM * kRowPitch * 4 <= kStages * kStageBytes && BN * kColPitch * 4 <= kStages * kStageBytes,
-                "a split's partial tile fits in the ring");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 SM's shared memory");
 };
 using CfgWide = Cfg<32, 4, 3>;  // N > 64: 128 tokens
@@ -135,26 +128,31 @@ constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
 constexpr float kMagic = 12582912.0f;
 constexpr int64_t kMinN = 9;                  // tokens: cuda_mmvq takes N <= 8
 constexpr int64_t kMinSplitSteps = 4;         // K stages a CTA of a split keeps (pipeline fill)
+constexpr int64_t kMaxSplits = 16;            // CTAs sharing one tile's K range
 
 // The workspace: codes [N, K] int8, then per block a row of float4 scales of
 // token pairs (npad = N rounded up to even, so 2 npad floats a row), then
 // per 128 tokens a row of non-finite bytes, 16 per stage (8 used): a
-// tensor copy's box must start on a 16-byte boundary.
+// tensor copy's box must start on a 16-byte boundary. When K is split, the
+// splits' partial tiles (fp32, kBM x BN each) and one arrival counter per
+// tile follow.
 struct SplitLayout {
-  int64_t codes = 0, scales = 0, flags = 0, bytes = 0;
-  int64_t scale_row_floats = 0, tiles_n = 0, flag_row = 0;
+  int64_t codes = 0, scales = 0, flags = 0, partials = 0, counters = 0, bytes = 0;
+  int64_t scale_row_floats = 0, flag_rows = 0, flag_row = 0;
 };
 
-SplitLayout split_layout(int64_t n, int64_t k) {
+SplitLayout split_layout(int64_t n, int64_t k, int64_t partial_floats, int64_t counters) {
   auto up = [](int64_t v) { return (v + 255) / 256 * 256; };
   SplitLayout l;
   const int64_t nb = k / 32, npad = n + (n & 1);
   l.scale_row_floats = 2 * npad;
-  l.tiles_n = (n + kSplitTokens - 1) / kSplitTokens;
+  l.flag_rows = (n + kSplitTokens - 1) / kSplitTokens;
   l.scales = up(n * k);
   l.flag_row = nb / kBlocks * kFlagBytes;
   l.flags = l.scales + up(nb * l.scale_row_floats * 4);
-  l.bytes = l.flags + up(l.tiles_n * l.flag_row);
+  l.partials = l.flags + up(l.flag_rows * l.flag_row);
+  l.counters = l.partials + up(partial_floats * 4);
+  l.bytes = l.counters + up(counters * 4);
   return l;
 }
 
@@ -162,7 +160,11 @@ SplitLayout split_layout(int64_t n, int64_t k) {
 // each (144 bytes: nine 16-byte loads).
 __global__ void __launch_bounds__(256) split_q8_1_kernel(const uint8_t* a, int64_t lda, int64_t n, int64_t k,
                                                          uint8_t* codes, float* scales, int64_t scale_row_floats,
-                                                         uint8_t* flags, int64_t flag_row) {
+                                                         uint8_t* flags, int64_t flag_row, unsigned* counters,
+                                                         int counter_count) {
+  // The GEMM that follows on the stream counts its splits' arrivals here.
+  if (blockIdx.x == 0 && blockIdx.y == 0)
+    for (int i = threadIdx.x; i < counter_count; i += blockDim.x) counters[i] = 0;
   __shared__ int nonfinite[kBlocks];
   if (threadIdx.x < kBlocks) nonfinite[threadIdx.x] = 0;
   __syncthreads();
@@ -209,7 +211,9 @@ struct Shape {
   int64_t m, n, nb;
   int64_t tiles_m, tiles_n;
   bool m_contiguous;     // C's m step is 1: the epilogue's lanes run along m
-  int splits;            // CTAs of a cluster sharing one tile's K range (1: no cluster)
+  int splits;            // CTAs sharing one tile's K range (1: no split)
+  float* partials;       // split K: [tile][split] partial tiles of kBM x BN floats
+  unsigned* counters;    // split K: per tile, the splits that have stored theirs
 };
 
 // Shared-memory loads by 32-bit shared address: generic loads would carry
@@ -398,32 +402,46 @@ __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams&
   }
 }
 
-// Split K: the cluster's CTAs add their partial tiles (in each CTA's ring,
-// [W row][token] or [token][W row], whichever puts C's contiguous dimension
-// in consecutive threads) through distributed shared memory, in rank order
-// whatever the schedule (deterministic), each CTA finishing an interleaved
-// 1/splits of the tile. Every thread of every CTA takes part in the two
-// cluster barriers.
+// Split K: each of a tile's `splits` CTAs stores its partial tile in the
+// workspace and counts itself in; the CTA that arrives last adds the
+// partials in split order, whatever the arrival order (deterministic), into
+// acc and returns true (its caller stores the tile). A partial is stored as
+// the fragments lie, sum v of consumer thread x at v * 256 + x: each store
+// covers 128 consecutive bytes a warp, and the last CTA's threads read back
+// exactly the sums they hold, all of a split's loads issued before the first
+// add waits (one L2 round trip a split, not one a sum).
+// Called by the consumer threads of a CTA whose one tile is `tile`.
 template <class C>
-__device__ __forceinline__ void cluster_reduce_store(const Shape& s, const EpilogueParams& ep, const float* part,
-                                                     int64_t tm, int64_t tn, int rank) {
-#if QG_WGMMA_ENABLED  // (clusters: sm_90 code only, and this kernel has no other)
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every CTA's partial tile is in its shared memory
-  if (threadIdx.x < kConsumerThreads) {
-    for (int i = rank * kConsumerThreads + static_cast<int>(threadIdx.x); i < kBM * C::BN;
-         i += s.splits * kConsumerThreads) {
-      const int row = s.m_contiguous ? i % kBM : i / C::BN, col = s.m_contiguous ? i / kBM : i % C::BN;
-      const int64_t m = tm * kBM + row, n = tn * C::BN + col;
-      if (m >= s.m || n >= s.n) continue;
-      const int at = s.m_contiguous ? col * C::kColPitch + row : row * C::kRowPitch + col;
-      float v = 0.0f;
-      for (int c = 0; c < s.splits; ++c) v += cluster.map_shared_rank(part, c)[at];
-      epilogue_store(ep, m, n, v);
-    }
+__device__ __forceinline__ bool split_gather(const Shape& s, float (&acc)[C::kUnits][C::kSums], int64_t tile,
+                                             int rank, volatile int* last_flag) {
+  constexpr int kTileFloats = kBM * C::BN;
+  const float* tile_parts = s.partials + tile * s.splits * kTileFloats + threadIdx.x;
+  float* mine = s.partials + (tile * s.splits + rank) * kTileFloats + threadIdx.x;
+#pragma unroll
+  for (int q = 0; q < C::kUnits; ++q)
+#pragma unroll
+    for (int i = 0; i < C::kSums; ++i) mine[(q * C::kSums + i) * kConsumerThreads] = acc[q][i];
+  // The partial is visible device-wide before the count says it is there
+  // (the fence-then-count pattern of a last-block reduction).
+  __threadfence();
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
+  if (threadIdx.x == 0) *last_flag = atomicAdd(&s.counters[tile], 1u) == static_cast<unsigned>(s.splits - 1);
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
+  if (!*last_flag) return false;
+  __threadfence();
+#pragma unroll
+  for (int q = 0; q < C::kUnits; ++q)
+#pragma unroll
+    for (int i = 0; i < C::kSums; ++i) acc[q][i] = 0.0f;
+  for (int c = 0; c < s.splits; ++c) {
+    const float* part = tile_parts + c * kTileFloats;
+#pragma unroll
+    for (int q = 0; q < C::kUnits; ++q)
+#pragma unroll
+      for (int i = 0; i < C::kSums; ++i)  // __ldcg: from L2, where the other SMs' stores are
+        acc[q][i] += __ldcg(part + (q * C::kSums + i) * kConsumerThreads);
   }
-  cluster.sync();  // no CTA leaves while others read its shared memory
-#endif
+  return true;
 }
 
 template <class C>
@@ -440,6 +458,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
   uint64_t* full = reinterpret_cast<uint64_t*>(stage_flags + C::kStages * kFlagStride);
   uint64_t* empty = full + C::kStages;
   float* staging = reinterpret_cast<float*>(empty + C::kStages);
+  volatile int* last_flag = reinterpret_cast<volatile int*>(staging + kEpilogueBytes / 4);  // split K's verdict
 
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
@@ -451,9 +470,8 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
   }
   __syncthreads();  // the only CTA-wide barrier: the roles part here
 
-  // Split K: the `splits` CTAs of a cluster (consecutive blockIdx.x) share
-  // a tile, each taking a contiguous run of K stages; the host then launches
-  // one tile per CTA, so the ring is free for the reduction afterwards.
+  // Split K: `splits` consecutive CTAs share a tile, each taking a
+  // contiguous run of K stages; the host then launches one tile per CTA.
   const int splits = s.splits, rank = static_cast<int>(blockIdx.x % splits);
   const int64_t tiles = s.tiles_m * s.tiles_n, all_steps = s.nb / kBlocks;
   const int64_t first_step = all_steps * rank / splits;
@@ -524,32 +542,11 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
         if (lane == 0) bulk::mbar_arrive(&empty[stage]);
       }
 
-      if (splits > 1) {
-        // The partial tile into the ring, once both consumer warpgroups are
-        // past their last MMA (named barrier 1: the producer warp is not in
-        // it): a warpgroup that finished first would overwrite a stage the
-        // other still reads.
-        asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
-        float* part = reinterpret_cast<float*>(ring);
-#pragma unroll
-        for (int q = 0; q < C::kUnits; ++q)
-#pragma unroll
-          for (int j = 0; j < C::kUnitN / 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int row = w_row + 8 * (e >> 1), col = C::kUnitN * q + 8 * j + 2 * t + (e & 1);
-              part[s.m_contiguous ? col * C::kColPitch + row : row * C::kRowPitch + col] = acc[q][4 * j + e];
-            }
-      } else {
+      if (splits == 1 || split_gather<C>(s, acc, tile, rank, last_flag)) {
         const int64_t m0 = tm * kBM + w_row - g, n0 = tn * C::BN;
         if (m0 < s.m) store_tile<C>(s, ep, acc, buf, m0, n0, lane);
       }
     }
-  }
-  if (splits > 1) {
-    int64_t tm, tn;
-    tile_coords(first_tile, s.tiles_m, s.tiles_n, &tm, &tn);
-    cluster_reduce_store<C>(s, ep, reinterpret_cast<const float*>(ring), tm, tn, rank);
   }
 #else
   __trap();  // the registry admits this kernel on sm_90a images alone
@@ -567,24 +564,55 @@ Status refused(const GemmArgs& g, const std::string& what) {
   return Status(StatusCode::cuda_error, std::string(g.fn) + " (cuda_wgmma): " + what + " (" + gemm_shape(g) + ")");
 }
 
-struct Maps {
-  CUtensorMap w, codes, scales, flags;
-};
-
-// The GEMM on the re-laid activations, BN = C::BN tokens a tile.
+// The activations re-laid, then the GEMM on them with BN = C::BN tokens a
+// tile. Where the tiles are fewer than the SMs, K is split so that about
+// every SM has a CTA (each keeping at least kMinSplitSteps stages): the
+// splits meet through the workspace, not a cluster, so their count is not
+// bound by how many clusters of a size fit in a GPC at once.
 template <class C>
-Status launch(const GemmArgs& args, const Maps& maps, Shape s, const DeviceLimits& lim, cudaStream_t cs) {
+Status run_tiles(const GemmArgs& args, Stream stream) {
+  const cudaStream_t cs = to_cuda(stream);
   const KernelFit fit = fit_of<C>(args.device.id);
   if (fit.blocks_per_sm == 0) return refused(args, "the kernel cannot be launched on cuda:" + std::to_string(args.device.id));
-  s.tiles_n = (s.n + C::BN - 1) / C::BN;
-  // Too few tiles for the SMs (a long K against few tokens or rows): split K
-  // over a cluster, each CTA keeping at least kMinSplitSteps stages.
-  const int64_t tiles = s.tiles_m * s.tiles_n;
-  s.splits = intfast::pick_splits(fit, lim, tiles, s.nb / kBlocks, kMinSplitSteps);
-  const int64_t grid =
-      s.splits > 1 ? tiles * s.splits : std::min<int64_t>(tiles, static_cast<int64_t>(lim.sms) * fit.blocks_per_sm);
-  intfast::launch_clustered(gemm_q4_0_wgmma_kernel<C>, grid, kThreads, C::kSmemBytes, s.splits, cs, maps.w,
-                            maps.codes, maps.scales, maps.flags, s, epilogue_params(args));
+  const DeviceLimits lim = device_limits(args.device.id);
+  const int64_t m = args.a.rows, n = args.b.rows, k = args.a.k, nb = k / 32;
+
+  Shape s{};
+  s.m = m;
+  s.n = n;
+  s.nb = nb;
+  s.tiles_m = (m + kBM - 1) / kBM;
+  s.tiles_n = (n + C::BN - 1) / C::BN;
+  s.m_contiguous = args.ldc == 1;
+  const int64_t tiles = s.tiles_m * s.tiles_n, slots = static_cast<int64_t>(lim.sms) * fit.blocks_per_sm;
+  int64_t splits = 1;
+  if (tiles < slots) splits = std::max<int64_t>(1, std::min({slots / tiles, kMaxSplits, nb / kBlocks / kMinSplitSteps}));
+  s.splits = static_cast<int>(splits);
+  const int64_t grid = splits > 1 ? tiles * splits : std::min(tiles, slots);
+
+  const SplitLayout lay = split_layout(n, k, splits > 1 ? tiles * splits * kBM * C::BN : 0, splits > 1 ? tiles : 0);
+  Workspace ws(args.device.id, static_cast<size_t>(lay.bytes), cs);
+  if (!ws.ok()) return gemm_mma_run(args, stream);  // no scratch memory: the kernel that needs none
+  uint8_t* codes = ws.bytes() + lay.codes;
+  float* scales = reinterpret_cast<float*>(ws.bytes() + lay.scales);
+  uint8_t* flags = ws.bytes() + lay.flags;
+  s.partials = reinterpret_cast<float*>(ws.bytes() + lay.partials);
+  s.counters = reinterpret_cast<unsigned*>(ws.bytes() + lay.counters);
+  split_q8_1_kernel<<<dim3(static_cast<unsigned>(lay.flag_rows), static_cast<unsigned>(nb / kBlocks)), 256, 0, cs>>>(
+      static_cast<const uint8_t*>(args.b.data), args.b.row_stride, n, k, codes, scales, lay.scale_row_floats, flags,
+      lay.flag_row, s.counters, splits > 1 ? static_cast<int>(tiles) : 0);
+
+  CUtensorMap map_w, map_codes, map_scales, map_flags;
+  if (!tma::encode_rows_plain(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a.data, m, nb * kQ4_0Bytes,
+                              args.a.row_stride, kWRowBytes, kBM) ||
+      !tma::encode_rows_k128(&map_codes, codes, n, k, k, C::BN) ||
+      !tma::encode_rows_plain(&map_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, scales, nb, lay.scale_row_floats,
+                              lay.scale_row_floats * 4, 2 * C::BN, kBlocks) ||
+      !tma::encode_rows_plain(&map_flags, CU_TENSOR_MAP_DATA_TYPE_UINT8, flags, lay.flag_rows, lay.flag_row,
+                              lay.flag_row, kFlagBytes, 1))
+    return refused(args, "the driver refused the operands' tensor maps; a driver for CUDA 12 or newer is needed");
+  gemm_q4_0_wgmma_kernel<C><<<static_cast<unsigned>(grid), kThreads, C::kSmemBytes, cs>>>(
+      map_w, map_codes, map_scales, map_flags, s, epilogue_params(args));
   return gemm_launch_status(args);
 }
 
@@ -622,44 +650,13 @@ Status gemm_wgmma_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status st = guard_status(guard, args.fn, args.device.id); !st.ok()) return st;
-  const DeviceLimits lim = device_limits(args.device.id);
-
-  const int64_t m = args.a.rows, n = args.b.rows, k = args.a.k, nb = k / 32;
-  const cudaStream_t cs = to_cuda(stream);
-  const SplitLayout lay = split_layout(n, k);
-  Workspace ws(args.device.id, static_cast<size_t>(lay.bytes), cs);
-  if (!ws.ok()) return gemm_mma_run(args, stream);  // no scratch memory: the kernel that needs none
-
-  uint8_t* codes = ws.bytes() + lay.codes;
-  float* scales = reinterpret_cast<float*>(ws.bytes() + lay.scales);
-  uint8_t* flags = ws.bytes() + lay.flags;
-  split_q8_1_kernel<<<dim3(static_cast<unsigned>(lay.tiles_n), static_cast<unsigned>(nb / kBlocks)), 256, 0, cs>>>(
-      static_cast<const uint8_t*>(args.b.data), args.b.row_stride, n, k, codes, scales, lay.scale_row_floats, flags,
-      lay.flag_row);
-
   // The tile: the narrowest whose tokens cover N (up to 128), so that few
   // tokens do not pay for a wide tile's zeros.
-  const int bn = n <= 16 ? Cfg16::BN : n <= 32 ? Cfg32::BN : n <= 64 ? Cfg64::BN : CfgWide::BN;
-  Maps maps;
-  if (!tma::encode_rows_plain(&maps.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a.data, m, nb * kQ4_0Bytes,
-                              args.a.row_stride, kWRowBytes, kBM) ||
-      !tma::encode_rows_k128(&maps.codes, codes, n, k, k, bn) ||
-      !tma::encode_rows_plain(&maps.scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, scales, nb, lay.scale_row_floats,
-                              lay.scale_row_floats * 4, 2 * bn, kBlocks) ||
-      !tma::encode_rows_plain(&maps.flags, CU_TENSOR_MAP_DATA_TYPE_UINT8, flags, lay.tiles_n, lay.flag_row,
-                              lay.flag_row, kFlagBytes, 1))
-    return refused(args, "the driver refused the operands' tensor maps; a driver for CUDA 12 or newer is needed");
-
-  Shape s{};
-  s.m = m;
-  s.n = n;
-  s.nb = nb;
-  s.tiles_m = (m + kBM - 1) / kBM;
-  s.m_contiguous = args.ldc == 1;
-  if (bn == Cfg16::BN) return launch<Cfg16>(args, maps, s, lim, cs);
-  if (bn == Cfg32::BN) return launch<Cfg32>(args, maps, s, lim, cs);
-  if (bn == Cfg64::BN) return launch<Cfg64>(args, maps, s, lim, cs);
-  return launch<CfgWide>(args, maps, s, lim, cs);
+  const int64_t n = args.b.rows;
+  if (n <= Cfg16::BN) return run_tiles<Cfg16>(args, stream);
+  if (n <= Cfg32::BN) return run_tiles<Cfg32>(args, stream);
+  if (n <= Cfg64::BN) return run_tiles<Cfg64>(args, stream);
+  return run_tiles<CfgWide>(args, stream);
 }
 
 }  // namespace qg::detail::cuda

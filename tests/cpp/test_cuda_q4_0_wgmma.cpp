@@ -175,11 +175,12 @@ TEST_F(CudaQ4Wgmma, Deterministic) {
   EXPECT_EQ(0, std::memcmp(first.data(), c.c_out.data(), first.size()));
 }
 
-// Few tiles and a long K: the CTAs of a cluster split K and add their partial
-// tiles through distributed shared memory in rank order. Both partial-tile
-// layouts (C row-major, and transposed with m contiguous), wide and narrow
-// tiles, tails on both sides, bit-identical on a second run.
-TEST_F(CudaQ4Wgmma, SplitKAcrossClusters) {
+// Few tiles and a long K: several CTAs split each tile's K, and the last to
+// finish adds their partial tiles from the workspace in split order. Splits
+// of 2 to 14, wide and narrow tiles, C row-major and transposed (m
+// contiguous), tails on both sides, bit-identical on a second run (whose
+// arrival counters start from zero again).
+TEST_F(CudaQ4Wgmma, SplitKThroughWorkspace) {
   QG_SEEDED_RNG(rng, 7);
   for (const Shape& sh : {Shape{256, 128, 8192}, Shape{200, 70 + 64, 14336}, Shape{130, 129, 4096}, Shape{1000, 16, 14336},
                           Shape{256, 40, 8192}}) {
