@@ -453,6 +453,11 @@ def linear_q4_0(x, weight_q, bias=None, *, stream=None):
     CuPy take float32 or float16 x (they have no bfloat16 result arrays).
     """
     fn = _LINEAR_Q4_0.fn
+    # Plain torch tensors: both steps below in one core call (None: not plain).
+    if stream is None and type(x) in _FAST_TYPES and _torch_ops.plain_ok(x, weight_q, bias):
+        y = _qg.fast_linear_q4_0(x, weight_q, bias, fn)
+        if y is not None:
+            return y
     kind = fw.where(x, fn, "x").kind
     dtype = fw.dtype_name(x)
     if dtype not in _OUT_DTYPES:

@@ -417,13 +417,14 @@ def fast_ok(op, x, out, y=None) -> bool:
 
 
 def plain_ok(*args) -> bool:
-    """May an eager call take an integer-family entry (qg._qg.fast_int8_matmul,
-    fast_linear_int4, fast_quantize_tensor)? args: the arguments the entry
+    """May an eager call take an entry that declines what is not plain (the
+    integer family's qg._qg.fast_int8_matmul, fast_linear_int4,
+    fast_quantize_tensor, and fast_linear_q4_0)? args: the arguments the entry
     reads as tensors; None and Python numbers pass. False while torch traces,
     and for an argument that is not a tensor of a fast type, a lazily negated
     view (exported as stored) or one that requires grad: the function's plan
-    then takes the call and says what is wrong. The entries decline whatever
-    else is not plain themselves."""
+    (or steps) then takes the call and says what is wrong. The entries decline
+    whatever else is not plain themselves."""
     if _is_compiling() or _tracing_state() is not None or _dispatch_depth() > 0:
         return False
     fast = _api._FAST_TYPES

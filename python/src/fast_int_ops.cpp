@@ -19,6 +19,10 @@ namespace qg::python {
 
 namespace {
 
+using fast::float_format;
+using fast::plain_optional;
+using fast::plain_tensor;
+
 bool is_str(nb::handle h, const char* s) {
   return PyUnicode_CheckExact(h.ptr()) && PyUnicode_CompareWithASCIIString(h.ptr(), s) == 0;
 }
@@ -52,24 +56,6 @@ int plain_activation(nb::handle h) {
   return is_str(h, "relu") ? 1 : -1;
 }
 
-// A C-contiguous tensor of `api` (any exchange table when api is null; *api
-// then names it). Everything else, including what a view cannot hold (whose
-// message the plan's earlier checks may precede), is not plain.
-bool plain_tensor(nb::handle obj, const char* fn, const char* arg, const dlx::Api** api, TensorView* v) {
-  const dlx::Api* a;
-  Status ignored;
-  if (!fast::read_input(obj, fn, arg, &a, v, &ignored) || !v->is_contiguous()) return false;
-  if (*api == nullptr) *api = a;
-  return a == *api;
-}
-
-// An optional tensor (None: absent, *present false).
-bool plain_optional(nb::handle obj, const char* fn, const char* arg, const dlx::Api* api, TensorView* v,
-                    bool* present) {
-  *present = !obj.is_none();
-  return !*present || plain_tensor(obj, fn, arg, &api, v);
-}
-
 // A scale constant along K as the plan's vector_scale passes it on: a Python
 // number (-> *factor) or a float32 vector [1] or [length] on the operands'
 // device (-> *v, *present; the plan converts other dtypes, reshapes other
@@ -95,32 +81,15 @@ int plain_out_dtype(nb::handle h) {
   return -1;
 }
 
-// Float activations of a weight-only GEMM: their format and the result
-// dtype's id (the result is in x's dtype). False: not a float dtype.
-bool float_format(DType d, Format* fmt, int* dtype) {
-  switch (d) {
-    case DType::f32: *fmt = Format::f32; *dtype = 0; return true;
-    case DType::f16: *fmt = Format::f16; *dtype = 1; return true;
-    case DType::bf16: *fmt = Format::bf16; *dtype = 2; return true;
-    default: return false;
-  }
-}
-
 // Runs a GEMM whose [rows, cols] result is returned as [*lead, cols], lead
 // the leading dims of `rows_of` (the input whose rows are the result's rows;
 // the plan's reshape, here without a copy or a view of one).
 nb::object gemm_rows(const dlx::Api* api, const char* fn, const GemmViews& v, const TensorView& rows_of) {
   ResultSpec spec;
   throw_if_error(result_spec(v, &spec));
-  ResultSpec shape = spec;
-  if (rows_of.ndim != 2) {
-    shape.ndim = 0;
-    for (int d = 0; d + 1 < rows_of.ndim; ++d) shape.shape[shape.ndim++] = rows_of.shape[d];
-    shape.shape[shape.ndim++] = spec.shape[1];
-  }
   const Device device = v.a.device;
   TensorView out;
-  nb::object result = fast::allocate(api, fn, shape, device, &out);
+  nb::object result = fast::allocate(api, fn, fast::rows_shape(spec, rows_of), device, &out);
   out.ndim = 2;  // the same bytes, as the core's [rows, cols]
   out.shape[0] = spec.shape[0];
   out.shape[1] = spec.shape[1];

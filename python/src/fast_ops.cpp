@@ -45,6 +45,29 @@ bool import_optional(nb::handle obj, const char* fn, const char* arg, const dlx:
   return true;
 }
 
+bool plain_tensor(nb::handle obj, const char* fn, const char* arg, const dlx::Api** api, TensorView* v) {
+  const dlx::Api* a;
+  Status ignored;
+  if (!read_input(obj, fn, arg, &a, v, &ignored) || !v->is_contiguous()) return false;
+  if (*api == nullptr) *api = a;
+  return a == *api;
+}
+
+bool plain_optional(nb::handle obj, const char* fn, const char* arg, const dlx::Api* api, TensorView* v,
+                    bool* present) {
+  *present = !obj.is_none();
+  return !*present || plain_tensor(obj, fn, arg, &api, v);
+}
+
+bool float_format(DType d, Format* fmt, int* dtype) {
+  switch (d) {
+    case DType::f32: *fmt = Format::f32; *dtype = 0; return true;
+    case DType::f16: *fmt = Format::f16; *dtype = 1; return true;
+    case DType::bf16: *fmt = Format::bf16; *dtype = 2; return true;
+    default: return false;
+  }
+}
+
 namespace {
 
 void record_error(void* ctx, const char* kind, const char* message) {
@@ -81,6 +104,15 @@ nb::object allocate(const dlx::Api* api, const char* fn, const ResultSpec& spec,
   void* obj = nullptr;
   if (api->managed_tensor_to_py_object_no_sync(mt, &obj) != 0 || obj == nullptr) throw nb::python_error();
   return nb::steal(static_cast<PyObject*>(obj));
+}
+
+ResultSpec rows_shape(const ResultSpec& spec, const TensorView& rows_of) {
+  if (rows_of.ndim == 2) return spec;
+  ResultSpec shape = spec;
+  shape.ndim = 0;
+  for (int d = 0; d + 1 < rows_of.ndim; ++d) shape.shape[shape.ndim++] = rows_of.shape[d];
+  shape.shape[shape.ndim++] = spec.shape[1];
+  return shape;
 }
 
 Stream current_stream(const dlx::Api* api, Device device) {
@@ -120,8 +152,12 @@ namespace {
 
 using fast::allocate;
 using fast::current_stream;
+using fast::float_format;
 using fast::import_input;
 using fast::import_optional;
+using fast::plain_optional;
+using fast::plain_tensor;
+using fast::rows_shape;
 
 // out_obj: None (allocate the result) or the caller's out= tensor of the
 // same framework, which the core checks like any out= (shape, dtype, device,
@@ -145,6 +181,65 @@ nb::object finish(const dlx::Api* api, const char* fn, const Views& v, Device de
   }
   const Stream stream = current_stream(api, device);
   throw_if_error(run_released(device, [&] { return run(out, stream); }));
+  return result;
+}
+
+// qg.linear_q4_0 in one core call (qg::linear_q4_0): x quantized to Q8_1
+// into a workspace the caller's framework allocates, then the GEMM, whose
+// epilogue adds the bias and writes y [..., M] in x's dtype. The Python
+// function checks x's dtype and rank before its two steps (quantize, GEMM),
+// so this entry takes only the plain case, as the integer family's do: x a
+// float tensor of at least one dimension, weight_q and bias (or None)
+// C-contiguous tensors of x's framework. For anything else it returns None
+// before doing anything, and the steps take the call. Past that point x is
+// checked as the quantize step checks it, then weight_q and bias as the GEMM
+// step does: the same checks in the same order, with the same messages.
+nb::object linear_q4_0(nb::handle x, nb::handle weight_q, nb::handle bias, const char* fn) {
+  const dlx::Api* api = nullptr;
+  TensorView xv, wv, biasv;
+  Format x_fmt;  // unused: x is quantized to Q8_1
+  int dtype;     // the result's: x's
+  bool has_bias;
+  if (!plain_tensor(x, fn, "x", &api, &xv) || xv.ndim < 1 || !float_format(xv.dtype, &x_fmt, &dtype) ||
+      !plain_tensor(weight_q, fn, "weight_q", &api, &wv) || !plain_optional(bias, fn, "bias", api, &biasv, &has_bias))
+    return nb::none();
+  const Device device = xv.device;
+  const QuantizeViews q{Format::q8_1, xv, Q8_1Convention::reference, fn};
+  ResultSpec xq_spec, spec;
+  throw_if_error(result_spec(q, &xq_spec));
+  // Dropped on return, after both kernels are enqueued on the framework's
+  // current stream: its allocator reuses the memory in stream order, as it
+  // does the Python steps' intermediate Q8_1 array.
+  TensorView xq;
+  const nb::object workspace = allocate(api, fn, xq_spec, device, &xq);
+  GemmViews v = gemm_views(static_cast<int>(Format::q4_0), static_cast<int>(Format::q8_1), wv, xq, -1, -1, -1, fn,
+                           "weight_q", "x");
+  set_epilogue(&v, has_bias ? &biasv : nullptr, dtype, true);
+  throw_if_error(result_spec(v, &spec));  // [N, M]
+  TensorView y;
+  nb::object result = allocate(api, fn, rows_shape(spec, xv), device, &y);
+  // Every tensor is C-contiguous: rows are K, one row of blocks, M apart.
+  LinearQ4_0Args a;
+  a.x = xv.data;
+  a.x_dtype = xv.dtype;
+  a.n = spec.shape[0];
+  a.k = xv.shape[xv.ndim - 1];
+  a.x_row_stride = a.k;
+  a.xq_workspace = xq.data;
+  a.weight_q = wv.data;
+  a.m = spec.shape[1];
+  a.weight_row_stride = row_bytes(format_traits(Format::q4_0), a.k);
+  a.y = y.data;
+  a.y_dtype = v.out_dtype;
+  a.ldy = a.m;
+  if (has_bias) {
+    a.bias = biasv.data;
+    a.bias_dtype = biasv.dtype;
+  }
+  a.device = device;
+  a.fn = fn;
+  const Stream stream = current_stream(api, device);
+  throw_if_error(run_released(device, [&] { return qg::linear_q4_0(a, stream); }));
   return result;
 }
 
@@ -242,6 +337,8 @@ void bind_fast_ops(nb::module_& m) {
       "col_zero_point"_a.none() = nb::none(), "a_scales"_a.none() = nb::none(),
       "a_zero_points"_a.none() = nb::none(), "group_size"_a = 0, "alpha"_a = 1.0f, "activation"_a = 0,
       "a_k_major"_a = false, "b_k_major"_a = false);
+  m.def("fast_linear_q4_0", &linear_q4_0, "x"_a.none(), "weight_q"_a.none(), "bias"_a.none(),
+        "fn"_a = "qg.linear_q4_0");
 }
 
 }  // namespace qg::python

@@ -25,8 +25,28 @@ bool import_input(nb::handle obj, const char* fn, const char* arg, const dlx::Ap
 bool import_optional(nb::handle obj, const char* fn, const char* arg, const dlx::Api* api, TensorView* v,
                      bool* present);
 
+// The plain case of an entry that declines rather than raises (the integer
+// family's, linear_q4_0's): a C-contiguous tensor of `api` (any exchange
+// table when *api is null; *api then names it). Everything else, including
+// what a view cannot hold (whose message the Python path's earlier checks may
+// precede), is not plain, and the Python path takes the call.
+bool plain_tensor(nb::handle obj, const char* fn, const char* arg, const dlx::Api** api, TensorView* v);
+
+// An optional plain tensor (None: absent, *present false).
+bool plain_optional(nb::handle obj, const char* fn, const char* arg, const dlx::Api* api, TensorView* v,
+                    bool* present);
+
+// Float activations of a GEMM whose result is in their dtype: their format
+// and the result dtype's id (set_epilogue's). False: not a float dtype.
+bool float_format(DType d, Format* fmt, int* dtype);
+
 // Allocates the result with the caller's framework; *out views it.
 nb::object allocate(const dlx::Api* api, const char* fn, const ResultSpec& spec, Device device, TensorView* out);
+
+// A [rows, cols] result's shape as [*lead, cols], lead the leading dims of
+// `rows_of` (the input whose rows are the result's rows): the Python
+// functions' reshape, here without a copy or a view of one.
+ResultSpec rows_shape(const ResultSpec& spec, const TensorView& rows_of);
 
 // The framework's current stream on device (null on the CPU).
 Stream current_stream(const dlx::Api* api, Device device);
