@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // bench/cases_linear.cpp: qg::linear_q4_0, the whole call (quantize_q8_1 of
 // float32 x into a workspace, then the Q4_0 x Q8_1 GEMM writing fp32 y
-// [N, M]), on CUDA for the decode N (<= 8) of the N list and each shape:
+// [N, M]; on sm_90a from N = 9 the warpgroup kernel quantizes x itself), on
+// CUDA for every N of the N list and each shape:
 //   linear_q4_0/cuda/<cold|hot>/M:<M>/K:<K>/N:<N>/manual_time
 // Beside quantize_q8_1/cuda/.../K:/N: and q4_0_q8_1/cuda/.../M:/K:/N: of the
 // same run: the float-activation call a model makes, quantization included.
@@ -13,8 +14,6 @@
 namespace qgbench {
 
 namespace {
-
-constexpr int64_t kMaxDecodeN = 8;  // the N the decode kernel takes
 
 qg::LinearQ4_0Args linear_args(int64_t m, int64_t n, int64_t k, const void* x, void* ws, const void* w, void* y) {
   qg::LinearQ4_0Args a;
@@ -53,7 +52,8 @@ void bm_linear(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold)
     return;
   }
   qg::LinearQ4_0Args a = linear_args(m, n, k, x->slot(0), ws->slot(0), w->slot(0), y->slot(0));
-  // The label names the GEMM kernel the call runs after its quantizer.
+  // The label names the GEMM kernel (after its quantizer, or quantizing x
+  // itself where it can).
   qg::GemmArgs g;
   g.a = qg::packed_operand(a.weight_q, qg::Format::q4_0, m, k);
   g.b = qg::packed_operand(a.xq_workspace, qg::Format::q8_1, n, k);
@@ -62,7 +62,7 @@ void bm_linear(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold)
   g.ldc_n = m;
   g.device = a.device;
   qg::Explanation ex;
-  if (qg::explain(g, &ex).ok()) st.SetLabel("quantize_q8_1 + " + ex.chosen);
+  if (qg::explain(g, &ex).ok()) st.SetLabel("gemm kernel " + ex.chosen);
   const Work work{2.0 * m * n * k, double(m * qg::row_bytes(qg::format_traits(qg::Format::q4_0), k)) +
                                        4.0 * n * k + 4.0 * m * n};
   const qg::Stream stream = stream_of(be);
@@ -80,7 +80,6 @@ void add_linear_cases(CaseList& cases) {
   if (qg::detail::cuda::registry().gemm.empty()) return;  // CUDA not built
   for (const Shape& s : g_opt.shapes)
     for (int64_t n : n_list(be)) {
-      if (n > kMaxDecodeN) continue;
       for (bool cold : {true, false}) {
         const int64_t m = s.m, k = s.k;
         cases.push_back({case_name("linear_q4_0", be, cold, m, k, n), be,

@@ -58,6 +58,9 @@ bool gemm_mmvq_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_mmvq_run(const GemmArgs& args, Stream stream);
 bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wgmma_run(const GemmArgs& args, Stream stream);
+// The same GEMM with B quantized inside from float activations (linear_q4_0):
+// `from_float` would quantize them to Q8_1 at args.b, which is left unwritten.
+Status gemm_wgmma_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream);
 bool gemm_mma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_mma_run(const GemmArgs& args, Stream stream);
 bool gemm_dp4a_tiled_can_run(const GemmArgs& args, std::string* why_not);

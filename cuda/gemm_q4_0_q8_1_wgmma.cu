@@ -65,6 +65,8 @@
 #include "bulk_copy.cuh"
 #include "gemm_int_fast.cuh"
 #include "gemm_q4_0_q8_1.cuh"
+#include "quantize.cuh"
+#include "quantize_warp.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
 #include "workspace.cuh"
@@ -200,6 +202,95 @@ __global__ void __launch_bounds__(256) split_q8_1_kernel(const uint8_t* a, int64
       slot[0] = 0.0f;
       slot[2] = 0.0f;
     }
+  }
+  __syncthreads();
+  if (threadIdx.x < kFlagBytes)
+    flags[blockIdx.x * flag_row + blockIdx.y * kFlagBytes + threadIdx.x] =
+        threadIdx.x < kBlocks && nonfinite[threadIdx.x] ? 1 : 0;
+}
+
+// linear_q4_0's activations quantized to Q8_1 (quant_block.h's reference
+// arithmetic: the same codes and fp16 scales as quantize_q8_1) straight into
+// the layout above, in place of quantize_q8_1 + split_q8_1_kernel: one pass
+// over x instead of writing and reading back Q8_1 blocks, and one launch
+// fewer. Grid as split_q8_1_kernel's (128 tokens x 8 blocks a CTA, so that
+// a CTA owns its non-finite bytes), one thread per (token, block): thread
+// 8 t + j takes block j of token t, so each 8 threads read one token's 256
+// consecutive values and write its 256 consecutive codes.
+constexpr int kQuantizeSplitThreads = kSplitTokens * kBlocks;
+
+// 32 values of a block into v. kVec: 16-byte loads (x and its row stride
+// 16-byte aligned); otherwise element loads, aligned or byte by byte.
+template <DType T>
+__device__ __forceinline__ void load_block(const uint8_t* p, bool vec, bool aligned, float (&v)[32]) {
+  constexpr int kEsize = T == DType::f32 ? 4 : 2;
+  if (vec) {
+#pragma unroll
+    for (int c = 0; c < 32 * kEsize / 16; ++c) {
+      const uint4 w = reinterpret_cast<const uint4*>(p)[c];
+      const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if constexpr (T == DType::f32) {
+          v[4 * c + j] = bits_float(u[j]);
+        } else if constexpr (T == DType::f16) {
+          v[8 * c + 2 * j] = fp16_to_fp32(static_cast<uint16_t>(u[j] & 0xFFFFu));
+          v[8 * c + 2 * j + 1] = fp16_to_fp32(static_cast<uint16_t>(u[j] >> 16));
+        } else {
+          v[8 * c + 2 * j] = bf16_to_fp32(static_cast<uint16_t>(u[j] & 0xFFFFu));
+          v[8 * c + 2 * j + 1] = bf16_to_fp32(static_cast<uint16_t>(u[j] >> 16));
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) v[i] = load_value<T>(p, i, aligned);
+  }
+}
+
+template <DType T>
+__global__ void __launch_bounds__(kQuantizeSplitThreads)
+quantize_split_kernel(const uint8_t* x, int64_t x_row_stride, bool x_vec, bool x_aligned, int64_t n, int64_t k,
+                      uint8_t* codes, float* scales, int64_t scale_row_floats, uint8_t* flags, int64_t flag_row,
+                      unsigned* counters, int counter_count) {
+  constexpr int kEsize = T == DType::f32 ? 4 : 2;
+  if (blockIdx.x == 0 && blockIdx.y == 0)
+    for (int i = threadIdx.x; i < counter_count; i += blockDim.x) counters[i] = 0;
+  __shared__ int nonfinite[kBlocks];
+  if (threadIdx.x < kBlocks) nonfinite[threadIdx.x] = 0;
+  __syncthreads();
+  const int j = threadIdx.x % kBlocks;
+  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kSplitTokens + threadIdx.x / kBlocks;
+  const int64_t b = static_cast<int64_t>(blockIdx.y) * kBlocks + j;
+  float* slot = scales + b * scale_row_floats + (tok / 2) * 4 + (tok % 2);
+  if (tok < n) {
+    float v[32];
+    load_block<T>(x + (tok * x_row_stride + b * 32) * kEsize, x_vec, x_aligned, v);
+    int8_t q[32];
+    float d;
+    if (block_is_finite(v)) {
+      int sum;
+      d = fp16_to_fp32(fp32_to_fp16(quantize_codes_q8(v, q, &sum)));  // the GEMM sees the format's fp16 scale
+    } else {  // the reference's bytes: NaN scale, zero codes
+      d = fp16_to_fp32(kFp16NaN);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) q[i] = 0;
+      nonfinite[j] = 1;
+    }
+    uint32_t w[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      w[i] = static_cast<uint8_t>(q[4 * i]) | (static_cast<uint32_t>(static_cast<uint8_t>(q[4 * i + 1])) << 8) |
+             (static_cast<uint32_t>(static_cast<uint8_t>(q[4 * i + 2])) << 16) |
+             (static_cast<uint32_t>(static_cast<uint8_t>(q[4 * i + 3])) << 24);
+    uint4* dst = reinterpret_cast<uint4*>(codes + tok * k + b * 32);
+    dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    slot[0] = d;
+    slot[2] = -kMagic * d;  // exact: 2 significant bits times 11
+  } else if (tok == n && (n & 1)) {  // the odd last token's partner slot
+    slot[0] = 0.0f;
+    slot[2] = 0.0f;
   }
   __syncthreads();
   if (threadIdx.x < kFlagBytes)
@@ -570,7 +661,7 @@ Status refused(const GemmArgs& g, const std::string& what) {
 // splits meet through the workspace, not a cluster, so their count is not
 // bound by how many clusters of a size fit in a GPC at once.
 template <class C>
-Status run_tiles(const GemmArgs& args, Stream stream) {
+Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream stream) {
   const cudaStream_t cs = to_cuda(stream);
   const KernelFit fit = fit_of<C>(args.device.id);
   if (fit.blocks_per_sm == 0) return refused(args, "the kernel cannot be launched on cuda:" + std::to_string(args.device.id));
@@ -592,15 +683,35 @@ Status run_tiles(const GemmArgs& args, Stream stream) {
 
   const SplitLayout lay = split_layout(n, k, splits > 1 ? tiles * splits * kBM * C::BN : 0, splits > 1 ? tiles : 0);
   Workspace ws(args.device.id, static_cast<size_t>(lay.bytes), cs);
-  if (!ws.ok()) return gemm_mma_run(args, stream);  // no scratch memory: the kernel that needs none
+  if (!ws.ok()) {  // no scratch memory: the kernel that needs none
+    if (from_float)
+      if (Status st = quantize_run(*from_float, stream); !st.ok()) return st;
+    return gemm_mma_run(args, stream);
+  }
   uint8_t* codes = ws.bytes() + lay.codes;
   float* scales = reinterpret_cast<float*>(ws.bytes() + lay.scales);
   uint8_t* flags = ws.bytes() + lay.flags;
   s.partials = reinterpret_cast<float*>(ws.bytes() + lay.partials);
   s.counters = reinterpret_cast<unsigned*>(ws.bytes() + lay.counters);
-  split_q8_1_kernel<<<dim3(static_cast<unsigned>(lay.flag_rows), static_cast<unsigned>(nb / kBlocks)), 256, 0, cs>>>(
-      static_cast<const uint8_t*>(args.b.data), args.b.row_stride, n, k, codes, scales, lay.scale_row_floats, flags,
-      lay.flag_row, s.counters, splits > 1 ? static_cast<int>(tiles) : 0);
+  const dim3 split_grid(static_cast<unsigned>(lay.flag_rows), static_cast<unsigned>(nb / kBlocks));
+  const int counters = splits > 1 ? static_cast<int>(tiles) : 0;
+  if (from_float) {
+    const QuantizeArgs& q = *from_float;
+    const uint8_t* x = static_cast<const uint8_t*>(q.x);
+    auto launch_from = [&](auto kernel, int esize) {
+      const bool vec = is_aligned(x, 16) && (q.x_row_stride * esize) % 16 == 0;
+      kernel<<<split_grid, kQuantizeSplitThreads, 0, cs>>>(x, q.x_row_stride, vec, is_aligned(x, esize), n, k, codes,
+                                                            scales, lay.scale_row_floats, flags, lay.flag_row,
+                                                            s.counters, counters);
+    };
+    if (q.x_dtype == DType::f16) launch_from(quantize_split_kernel<DType::f16>, 2);
+    else if (q.x_dtype == DType::bf16) launch_from(quantize_split_kernel<DType::bf16>, 2);
+    else launch_from(quantize_split_kernel<DType::f32>, 4);
+  } else {
+    split_q8_1_kernel<<<split_grid, 256, 0, cs>>>(static_cast<const uint8_t*>(args.b.data), args.b.row_stride, n,
+                                                  k, codes, scales, lay.scale_row_floats, flags, lay.flag_row,
+                                                  s.counters, counters);
+  }
 
   CUtensorMap map_w, map_codes, map_scales, map_flags;
   if (!tma::encode_rows_plain(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a.data, m, nb * kQ4_0Bytes,
@@ -646,17 +757,27 @@ bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
   return true;
 }
 
-Status gemm_wgmma_run(const GemmArgs& args, Stream stream) {
+namespace {
+
+Status run_any_tile(const GemmArgs& args, const QuantizeArgs* from_float, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status st = guard_status(guard, args.fn, args.device.id); !st.ok()) return st;
   // The tile: the narrowest whose tokens cover N (up to 128), so that few
   // tokens do not pay for a wide tile's zeros.
   const int64_t n = args.b.rows;
-  if (n <= Cfg16::BN) return run_tiles<Cfg16>(args, stream);
-  if (n <= Cfg32::BN) return run_tiles<Cfg32>(args, stream);
-  if (n <= Cfg64::BN) return run_tiles<Cfg64>(args, stream);
-  return run_tiles<CfgWide>(args, stream);
+  if (n <= Cfg16::BN) return run_tiles<Cfg16>(args, from_float, stream);
+  if (n <= Cfg32::BN) return run_tiles<Cfg32>(args, from_float, stream);
+  if (n <= Cfg64::BN) return run_tiles<Cfg64>(args, from_float, stream);
+  return run_tiles<CfgWide>(args, from_float, stream);
+}
+
+}  // namespace
+
+Status gemm_wgmma_run(const GemmArgs& args, Stream stream) { return run_any_tile(args, nullptr, stream); }
+
+Status gemm_wgmma_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream) {
+  return run_any_tile(args, &from_float, stream);
 }
 
 }  // namespace qg::detail::cuda

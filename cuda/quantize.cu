@@ -24,6 +24,7 @@
 
 #include "format_dispatch.h"
 #include "quantize.cuh"
+#include "quantize_warp.cuh"
 
 namespace qg::detail::cuda {
 namespace {
@@ -34,20 +35,6 @@ constexpr int64_t kFewChunks = 512;  // of 32 blocks: below this, one block per 
 constexpr int kPitch = 33;              // floats per staged block (32 + 1 pad)
 constexpr int kMaxBytesPerBlock = 36;   // block_q8_1
 constexpr int64_t kMaxGrid = 1 << 20;   // grid-stride beyond this
-
-template <DType T>
-__device__ __forceinline__ float load_value(const uint8_t* row, int64_t i, bool aligned) {
-  if constexpr (T == DType::f32) {
-    if (aligned) return reinterpret_cast<const float*>(row)[i];
-    const uint8_t* p = row + 4 * i;
-    return bits_float(static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-                      (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24));
-  } else {
-    const uint16_t h = aligned ? reinterpret_cast<const uint16_t*>(row)[i] : load_u16_b1(row + 2 * i);
-    if constexpr (T == DType::f16) return fp16_to_fp32(h);
-    else return bf16_to_fp32(h);
-  }
-}
 
 // Copies a warp's packed bytes between global and shared memory, 16 bits at a
 // time when the global side allows it (every block size here is even, so
@@ -150,11 +137,8 @@ quantize_lanes_kernel(const uint8_t* __restrict__ x, int64_t rows, int64_t nb, i
         yb[kCodes + lane] = 0;
         continue;
       }
-      float amax = a;
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kAll, amax, off));
-      const float d = div_rn(amax, 127.0f);
       if (F == Format::q8_1 && convention == Q8_1Convention::ggml_cuda) {
+        const float amax = warp_abs_max(v), d = div_rn(amax, 127.0f);
         float xsum = 0.0f;
         for (int j = 0; j < 32; ++j) xsum = add_rn(xsum, __shfl_sync(kAll, v, j));
         yb[kCodes + lane] = static_cast<uint8_t>(amax == 0.0f ? 0 : q8_code(div_rn(v, d)));
@@ -162,7 +146,7 @@ quantize_lanes_kernel(const uint8_t* __restrict__ x, int64_t rows, int64_t nb, i
         if (lane == 1) store_le(yb + 2, fp32_to_fp16(xsum), 2);
         continue;
       }
-      const int8_t q = q8_code(mul_rn(v, inverse_scale(d)));
+      const auto [q, d] = warp_quantize_q8(v);
       yb[kCodes + lane] = static_cast<uint8_t>(q);
       if (lane == 0) store_le(yb, fp32_to_fp16(d), 2);
       if constexpr (F == Format::q8_1) {

@@ -39,7 +39,8 @@ Registry make_registry() {
   Registry r;
   r.gemm = {
       {"cuda_mmvq", Format::q4_0, Format::q8_1, kDp4a, kEpiFloatAll, gemm_mmvq_can_run, gemm_mmvq_run},
-      {"cuda_wgmma", Format::q4_0, Format::q8_1, kWgmma, kEpiFloatAll, gemm_wgmma_can_run, gemm_wgmma_run},
+      {"cuda_wgmma", Format::q4_0, Format::q8_1, kWgmma, kEpiFloatAll, gemm_wgmma_can_run, gemm_wgmma_run,
+       gemm_wgmma_run_quantizing},
       {"cuda_mma", Format::q4_0, Format::q8_1, kMmaS8, kEpiFloatAll, gemm_mma_can_run, gemm_mma_run},
       {"cuda_dp4a_tiled", Format::q4_0, Format::q8_1, kDp4a, kEpiFloatAll, gemm_dp4a_tiled_can_run, gemm_dp4a_tiled_run},
       {"cuda_generic", Format::q4_0, Format::q8_1, kAnyGpu, kEpiFloatAll, gemm_generic_can_run, gemm_generic_run},

@@ -63,6 +63,11 @@ struct GemmKernel {
   uint32_t epilogue_caps;
   bool (*can_run)(const GemmArgs& args, std::string* why_not);
   Status (*run)(const GemmArgs& args, Stream stream);
+  // Optional: the GEMM of the same arguments with B computed inside from the
+  // float activations that `quantize` describes (its y is args.b's data and
+  // is not written), the same bytes as quantize then run. linear_q4_0 calls
+  // it where the chosen kernel has it, and quantize + run otherwise.
+  Status (*run_quantizing)(const GemmArgs& args, const QuantizeArgs& quantize, Stream stream) = nullptr;
 };
 
 // Quantize and dequantize kernels serve a set of formats (bit 1 << Format).

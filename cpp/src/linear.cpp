@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // linear.cpp: linear_q4_0, quantize_q8_1(x) into the caller's workspace and
 // then the Q4_0 x Q8_1 GEMM, enqueued here back to back: one call, both
-// kernels chosen (and every argument checked) before either runs.
+// kernels chosen (and every argument checked) before either runs. A GEMM
+// kernel with run_quantizing takes x itself and leaves the workspace unused.
 #include <cstdint>
 #include <string>
 
@@ -80,6 +81,8 @@ Status linear_q4_0(const LinearQ4_0Args& a, Stream stream) {
 
   // K = 0 launches no quantizer; the GEMM still writes the bias (an empty sum).
   const bool quantized = a.n > 0 && a.k > 0;
+  // A kernel that quantizes x itself (into its own layout) takes both steps.
+  if (quantized && a.m > 0 && gk->run_quantizing) return gk->run_quantizing(g, q, stream);
   if (quantized)
     if (Status s = qk->run(q, stream); !s.ok()) return s;
   if (a.m == 0 || a.n == 0) return {};

@@ -56,6 +56,13 @@ TEST_F(CudaLinear, MatchesQuantizeThenGemmLargeK) {
   run_all(qgtest::linear::shape_cases({4096, 14336}), rng);
 }
 
+// On sm_90a the warpgroup kernel quantizes x itself (its re-layout pass reads
+// x, not Q8_1 blocks); elsewhere these go to quantize + the mma kernel.
+TEST_F(CudaLinear, TensorCoreShapes) {
+  QG_SEEDED_RNG(rng, 5);
+  run_all(qgtest::linear::tensor_core_cases(), rng);
+}
+
 TEST_F(CudaLinear, StridesAndAlignments) {
   QG_SEEDED_RNG(rng, 3);
   run_all(qgtest::linear::layout_cases(), rng);

@@ -166,16 +166,19 @@ Status dequantize(const DequantizeArgs& args, Stream stream = nullptr);
 
 // ------------------------------------------------------------------- linear
 // A model's linear layer with Q4_0 weights: y[n, m] = x[n] . W[m]^T + bias[m].
-// x is quantized to Q8_1 (the reference convention) into xq_workspace, then
-// multiplied as gemm_q4_0_q8_1 does, the epilogue adding bias and writing
-// y [N, M] in y_dtype: byte for byte quantize + gemm with ldc = 1, ldc_n = ldy.
+// x is quantized to Q8_1 (the reference convention), then multiplied as
+// gemm_q4_0_q8_1 does, the epilogue adding bias and writing y [N, M] in
+// y_dtype: byte for byte quantize + gemm with ldc = 1, ldc_n = ldy. The Q8_1
+// blocks go to xq_workspace, except where the GEMM kernel quantizes x into
+// its own layout (the warpgroup kernel on sm_90a): the workspace's contents
+// afterwards are unspecified.
 // Both kernels are chosen before either runs, then enqueued on `stream` back
 // to back. Strides: x and y in elements, the weight in bytes.
 struct LinearQ4_0Args {
   const void* x = nullptr;         // [n, k] f32, f16 or bf16
   DType x_dtype = DType::f32;
   int64_t n = 0, k = 0, x_row_stride = 0;
-  void* xq_workspace = nullptr;    // n * (k / 32) * 36 bytes on `device`, caller-owned, overwritten
+  void* xq_workspace = nullptr;    // n * (k / 32) * 36 bytes on `device`, caller-owned scratch
   const void* weight_q = nullptr;  // [m, k / 32] Q4_0 blocks
   int64_t m = 0, weight_row_stride = 0;
   void* y = nullptr;               // [n, m], row n at y + n * ldy
