@@ -54,6 +54,7 @@ Status linear_q4_0(const LinearQ4_0Args& a, Stream stream) {
   g.ldc_n = a.ldy;
   g.epilogue.bias = a.bias;
   g.epilogue.bias_dtype = a.bias_dtype;
+  g.epilogue.activation = a.activation;
   g.device = a.device;
   g.fn = fn;
 

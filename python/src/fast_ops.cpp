@@ -194,7 +194,7 @@ nb::object finish(const dlx::Api* api, const char* fn, const Views& v, Device de
 // before doing anything, and the steps take the call. Past that point x is
 // checked as the quantize step checks it, then weight_q and bias as the GEMM
 // step does: the same checks in the same order, with the same messages.
-nb::object linear_q4_0(nb::handle x, nb::handle weight_q, nb::handle bias, const char* fn) {
+nb::object linear_q4_0(nb::handle x, nb::handle weight_q, nb::handle bias, const char* fn, bool relu) {
   const dlx::Api* api = nullptr;
   TensorView xv, wv, biasv;
   Format x_fmt;  // unused: x is quantized to Q8_1
@@ -236,6 +236,7 @@ nb::object linear_q4_0(nb::handle x, nb::handle weight_q, nb::handle bias, const
     a.bias = biasv.data;
     a.bias_dtype = biasv.dtype;
   }
+  a.activation = relu ? Activation::relu : Activation::none;
   a.device = device;
   a.fn = fn;
   const Stream stream = current_stream(api, device);
@@ -338,7 +339,7 @@ void bind_fast_ops(nb::module_& m) {
       "a_zero_points"_a.none() = nb::none(), "group_size"_a = 0, "alpha"_a = 1.0f, "activation"_a = 0,
       "a_k_major"_a = false, "b_k_major"_a = false);
   m.def("fast_linear_q4_0", &linear_q4_0, "x"_a.none(), "weight_q"_a.none(), "bias"_a.none(),
-        "fn"_a = "qg.linear_q4_0");
+        "fn"_a = "qg.linear_q4_0", "relu"_a = false);
 }
 
 }  // namespace qg::python

@@ -27,6 +27,7 @@ struct Case {
   qg::DType x_dtype = qg::DType::f32, y_dtype = qg::DType::f32;
   bool bias = false;
   qg::DType bias_dtype = qg::DType::f32;
+  bool relu = false;
   int64_t x_pad = 0;       // elements past K between rows of x
   int64_t y_pad = 0;       // elements past M between rows of y (ldy = M + y_pad)
   int64_t w_pad = 0;       // bytes past a row of blocks between weight rows
@@ -40,6 +41,7 @@ struct Case {
     return "N=" + std::to_string(n) + " M=" + std::to_string(m) + " K=" + std::to_string(k) + " x " +
            qg::dtype_name(x_dtype) + " y " + qg::dtype_name(y_dtype) +
            (bias ? std::string(" bias ") + qg::dtype_name(bias_dtype) : std::string(" no bias")) +
+           (relu ? " relu" : "") +
            " x_pad=" + std::to_string(x_pad) + " y_pad=" + std::to_string(y_pad) + " w_pad=" +
            std::to_string(w_pad) + " w_offset=" + std::to_string(w_offset) + " ws_offset=" +
            std::to_string(ws_offset);
@@ -106,6 +108,7 @@ inline qg::LinearQ4_0Args linear_args(const Case& c, const void* x, void* ws, co
   a.ldy = c.ldy();
   a.bias = bias;
   a.bias_dtype = c.bias_dtype;
+  a.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
   a.device = device;
   return a;
 }
@@ -135,6 +138,7 @@ inline qg::Status quantize_then_gemm(const Case& c, const void* x, void* ws, con
   g.ldc_n = c.ldy();
   g.epilogue.bias = bias;
   g.epilogue.bias_dtype = c.bias_dtype;
+  g.epilogue.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
   g.device = device;
   return qg::gemm(g, stream);
 }
@@ -188,8 +192,8 @@ inline void expect_matches(Memory& mem, const Case& c, std::mt19937_64& rng, qg:
 }
 
 // N = 1..9 and 16 (the decode kernel, then the tensor-core one), each K, every
-// x / y dtype pair, with and without a bias (of a rotating dtype), M cycling
-// through tails of the kernels' row groups.
+// x / y dtype pair, with and without a bias (of a rotating dtype), now and
+// then relu, M cycling through tails of the kernels' row groups.
 inline std::vector<Case> shape_cases(const std::vector<int64_t>& ks) {
   const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16};
   const int64_t ms[] = {1, 7, 64, 133, 19, 256};
@@ -209,6 +213,7 @@ inline std::vector<Case> shape_cases(const std::vector<int64_t>& ks) {
             c.y_dtype = yd;
             c.bias = bias;
             c.bias_dtype = dts[i % 3];
+            c.relu = i % 4 == 3;
             ++i;
             out.push_back(c);
           }
@@ -236,6 +241,7 @@ inline std::vector<Case> tensor_core_cases() {
         c.bias_dtype = dts[(i / 2) % 3];
         c.x_pad = i % 4 == 1 ? 5 : 0;
         c.y_pad = i % 5 == 2 ? 3 : 0;
+        c.relu = i % 3 == 2;
         ++i;
         out.push_back(c);
       }

@@ -198,3 +198,23 @@ def test_cuda_device_mismatch_is_the_steps_error(entry, rng):
     assert fast[0] is ValueError and "weight_q is on cpu" in fast[1]
     entry.off()
     assert _outcome(lambda: qg.linear_q4_0(x, wq.cpu(), b)) == fast
+
+
+@pytest.mark.parametrize("relu", [False, True], ids=["linear", "relu"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_quantized_linear_q4_0_takes_the_entry(entry, rng, dtype, relu):
+    """QuantizedLinear(q4_0)'s forward makes the same one core call (relu in
+    the epilogue), with the same bytes as its own two steps."""
+    lin = torch.nn.Linear(K, M).to(getattr(torch, dtype))
+    import qg.torch as qgt
+
+    layer = qgt.QuantizedLinear.from_linear(lin, weight_format="q4_0", activation="relu" if relu else None)
+    x, _, _ = _inputs(rng, (2, 3), dtype)
+    with torch.no_grad():
+        fast = _outcome(lambda: layer(x))
+        assert entry.last() == "taken"
+        entry.off()
+        steps = _outcome(lambda: layer(x))
+    assert fast == steps
+    if relu:
+        assert (layer(x).float() >= 0).all()

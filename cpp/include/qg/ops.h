@@ -186,6 +186,7 @@ struct LinearQ4_0Args {
   int64_t ldy = 0;
   const void* bias = nullptr;      // [m] of bias_dtype, or null
   DType bias_dtype = DType::f32;
+  Activation activation = Activation::none;  // relu: max(0, x . W^T + bias), in the epilogue
   Device device;
   const char* fn = nullptr;        // default "qg.linear_q4_0"
 };
