@@ -54,7 +54,7 @@
 // a ring of 3 to 8 stages. CTAs are persistent, walking 128 x BN tiles in
 // groups of 8 tile rows (L2 reuse of W and codes); where those tiles are
 // fewer than the SMs, several CTAs split each tile's K and the last to
-// finish adds their partials (split_reduce_store).
+// finish adds their partials (split_gather).
 //
 // Tails: the tensor copies fill W rows past M and tokens past N with zeros
 // (d = 0: they add nothing), and the epilogue stores only elements inside C.
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(256) split_q8_1_kernel(const uint8_t* a, int64
 // consecutive values and write its 256 consecutive codes.
 constexpr int kQuantizeSplitThreads = kSplitTokens * kBlocks;
 
-// 32 values of a block into v. kVec: 16-byte loads (x and its row stride
+// 32 values of a block into v. vec: 16-byte loads (x and its row stride
 // 16-byte aligned); otherwise element loads, aligned or byte by byte.
 template <DType T>
 __device__ __forceinline__ void load_block(const uint8_t* p, bool vec, bool aligned, float (&v)[32]) {
