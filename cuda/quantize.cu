@@ -2,22 +2,21 @@
 // cuda/quantize.cu: fp32/fp16/bf16 rows -> Q4_0 / Q8_0 / Q8_1 blocks and back.
 //
 // The block arithmetic is quant_block.h's, called on the device, so the bytes
-// equal the CPU backend's. What this file adds is the memory layout: one warp
-// owns 32 consecutive blocks of a row (1024 values). Reading them lane-by-lane
-// gives 128-byte coalesced loads; each lane then quantizes one block out of
-// shared memory, and the warp writes the packed bytes back contiguously. The
-// shared row pitch is 33 floats so that lane l reading its block's value j hits
-// bank (l + j) % 32: conflict-free, where a pitch of 32 would serialise 32-way.
+// equal the CPU backend's. What this file adds is the memory layout.
 //
-// That layout is for streams. A small tensor (one activation row of 14336
-// values: 14 such warps) is a latency chain instead: a warp's row loads, then
-// one lane's serial pass over 32 values (two loops, a division), then the
-// stores, with the GPU otherwise idle: 8.4 us on an H200. Below kFewChunks warp
-// chunks, quantize_lanes_kernel gives each warp one block at a time, one value
-// per lane: the block's max and code sum are warp reductions (both exact, so
-// the bytes are the same), and the chain is a few dozen instructions: 4.5 us
-// at 1 x 14336 (the rest is launch and one DRAM round trip). From about 512
-// chunks up the streaming layout is faster again.
+// Quantize: each lane reads 32 bytes of x with two 16-byte loads, so a
+// 32-value block is spread over 4 lanes (f32) or 2 (f16, bf16), and the
+// block's max, code sum and non-finite test are shuffles among those lanes.
+// Each lane writes its own 8 or 16 codes as 32-bit words. An earlier layout (one block per lane, the
+// warp staging 32 blocks through shared memory with 4-byte loads) reached 66 %
+// of the copy bandwidth on a 4096 x 14336 fp32 tensor on an H200: it had
+// one 4-byte load per lane in flight between shared-memory round trips.
+//
+// Dequantize still stages: one warp owns 32 consecutive blocks of a row; each
+// lane dequantizes one block into shared memory (row pitch 33 floats, so lane l
+// reading its block's value j hits bank (l + j) % 32: conflict-free), and the
+// warp writes the floats back with 128-byte coalesced stores.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,9 +28,12 @@
 namespace qg::detail::cuda {
 namespace {
 
-constexpr int kWarpsPerCta = 4;
-constexpr int kBlocksPerWarp = 32;
-constexpr int64_t kFewChunks = 512;  // of 32 blocks: below this, one block per warp (measured crossover)
+constexpr int kQuantizeThreads = 256;
+// Below this many warp tasks of one step each, the whole tensor is one wave
+// on an H100/H200 (132 SMs x 64 resident warps): one step per warp then.
+constexpr int64_t kOneWaveWarps = 132 * 64;
+constexpr int kWarpsPerCta = 4;         // dequantize
+constexpr int kBlocksPerWarp = 32;      // dequantize
 constexpr int kPitch = 33;              // floats per staged block (32 + 1 pad)
 constexpr int kMaxBytesPerBlock = 36;   // block_q8_1
 constexpr int64_t kMaxGrid = 1 << 20;   // grid-stride beyond this
@@ -49,112 +51,227 @@ __device__ __forceinline__ void copy_bytes_warp(uint8_t* dst, const uint8_t* src
   }
 }
 
-template <Format F, DType T>
-__global__ void __launch_bounds__(kWarpsPerCta * 32)
-quantize_kernel(const uint8_t* __restrict__ x, int64_t rows, int64_t nb, int64_t x_row_stride,
-                uint8_t* __restrict__ y, int64_t y_row_stride, Q8_1Convention convention,
-                bool x_aligned) {
-  using Block = typename BlockOf<F>::type;
-  constexpr int kBpb = static_cast<int>(sizeof(Block));
-  constexpr int kEsize = T == DType::f32 ? 4 : 2;
-  constexpr int kBlocks = kBlocksPerWarp;
-  __shared__ float sx[kWarpsPerCta][kBlocks * kPitch];
-  __shared__ __align__(16) uint8_t sy[kWarpsPerCta][kBlocks * kMaxBytesPerBlock];
+// How a lane reads its 32 bytes of x: two 16-byte loads (row base and stride
+// 16-byte aligned), element-sized loads, or byte loads (any address).
+enum class XAccess { vector, element, byte };
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t chunks_per_row = (nb + kBlocks - 1) / kBlocks;
-  const int64_t chunks = rows * chunks_per_row;
-  float* xs = sx[warp];
-  uint8_t* ys = sy[warp];
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerCta + warp; c < chunks;
-       c += static_cast<int64_t>(gridDim.x) * kWarpsPerCta) {
-    const int64_t row = c / chunks_per_row;
-    const int64_t b0 = (c % chunks_per_row) * kBlocks;
-    const int nblk = static_cast<int>(min(static_cast<int64_t>(kBlocks), nb - b0));
-    const uint8_t* xrow = x + (row * x_row_stride + b0 * 32) * kEsize;
-    for (int i = 0; i < nblk; ++i) xs[i * kPitch + lane] = load_value<T>(xrow, i * 32 + lane, x_aligned);
-    __syncwarp();
-    if (lane < nblk) quantize_block<F>(xs + lane * kPitch, reinterpret_cast<Block*>(ys + lane * kBpb), convention);
-    __syncwarp();
-    copy_bytes_warp(y + row * y_row_stride + b0 * kBpb, ys, nblk * kBpb, lane);
-    __syncwarp();  // shared buffers are reused by the next chunk
+// 16 bytes of x at p.
+template <DType T>
+__device__ __forceinline__ uint4 load_16(const uint8_t* p, XAccess access) {
+  if (access == XAccess::vector) return __ldg(reinterpret_cast<const uint4*>(p));
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (access == XAccess::element && T == DType::f32) {
+      w[i] = reinterpret_cast<const uint32_t*>(p)[i];
+    } else if (access == XAccess::element) {
+      const uint16_t* p16 = reinterpret_cast<const uint16_t*>(p);
+      w[i] = static_cast<uint32_t>(p16[2 * i]) | (static_cast<uint32_t>(p16[2 * i + 1]) << 16);
+    } else {
+      w[i] = static_cast<uint32_t>(p[4 * i]) | (static_cast<uint32_t>(p[4 * i + 1]) << 8) |
+             (static_cast<uint32_t>(p[4 * i + 2]) << 16) | (static_cast<uint32_t>(p[4 * i + 3]) << 24);
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// A lane's 32 bytes as V floats (8 f32 or 16 f16/bf16).
+template <DType T, int V>
+__device__ __forceinline__ void unpack_lane(const uint4 (&raw)[2], float (&v)[V]) {
+  const uint32_t w[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    if constexpr (T == DType::f32) {
+      v[i] = bits_float(w[i]);
+    } else {
+      const uint16_t h = static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2)));
+      v[i] = T == DType::f16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+    }
   }
 }
 
-// Writes `bytes` little-endian bytes of v at p (any alignment).
-__device__ __forceinline__ void store_le(uint8_t* p, uint32_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+// 4 bytes at p, whose alignment is at least kAlign (4, 2 or 1), or, with
+// kAlign = 0, at least the run-time `align`.
+template <int kAlign>
+__device__ __forceinline__ void store_word(uint8_t* p, uint32_t w, int align) {
+  const int a = kAlign ? kAlign : align;
+  if (a >= 4) {
+    *reinterpret_cast<uint32_t*>(p) = w;
+  } else if (a >= 2) {
+    reinterpret_cast<uint16_t*>(p)[0] = static_cast<uint16_t>(w);
+    reinterpret_cast<uint16_t*>(p)[1] = static_cast<uint16_t>(w >> 16);
+  } else {
+    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(w >> (8 * i));
+  }
+}
+template <int kAlign>
+__device__ __forceinline__ void store_half(uint8_t* p, uint16_t h, int align) {
+  const int a = kAlign ? kAlign : align;
+  if (a >= 2) {
+    *reinterpret_cast<uint16_t*>(p) = h;
+  } else {
+    p[0] = static_cast<uint8_t>(h);
+    p[1] = static_cast<uint8_t>(h >> 8);
+  }
 }
 
-// One block per warp, value `lane` of it per lane: quant_block.h's block
-// quantizers with their loops turned into warp reductions that give the same
-// numbers (a max and an integer sum do not depend on the order; Q4_0's "first
-// value of largest magnitude" is a (magnitude, index) reduction; the ggml_cuda
-// convention's fp32 sum, which does, is added in index order).
-template <Format F, DType T>
-__global__ void __launch_bounds__(kWarpsPerCta * 32)
-quantize_lanes_kernel(const uint8_t* __restrict__ x, int64_t rows, int64_t nb, int64_t x_row_stride,
-                      uint8_t* __restrict__ y, int64_t y_row_stride, Q8_1Convention convention, bool x_aligned) {
-  constexpr unsigned kAll = 0xFFFFFFFFu;
-  constexpr int kEsize = T == DType::f32 ? 4 : 2;
-  constexpr int kBpb = static_cast<int>(sizeof(typename BlockOf<F>::type));
-  const int lane = threadIdx.x % 32;
-  const int64_t blocks = rows * nb;
-  for (int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; blk < blocks;
-       blk += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
-    const int64_t row = blk / nb, b = blk % nb;
-    const float v = load_value<T>(x + (row * x_row_stride + b * 32) * kEsize, lane, x_aligned);
-    uint8_t* yb = y + row * y_row_stride + b * kBpb;
-    const bool finite = __all_sync(kAll, is_finite(v));
-    const float a = fabsf(v);
-    if constexpr (F == Format::q4_0) {
-      if (!finite) {
-        if (lane == 0) store_le(yb, kFp16NaN, 2);
-        if (lane < 16) yb[2 + lane] = 0x88;
-        continue;
-      }
-      // The reference keeps the first value whose magnitude beats all before.
-      float amax = a;
-      int at = lane;
+constexpr uint32_t kAbsInf = 0x7F800000u;  // |x| bits at or above this: Inf or NaN
+
+// One block held by G lanes, V = 32 / G consecutive values each (this lane's
+// are values sub*V .. sub*V + V - 1): quant_block.h's block quantizers with
+// their loops split into a per-lane part and group reductions that give the
+// same numbers (a max and an integer sum do not depend on the order; Q4_0's
+// "first value of largest magnitude" is a (magnitude, index) reduction; the
+// ggml_cuda convention's fp32 sum, which does, is passed from lane to lane in
+// index order). Magnitudes are compared as the integer bits of |x|, which
+// order finite floats as their values do and put Inf and NaN above them all:
+// the block's largest one also says whether the block is finite. Every lane
+// computes unconditionally, because the shuffles need the whole warp; a
+// non-finite block's bytes are selected at the end. yb == nullptr: a lane
+// past the row's end, which computes but stores nothing.
+template <Format F, int V, int G, int kAlign>
+__device__ __forceinline__ void quantize_lane(const float (&v)[V], int sub, uint8_t* yb, int y_align,
+                                              Q8_1Convention convention) {
+  constexpr int kWords = V / 4;  // 4 codes per word, one byte each
+  uint32_t w[kWords] = {};
+  if constexpr (F == Format::q4_0) {
+    // The reference keeps the first value whose magnitude beats all before.
+    uint32_t abits = 0;
+    float max = 0.0f;
+    int at = 32;
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        const float oa = __shfl_xor_sync(kAll, amax, off);
-        const int oat = __shfl_xor_sync(kAll, at, off);
-        if (oa > amax || (oa == amax && oat < at)) amax = oa, at = oat;
+    for (int i = 0; i < V; ++i) {
+      const uint32_t ai = float_bits(v[i]) & 0x7FFFFFFFu;
+      if (abits < ai) abits = ai, max = v[i], at = sub * V + i;
+    }
+#pragma unroll
+    for (int off = G / 2; off > 0; off >>= 1) {
+      const uint32_t oa = __shfl_xor_sync(0xFFFFFFFFu, abits, off);
+      const float omax = __shfl_xor_sync(0xFFFFFFFFu, max, off);
+      const int oat = __shfl_xor_sync(0xFFFFFFFFu, at, off);
+      if (oa > abits || (oa == abits && oat < at)) abits = oa, max = omax, at = oat;
+    }
+    const bool finite = abits < kAbsInf;
+    const float d = div_rn(max, -8.0f), id = inverse_scale(d);
+#pragma unroll
+    for (int i = 0; i < V; ++i) w[i / 4] |= static_cast<uint32_t>(q4_0_code(mul_rn(v[i], id))) << (8 * (i % 4));
+    // Byte j packs values j and j + 16: the partner of the lower half's lane
+    // sub is lane sub + G/2.
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) {
+      const uint32_t hi = __shfl_xor_sync(0xFFFFFFFFu, w[k], G / 2);
+      w[k] = finite ? (w[k] | (hi << 4)) : 0x88888888u;
+    }
+    if (yb == nullptr || sub >= G / 2) return;
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) store_word<kAlign>(yb + 2 + sub * V + 4 * k, w[k], y_align);
+    if (sub == 0) store_half<kAlign>(yb, finite ? fp32_to_fp16(d) : kFp16NaN, y_align);
+  } else {
+    uint32_t abits = 0;
+#pragma unroll
+    for (int i = 0; i < V; ++i) abits = max(abits, float_bits(v[i]) & 0x7FFFFFFFu);
+#pragma unroll
+    for (int off = G / 2; off > 0; off >>= 1) abits = max(abits, __shfl_xor_sync(0xFFFFFFFFu, abits, off));
+    const bool finite = abits < kAbsInf;
+    const float amax = bits_float(abits);
+    const float d = div_rn(amax, 127.0f);
+    uint16_t s = kFp16NaN;
+    if (F == Format::q8_1 && convention == Q8_1Convention::ggml_cuda) {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        w[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(amax == 0.0f ? 0 : q8_code(div_rn(v[i], d))))
+                    << (8 * (i % 4));
+      float xsum = 0.0f;
+      const int group0 = (threadIdx.x % 32) & ~(G - 1);
+#pragma unroll
+      for (int step = 0; step < G; ++step) {
+        float part = xsum;
+        if (sub == step)
+#pragma unroll
+          for (int i = 0; i < V; ++i) part = add_rn(part, v[i]);
+        xsum = __shfl_sync(0xFFFFFFFFu, part, group0 + step);
       }
-      // All zeros: the reference's max stays +0 (never x[0], which may be -0).
-      const float max = amax == 0.0f ? 0.0f : __shfl_sync(kAll, v, at);
-      const float d = div_rn(max, -8.0f);
-      const uint32_t code = q4_0_code(mul_rn(v, inverse_scale(d)));
-      const uint32_t hi = __shfl_down_sync(kAll, code, 16);
-      if (lane == 0) store_le(yb, fp32_to_fp16(d), 2);
-      if (lane < 16) yb[2 + lane] = static_cast<uint8_t>(code | (hi << 4));
+      s = fp32_to_fp16(xsum);
     } else {
-      constexpr int kCodes = F == Format::q8_1 ? 4 : 2;  // byte offset of the codes
-      if (!finite) {
-        if (lane == 0) store_le(yb, kFp16NaN, 2);
-        if (F == Format::q8_1 && lane == 1) store_le(yb + 2, kFp16NaN, 2);
-        yb[kCodes + lane] = 0;
-        continue;
-      }
-      if (F == Format::q8_1 && convention == Q8_1Convention::ggml_cuda) {
-        const float amax = warp_abs_max(v), d = div_rn(amax, 127.0f);
-        float xsum = 0.0f;
-        for (int j = 0; j < 32; ++j) xsum = add_rn(xsum, __shfl_sync(kAll, v, j));
-        yb[kCodes + lane] = static_cast<uint8_t>(amax == 0.0f ? 0 : q8_code(div_rn(v, d)));
-        if (lane == 0) store_le(yb, fp32_to_fp16(d), 2);
-        if (lane == 1) store_le(yb + 2, fp32_to_fp16(xsum), 2);
-        continue;
-      }
-      const auto [q, d] = warp_quantize_q8(v);
-      yb[kCodes + lane] = static_cast<uint8_t>(q);
-      if (lane == 0) store_le(yb, fp32_to_fp16(d), 2);
-      if constexpr (F == Format::q8_1) {
-        int sum = q;
+      const float id = inverse_scale(d);
+      int sum = 0;
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kAll, sum, off);
-        if (lane == 1) store_le(yb + 2, fp32_to_fp16(mul_rn(static_cast<float>(sum), d)), 2);
+      for (int i = 0; i < V; ++i) {
+        const int8_t q = q8_code(mul_rn(v[i], id));
+        sum += q;
+        w[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(q)) << (8 * (i % 4));
       }
+      if constexpr (F == Format::q8_1) {
+#pragma unroll
+        for (int off = G / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, off);
+        s = fp32_to_fp16(mul_rn(static_cast<float>(sum), d));
+      }
+    }
+    if (yb == nullptr) return;
+    constexpr int kCodes = F == Format::q8_1 ? 4 : 2;  // byte offset of the codes
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) store_word<kAlign>(yb + kCodes + sub * V + 4 * k, finite ? w[k] : 0u, y_align);
+    if (sub != 0) return;
+    const uint16_t dh = finite ? fp32_to_fp16(d) : kFp16NaN;
+    if constexpr (F == Format::q8_1) store_word<kAlign>(yb, dh | (static_cast<uint32_t>(finite ? s : kFp16NaN) << 16), y_align);
+    else store_half<kAlign>(yb, dh, y_align);
+  }
+}
+
+// Each lane reads 32 bytes of x (V = 8 f32 or 16 f16/bf16 values) with two
+// 16-byte loads, so G = 32 / V lanes hold a block (4 or 2) and a warp covers
+// 32 / G consecutive blocks per step, 1 KB of the row. Why not fewer values
+// per lane, in one load: every lane of a block's group repeats the block's
+// scalar work (two correctly rounded divisions, the reductions, the fp16
+// scale), and at 8 lanes per f32 block that made the kernel issue-bound (47 %
+// of the copy bandwidth on a 4096 x 14336 f32 tensor on an H200). The two
+// loads of a lane fall in one 32-byte sector, which L1 fetches once. A warp's
+// task is U steps of one row, loaded before any arithmetic, so that U x 32
+// bytes per lane are in flight (U = 4 for tensors that fill the GPU many
+// times over; 1 for smaller ones, where more warps in one wave hide the
+// latency better).
+template <Format F, DType T, int U, bool kVector>
+__global__ void __launch_bounds__(kQuantizeThreads)
+quantize_kernel(const uint8_t* __restrict__ x, int64_t rows, int64_t nb, int64_t x_row_stride,
+                uint8_t* __restrict__ y, int64_t y_row_stride, Q8_1Convention convention, XAccess access,
+                int y_align) {
+  constexpr int kEsize = T == DType::f32 ? 4 : 2;
+  constexpr int G = kEsize, V = 32 / G, kBlocksPerStep = 32 / G, kTaskBlocks = kBlocksPerStep * U;
+  constexpr int kBpb = static_cast<int>(sizeof(typename BlockOf<F>::type));
+  // kVector: 16-byte loads, and y aligned as its blocks allow (4 bytes for
+  // Q8_1, 2 for the others), so that neither is a run-time branch per load
+  // and store (they made up a third of the instructions).
+  constexpr int kAlign = kVector ? (F == Format::q8_1 ? 4 : 2) : 0;
+  const int lane = threadIdx.x % 32, sub = lane % G, slot = lane / G;
+  const int64_t tasks_per_row = (nb + kTaskBlocks - 1) / kTaskBlocks;
+  const int64_t tasks = rows * tasks_per_row;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kQuantizeThreads / 32);
+  for (int64_t task = static_cast<int64_t>(blockIdx.x) * (kQuantizeThreads / 32) + threadIdx.x / 32; task < tasks;
+       task += warps) {
+    const int64_t row = task / tasks_per_row;
+    const int64_t b0 = (task - row * tasks_per_row) * kTaskBlocks + slot;
+    const uint8_t* xb = x + (row * x_row_stride + b0 * 32 + sub * V) * kEsize;
+    uint8_t* yb = y + row * y_row_stride + b0 * kBpb;
+    uint4 raw[U][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool in_row = b0 + u * kBlocksPerStep < nb;
+      const uint8_t* p = xb + u * kBlocksPerStep * 32 * kEsize;
+      if constexpr (kVector) {
+        raw[u][0] = in_row ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
+        raw[u][1] = in_row ? __ldg(reinterpret_cast<const uint4*>(p) + 1) : make_uint4(0, 0, 0, 0);
+      } else {
+        raw[u][0] = in_row ? load_16<T>(p, access) : make_uint4(0, 0, 0, 0);
+        raw[u][1] = in_row ? load_16<T>(p + 16, access) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool in_row = b0 + u * kBlocksPerStep < nb;
+      float v[V];
+      unpack_lane<T, V>(raw[u], v);
+      quantize_lane<F, V, G, kAlign>(v, sub, in_row ? yb + u * kBlocksPerStep * kBpb : nullptr, y_align,
+                                     convention);
     }
   }
 }
@@ -188,22 +305,39 @@ dequantize_kernel(const uint8_t* __restrict__ xq, int64_t rows, int64_t nb, int6
   }
 }
 
-unsigned grid_for(int64_t rows, int64_t nb, int blocks_per_warp = kBlocksPerWarp) {
-  const int64_t chunks = rows * ((nb + blocks_per_warp - 1) / blocks_per_warp);  // warps
+unsigned grid_for(int64_t rows, int64_t nb) {
+  const int64_t chunks = rows * ((nb + kBlocksPerWarp - 1) / kBlocksPerWarp);  // warps
   const int64_t ctas = (chunks + kWarpsPerCta - 1) / kWarpsPerCta;
   return static_cast<unsigned>(ctas < 1 ? 1 : (ctas > kMaxGrid ? kMaxGrid : ctas));
 }
 
+// The largest of 4, 2, 1 that divides v.
+int alignment_of(uintptr_t v) { return v % 4 == 0 ? 4 : (v % 2 == 0 ? 2 : 1); }
+
 template <Format F, DType T>
 void launch_quantize_from(const QuantizeArgs& a, cudaStream_t stream) {
+  constexpr int kEsize = T == DType::f32 ? 4 : 2;
+  constexpr int kBlocksPerStep = 32 / kEsize;  // 32 / G blocks per warp step
+  constexpr int kBpb = static_cast<int>(sizeof(typename BlockOf<F>::type));
   const int64_t nb = a.k / 32;
-  const bool few = a.rows * ((nb + kBlocksPerWarp - 1) / kBlocksPerWarp) < kFewChunks;
-  auto* kernel = few ? quantize_lanes_kernel<F, T> : quantize_kernel<F, T>;
-  const unsigned grid = grid_for(a.rows, nb, few ? 1 : kBlocksPerWarp);
-  const int esize = T == DType::f32 ? 4 : 2;
-  kernel<<<grid, kWarpsPerCta * 32, 0, stream>>>(static_cast<const uint8_t*>(a.x), a.rows, nb, a.x_row_stride,
-                                                 static_cast<uint8_t*>(a.y), a.y_row_stride, a.q8_1_convention,
-                                                 is_aligned(a.x, esize));
+  const uintptr_t x_addr = reinterpret_cast<uintptr_t>(a.x);
+  const XAccess access = (x_addr % 16 == 0 && (a.x_row_stride * kEsize) % 16 == 0) ? XAccess::vector
+                         : x_addr % kEsize == 0                                     ? XAccess::element
+                                                                                    : XAccess::byte;
+  const int y_align = std::min({alignment_of(reinterpret_cast<uintptr_t>(a.y)),
+                                alignment_of(static_cast<uintptr_t>(a.y_row_stride)), alignment_of(kBpb)});
+  const int64_t one_step_warps = a.rows * ((nb + kBlocksPerStep - 1) / kBlocksPerStep);
+  const bool one_wave = one_step_warps <= kOneWaveWarps;
+  const bool vector = access == XAccess::vector && y_align == (F == Format::q8_1 ? 4 : 2);
+  using Kernel = decltype(&quantize_kernel<F, T, 1, true>);
+  const Kernel kernel = one_wave ? (vector ? quantize_kernel<F, T, 1, true> : quantize_kernel<F, T, 1, false>)
+                                 : (vector ? quantize_kernel<F, T, 4, true> : quantize_kernel<F, T, 4, false>);
+  const int64_t warps = one_wave ? one_step_warps : (one_step_warps + 3) / 4;
+  constexpr int kWarpsPerQuantizeCta = kQuantizeThreads / 32;
+  const int64_t ctas = std::min((warps + kWarpsPerQuantizeCta - 1) / kWarpsPerQuantizeCta, kMaxGrid);
+  kernel<<<static_cast<unsigned>(std::max<int64_t>(ctas, 1)), kQuantizeThreads, 0, stream>>>(
+      static_cast<const uint8_t*>(a.x), a.rows, nb, a.x_row_stride, static_cast<uint8_t*>(a.y), a.y_row_stride,
+      a.q8_1_convention, access, y_align);
 }
 
 template <Format F>

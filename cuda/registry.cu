@@ -7,7 +7,8 @@
 //   cuda_mma         q4_0 x q8_1, any N (sm_80+): int8 tensor cores, mma.sync m16n8k32
 //   cuda_dp4a_tiled  q4_0 x q8_1, any N, pre-Ampere: 64x64 shared-memory tiles, DP4A
 //   cuda_generic     q4_0 x q8_1, anything, including unaligned operands: byte loads
-//   cuda_warp_staged quantize / dequantize, every format
+//   cuda_lane_groups quantize, every block format: 16-byte loads, a block over 2-4 lanes
+//   cuda_warp_staged dequantize, every block format: a warp's 32 blocks staged through shared memory
 //   cuda_i8_wgmma    i8 x i8, M and N >= 128 (sm_90a): wgmma fed by TMA, no zero points
 //   cuda_i8_mma      i8 x i8, K-contiguous 16-byte-aligned rows (sm_80+): int8 mma.sync m16n8k32, all epilogues
 //   cuda_i8_dp4a     i8 x i8, K-contiguous 4-byte-aligned rows, pre-Ampere (sm_61+): shared-memory tiles, DP4A, all epilogues
@@ -74,7 +75,7 @@ Registry make_registry() {
     for (Format fb : {Format::f16, Format::bf16, Format::f32})
       r.gemm.push_back(
           {"cuda_wo_generic", fa, fb, kAnyGpu, kEpiFloatAll, gemm_wo_generic_can_run, gemm_wo_generic_run});
-  r.quantize = {{"cuda_warp_staged", kGgmlFormats, kAnyGpu, quantize_can_run, quantize_run},
+  r.quantize = {{"cuda_lane_groups", kGgmlFormats, kAnyGpu, quantize_can_run, quantize_run},
                 {"cuda_int_rows", kIntegerFormats, kAnyGpu, int_quantize_can_run, int_quantize_run}};
   r.dequantize = {{"cuda_warp_staged", kGgmlFormats, kAnyGpu, dequantize_can_run, dequantize_run},
                   {"cuda_int_rows", kIntegerFormats, kAnyGpu, int_dequantize_can_run, int_dequantize_run}};

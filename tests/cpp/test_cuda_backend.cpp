@@ -82,7 +82,8 @@ double fp16_to_double(uint16_t h) {
 int dtype_bytes(qg::DType t) { return t == qg::DType::f32 ? 4 : 2; }
 
 // rows x k gaussian values with per-row scales; with specials, some blocks of
-// row 0/1 hold zeros, -0.0, 1e-30, 1e6, 7e4, NaN, +-Inf, 65504, denormals.
+// row 0/1 hold zeros, -0.0, 1e-30, 1e6, 7e4, NaN, +-Inf, 65504, denormals,
+// rounding ties.
 std::vector<float> make_values(int64_t rows, int64_t k, std::mt19937& rng, bool specials) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const float scales[] = {1.0f, 0.01f, 100.0f, 3.0f};
@@ -105,6 +106,11 @@ std::vector<float> make_values(int64_t rows, int64_t k, std::mt19937& rng, bool 
   for (int j = 0; j < 32; ++j) block(1, 8)[j] = 65504.0f * (j % 3 ? 1 : -1);
   // Denormal-only block: 1/d overflows, treated as a zero block (quant_block.h).
   for (int j = 0; j < 32; ++j) block(1, 9)[j] = 1e-40f * static_cast<float>(j - 16);
+  // amax 127 makes the Q8 scale exactly 1: codes of exact halves (roundf
+  // rounds them away from zero) and of the floats just below a half.
+  const float ties[] = {127.0f, 0.5f, -0.5f, 1.5f, -2.5f, 126.5f, -126.5f, 0.49999997f, -0.49999997f,
+                        2.4999998f, -3.5f, 64.5f};
+  for (int j = 0; j < 32; ++j) block(1, 10)[j] = ties[j % 12] * (j < 12 ? 1.0f : 0.25f);
   return v;
 }
 
@@ -154,10 +160,13 @@ class CudaBackend : public ::testing::Test {
 
 // ------------------------------------------------------------------ quantize
 
+// offset: bytes added to both device pointers (1: byte-wise loads and stores).
 void check_quantize(const FormatCase& fc, qg::DType dtype, int64_t rows, int64_t k,
-                    int64_t x_pad, int64_t y_pad, uint32_t seed) {
+                    int64_t x_pad, int64_t y_pad, uint32_t seed, size_t offset = 0) {
   SCOPED_TRACE(std::string("format=") + fc.name + " dtype=" + qg::dtype_name(dtype) +
                " rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
+               " x_pad=" + std::to_string(x_pad) + " y_pad=" + std::to_string(y_pad) +
+               " offset=" + std::to_string(offset) +
                " seed=" + std::to_string(seed));
   std::mt19937 rng(seed);
   const std::vector<float> values = make_values(rows, k, rng, true);
@@ -181,17 +190,17 @@ void check_quantize(const FormatCase& fc, qg::DType dtype, int64_t rows, int64_t
   args.q8_1_convention = fc.convention;
   QG_OK(qg::quantize(args));
 
-  DeviceBuffer dx(x.size()), dy(y_bytes);
+  DeviceBuffer dx(x.size() + offset), dy(y_bytes + offset);
   ASSERT_TRUE(dx.ok() && dy.ok());
-  CUDA_OK(cudaMemcpy(dx.at(), x.data(), x.size(), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(dy.at(), 0xCD, y_bytes));
-  args.x = dx.at();
-  args.y = dy.at();
+  CUDA_OK(cudaMemcpy(dx.at(offset), x.data(), x.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(dy.at(), 0xCD, y_bytes + offset));
+  args.x = dx.at(offset);
+  args.y = dy.at(offset);
   args.device = qg::Device::cuda(0);
   QG_OK(qg::quantize(args));
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<uint8_t> y_gpu(y_bytes);
-  CUDA_OK(cudaMemcpy(y_gpu.data(), dy.at(), y_bytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(y_gpu.data(), dy.at(offset), y_bytes, cudaMemcpyDeviceToHost));
 
   for (size_t i = 0; i < y_bytes; ++i) {
     if (y_cpu[i] != y_gpu[i]) {
@@ -208,15 +217,21 @@ TEST_F(CudaBackend, QuantizeMatchesCpuBytes) {
   const qg::DType dtypes[] = {qg::DType::f32, qg::DType::f16, qg::DType::bf16};
   for (const FormatCase& fc : kFormatCases)
     for (qg::DType dt : dtypes) {
-      // Small tensors: one block per warp (the lane-parallel quantizer).
+      // One wave of one-step warps (a decode step's activations).
       check_quantize(fc, dt, 37, 32 * 70, 0, 0, kSeed);
-      // Strided rows, odd packed row stride (byte-wise stores), k = 32.
+      // Row strides that rule out 16-byte loads (element loads); an odd packed
+      // row stride (byte-wise stores); k = 32.
       check_quantize(fc, dt, 5, 32, 9, 7, kSeed + 1);
       check_quantize(fc, dt, 3, 32 * 33, 32, 2, kSeed + 2);
+      // Misaligned x and y: byte-wise loads and stores.
+      check_quantize(fc, dt, 3, 32 * 33, 0, 0, kSeed + 3, 1);
+      // More than a wave of one-step warps, so 4 steps per warp: 40 blocks a
+      // row (tasks of 16 blocks for f32, 32 for 16-bit x: a tail of 8), in
+      // 16-byte loads, element loads and byte loads.
+      check_quantize(fc, dt, 2000, 32 * 40, 0, 0, kSeed + 4);
+      check_quantize(fc, dt, 2000, 32 * 40, 1, 3, kSeed + 5);
+      check_quantize(fc, dt, 2000, 32 * 40, 0, 0, kSeed + 6, 1);
     }
-  // Enough 32-block warp chunks (1100 rows x 2, the second a tail of 8) for
-  // the streaming layout that large tensors take.
-  for (const FormatCase& fc : kFormatCases) check_quantize(fc, qg::DType::f32, 1100, 32 * 40, 0, 0, kSeed + 3);
 }
 
 // ---------------------------------------------------------------- dequantize
