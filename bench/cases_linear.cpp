@@ -3,10 +3,13 @@
 // float32 x into a workspace, then the Q4_0 x Q8_1 GEMM writing fp32 y
 // [N, M]; on sm_90a from N = 9 the warpgroup kernel quantizes x itself), on
 // CUDA for every N of the N list and each shape:
-//   linear_q4_0/cuda/<cold|hot>/M:<M>/K:<K>/N:<N>/manual_time
+//   linear_q4_0/cuda/<cold|hot|graph>/M:<M>/K:<K>/N:<N>/manual_time
 // Beside quantize_q8_1/cuda/.../K:/N: and q4_0_q8_1/cuda/.../M:/K:/N: of the
 // same run: the float-activation call a model makes, quantization included.
 // Cold rotates x and the weights as those cases do (the same rotations).
+// graph: hot, kGraphCalls calls in one CUDA graph (run_graph_timed), timed as
+// llama.cpp's test-backend-ops perf mode times MUL_MAT: its figures set
+// beside these compare like with like.
 #include <string>
 
 #include "harness.h"
@@ -33,7 +36,12 @@ qg::LinearQ4_0Args linear_args(int64_t m, int64_t n, int64_t k, const void* x, v
   return a;
 }
 
-void bm_linear(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold) {
+constexpr int kGraphCalls = 64;
+
+enum class Mode { cold, hot, graph };
+
+void bm_linear(benchmark::State& st, int64_t m, int64_t k, int64_t n, Mode mode) {
+  const bool cold = mode == Mode::cold;
   const Backend be = Backend::cuda;
   const int64_t xq_bytes = n * qg::row_bytes(qg::format_traits(qg::Format::q8_1), k);
   int64_t y_bytes = m * n * 4;
@@ -66,11 +74,13 @@ void bm_linear(benchmark::State& st, int64_t m, int64_t k, int64_t n, bool cold)
   const Work work{2.0 * m * n * k, double(m * qg::row_bytes(qg::format_traits(qg::Format::q4_0), k)) +
                                        4.0 * n * k + 4.0 * m * n};
   const qg::Stream stream = stream_of(be);
-  run_timed(st, be, work, warmups_for(be, *w, cold), [&]() {
+  auto call = [&]() {
     a.weight_q = w->take(cold);
     a.x = x->take(cold);
     return qg_error("qg::linear_q4_0", qg::linear_q4_0(a, stream));
-  });
+  };
+  if (mode == Mode::graph) run_graph_timed(st, work, kGraphCalls, call);
+  else run_timed(st, be, work, warmups_for(be, *w, cold), call);
 }
 
 }  // namespace
@@ -80,11 +90,14 @@ void add_linear_cases(CaseList& cases) {
   if (qg::detail::cuda::registry().gemm.empty()) return;  // CUDA not built
   for (const Shape& s : g_opt.shapes)
     for (int64_t n : n_list(be)) {
-      for (bool cold : {true, false}) {
-        const int64_t m = s.m, k = s.k;
+      const int64_t m = s.m, k = s.k;
+      for (bool cold : {true, false})
         cases.push_back({case_name("linear_q4_0", be, cold, m, k, n), be,
-                         [=](benchmark::State& st) { bm_linear(st, m, k, n, cold); }, nullptr});
-      }
+                         [=](benchmark::State& st) { bm_linear(st, m, k, n, cold ? Mode::cold : Mode::hot); },
+                         nullptr});
+      cases.push_back({"linear_q4_0/cuda/graph/M:" + std::to_string(m) + "/K:" + std::to_string(k) +
+                           "/N:" + std::to_string(n),
+                       be, [=](benchmark::State& st) { bm_linear(st, m, k, n, Mode::graph); }, nullptr});
     }
 }
 

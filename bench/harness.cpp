@@ -777,6 +777,49 @@ void run_gpu_case(benchmark::State& st, const Work& work, int warmups, const std
   }
   set_counters(st, total, calls, work, g.peak_bw, g.peak_flops);
 }
+
+// See harness.h.
+void run_gpu_graph_case(benchmark::State& st, const Work& work, int reps, const std::function<std::string()>& call) {
+  Gpu& g = g_gpu;
+  std::string err = call();  // module load, first touch, outside the capture
+  if (err.empty()) err = cuda_error("cudaStreamSynchronize", cudaStreamSynchronize(g.stream));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if (err.empty()) err = cuda_error("cudaStreamBeginCapture", cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal));
+  if (err.empty()) {
+    for (int i = 0; i < reps && err.empty(); ++i) err = call();
+    const std::string end = cuda_error("cudaStreamEndCapture", cudaStreamEndCapture(g.stream, &graph));
+    if (err.empty()) err = end;
+  }
+  if (err.empty()) err = cuda_error("cudaGraphInstantiate", cudaGraphInstantiate(&exec, graph, 0));
+  auto launch_timed = [&](float* ms) -> std::string {
+    std::string e = cuda_error("cudaEventRecord", cudaEventRecord(g.ev0, g.stream));
+    if (e.empty()) e = cuda_error("cudaGraphLaunch", cudaGraphLaunch(exec, g.stream));
+    if (e.empty()) e = cuda_error("cudaEventRecord", cudaEventRecord(g.ev1, g.stream));
+    if (e.empty()) e = cuda_error("cudaEventSynchronize", cudaEventSynchronize(g.ev1));
+    if (e.empty()) e = cuda_error("cudaEventElapsedTime", cudaEventElapsedTime(ms, g.ev0, g.ev1));
+    return e;
+  };
+  float ms = 0;
+  for (int i = 0; i < 3 && err.empty(); ++i) err = launch_timed(&ms);  // uploads the graph
+  double total = 0;
+  int64_t calls = 0;
+  for (auto _ : st) {
+    if (err.empty()) err = launch_timed(&ms);
+    if (!err.empty()) {
+      st.SkipWithError(err.c_str());
+      break;
+    }
+    const double s = double(ms) * 1e-3 / reps;
+    st.SetIterationTime(s);
+    total += s;
+    ++calls;
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  if (err.empty()) set_counters(st, total, calls, work, g.peak_bw, g.peak_flops);
+}
 #endif  // QG_BENCH_CUDA
 
 void run_cpu_case(benchmark::State& st, const Work& work, int warmups, const std::function<std::string()>& call) {
@@ -1028,6 +1071,15 @@ void run_timed(benchmark::State& st, Backend b, const Work& work, int warmups,
   run_cpu_case(st, work, warmups, call);
 }
 
+void run_graph_timed(benchmark::State& st, const Work& work, int reps, const std::function<std::string()>& call) {
+#if QG_BENCH_CUDA
+  run_gpu_graph_case(st, work, reps, call);
+#else
+  (void)work, (void)reps, (void)call;
+  st.SkipWithError("this bench was built without CUDA");
+#endif
+}
+
 std::string cublas_gemm_f16(int64_t m, int64_t n, int64_t k, const void* w, const void* a, void* c) {
 #if QG_BENCH_CUBLAS
   return cublas_f16(m, n, k, w, a, c);
@@ -1179,12 +1231,13 @@ int main(int argc, char** argv) {
   if (info.cuda_built) benchmark::AddCustomContext("qg_kernels_cuda", describe_registry(qg::detail::cuda::registry()));
   benchmark::AddCustomContext(
       "case_names",
-      "<op>/<cpu|cuda>/<cold|hot>[/M:<M>]/K:<K>/N:<N>[/kernel:<name>]: without /kernel: the public call "
+      "<op>/<cpu|cuda>/<cold|hot|graph>[/M:<M>]/K:<K>/N:<N>[/kernel:<name>]: without /kernel: the public call "
       "(the dispatcher's choice is the label); with it, that registry entry run directly");
   benchmark::AddCustomContext(
       "cold_rule",
       "cold: each call reads the next of several input buffers totalling > 2x the last-level "
-      "cache (GPU L2, CPU L3); hot: one buffer repeated; data is gaussian fp32 quantized by qg");
+      "cache (GPU L2, CPU L3); hot: one buffer repeated; graph: hot, 64 calls captured in one CUDA graph, "
+      "time per call = graph time / 64 (llama.cpp's perf mode); data is gaussian fp32 quantized by qg");
   benchmark::AddCustomContext(
       "counters", "us = time per call; TFLOP/s = 2MNK/t; GB/s = (compulsory input + output bytes)/t; "
                   "%floor = 100 * max(bytes/peak_bw, flops/peak_flops)/t");

@@ -183,6 +183,13 @@ int warmups_for(Backend b, const Rotation& rotated, bool cold);
 void run_timed(benchmark::State& st, Backend b, const Work& work, int warmups,
                const std::function<std::string()>& call);
 
+// CUDA only: `reps` calls captured into one CUDA graph, the graph launched
+// between an event pair, and the time per call is the graph's over reps: the
+// calls back to back with no launch gaps, which is how llama.cpp's
+// test-backend-ops perf mode times its operations (many copies of the node in
+// one graph). call() must not synchronise (stream capture forbids it).
+void run_graph_timed(benchmark::State& st, const Work& work, int reps, const std::function<std::string()>& call);
+
 // C[M, N] = W[M, K] . A[N, K]^T, all row-major fp16, fp32 accumulate, on the
 // bench's CUDA stream (cublasGemmEx). Only when have_cublas().
 std::string cublas_gemm_f16(int64_t m, int64_t n, int64_t k, const void* w, const void* a, void* c);

@@ -158,18 +158,59 @@ SplitLayout split_layout(int64_t n, int64_t k, int64_t partial_floats, int64_t c
   return l;
 }
 
+// Where the two re-layout passes below write (the layout above), and the
+// bookkeeping they share. A CTA owns 128 tokens x kBlocks blocks, so it alone
+// writes those blocks' non-finite bytes.
+struct SplitDst {
+  uint8_t* codes;
+  float* scales;
+  int64_t scale_row_floats;
+  uint8_t* flags;
+  int64_t flag_row;
+  unsigned* counters;
+  int counter_count;
+  int64_t k;
+
+  // Zeroes the split counters (the GEMM that follows on the stream counts
+  // its splits' arrivals there) and this CTA's non-finite marks.
+  __device__ void begin(int (&nonfinite)[kBlocks]) const {
+    if (blockIdx.x == 0 && blockIdx.y == 0)
+      for (int i = threadIdx.x; i < counter_count; i += blockDim.x) counters[i] = 0;
+    if (threadIdx.x < kBlocks) nonfinite[threadIdx.x] = 0;
+    __syncthreads();
+  }
+  __device__ float* scale_slot(int64_t tok, int64_t b) const {
+    return scales + b * scale_row_floats + (tok / 2) * 4 + (tok % 2);
+  }
+  // Token tok's block b: its 32 codes (lo, hi) and its fp32 scale d.
+  __device__ void put(int64_t tok, int64_t b, uint4 lo, uint4 hi, float d) const {
+    uint4* dst = reinterpret_cast<uint4*>(codes + tok * k + b * 32);
+    dst[0] = lo;
+    dst[1] = hi;
+    float* slot = scale_slot(tok, b);
+    slot[0] = d;
+    slot[2] = -kMagic * d;  // exact: 2 significant bits times 11
+  }
+  // The odd last token's partner slot (token n, which does not exist).
+  __device__ void put_partner(int64_t tok, int64_t b) const {
+    float* slot = scale_slot(tok, b);
+    slot[0] = 0.0f;
+    slot[2] = 0.0f;
+  }
+  // After the CTA's puts: its non-finite bytes.
+  __device__ void end(const int (&nonfinite)[kBlocks]) const {
+    __syncthreads();
+    if (threadIdx.x < kFlagBytes)
+      flags[blockIdx.x * flag_row + blockIdx.y * kFlagBytes + threadIdx.x] =
+          threadIdx.x < kBlocks && nonfinite[threadIdx.x] ? 1 : 0;
+  }
+};
+
 // One CTA per 128 tokens x 8 blocks; thread pairs share a token, 4 blocks
 // each (144 bytes: nine 16-byte loads).
-__global__ void __launch_bounds__(256) split_q8_1_kernel(const uint8_t* a, int64_t lda, int64_t n, int64_t k,
-                                                         uint8_t* codes, float* scales, int64_t scale_row_floats,
-                                                         uint8_t* flags, int64_t flag_row, unsigned* counters,
-                                                         int counter_count) {
-  // The GEMM that follows on the stream counts its splits' arrivals here.
-  if (blockIdx.x == 0 && blockIdx.y == 0)
-    for (int i = threadIdx.x; i < counter_count; i += blockDim.x) counters[i] = 0;
+__global__ void __launch_bounds__(256) split_q8_1_kernel(const uint8_t* a, int64_t lda, int64_t n, SplitDst dst) {
   __shared__ int nonfinite[kBlocks];
-  if (threadIdx.x < kBlocks) nonfinite[threadIdx.x] = 0;
-  __syncthreads();
+  dst.begin(nonfinite);
   const int64_t tok = static_cast<int64_t>(blockIdx.x) * kSplitTokens + threadIdx.x / 2;
   const int part = threadIdx.x % 2;
   const int64_t b0 = static_cast<int64_t>(blockIdx.y) * kBlocks + 4 * part;
@@ -186,27 +227,16 @@ __global__ void __launch_bounds__(256) split_q8_1_kernel(const uint8_t* a, int64
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      uint4* dst = reinterpret_cast<uint4*>(codes + tok * k + (b0 + i) * 32);
-      dst[0] = make_uint4(w[9 * i + 1], w[9 * i + 2], w[9 * i + 3], w[9 * i + 4]);
-      dst[1] = make_uint4(w[9 * i + 5], w[9 * i + 6], w[9 * i + 7], w[9 * i + 8]);
       const float da = half_bits_to_float(w[9 * i] & 0xFFFFu);
-      float* slot = scales + (b0 + i) * scale_row_floats + (tok / 2) * 4 + (tok % 2);
-      slot[0] = da;
-      slot[2] = -kMagic * da;  // exact: 2 significant bits times 11
+      dst.put(tok, b0 + i, make_uint4(w[9 * i + 1], w[9 * i + 2], w[9 * i + 3], w[9 * i + 4]),
+              make_uint4(w[9 * i + 5], w[9 * i + 6], w[9 * i + 7], w[9 * i + 8]), da);
       if (!isfinite(da)) atomicOr(&nonfinite[4 * part + i], 1);
     }
-  } else if (tok == n && (n & 1)) {  // the odd last token's partner slot
+  } else if (tok == n && (n & 1)) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float* slot = scales + (b0 + i) * scale_row_floats + (tok / 2) * 4 + 1;
-      slot[0] = 0.0f;
-      slot[2] = 0.0f;
-    }
+    for (int i = 0; i < 4; ++i) dst.put_partner(tok, b0 + i);
   }
-  __syncthreads();
-  if (threadIdx.x < kFlagBytes)
-    flags[blockIdx.x * flag_row + blockIdx.y * kFlagBytes + threadIdx.x] =
-        threadIdx.x < kBlocks && nonfinite[threadIdx.x] ? 1 : 0;
+  dst.end(nonfinite);
 }
 
 // linear_q4_0's activations quantized to Q8_1 (quant_block.h's reference
@@ -250,19 +280,13 @@ __device__ __forceinline__ void load_block(const uint8_t* p, bool vec, bool alig
 
 template <DType T>
 __global__ void __launch_bounds__(kQuantizeSplitThreads)
-quantize_split_kernel(const uint8_t* x, int64_t x_row_stride, bool x_vec, bool x_aligned, int64_t n, int64_t k,
-                      uint8_t* codes, float* scales, int64_t scale_row_floats, uint8_t* flags, int64_t flag_row,
-                      unsigned* counters, int counter_count) {
+quantize_split_kernel(const uint8_t* x, int64_t x_row_stride, bool x_vec, bool x_aligned, int64_t n, SplitDst dst) {
   constexpr int kEsize = T == DType::f32 ? 4 : 2;
-  if (blockIdx.x == 0 && blockIdx.y == 0)
-    for (int i = threadIdx.x; i < counter_count; i += blockDim.x) counters[i] = 0;
   __shared__ int nonfinite[kBlocks];
-  if (threadIdx.x < kBlocks) nonfinite[threadIdx.x] = 0;
-  __syncthreads();
+  dst.begin(nonfinite);
   const int j = threadIdx.x % kBlocks;
   const int64_t tok = static_cast<int64_t>(blockIdx.x) * kSplitTokens + threadIdx.x / kBlocks;
   const int64_t b = static_cast<int64_t>(blockIdx.y) * kBlocks + j;
-  float* slot = scales + b * scale_row_floats + (tok / 2) * 4 + (tok % 2);
   if (tok < n) {
     float v[32];
     load_block<T>(x + (tok * x_row_stride + b * 32) * kEsize, x_vec, x_aligned, v);
@@ -283,19 +307,11 @@ quantize_split_kernel(const uint8_t* x, int64_t x_row_stride, bool x_vec, bool x
       w[i] = static_cast<uint8_t>(q[4 * i]) | (static_cast<uint32_t>(static_cast<uint8_t>(q[4 * i + 1])) << 8) |
              (static_cast<uint32_t>(static_cast<uint8_t>(q[4 * i + 2])) << 16) |
              (static_cast<uint32_t>(static_cast<uint8_t>(q[4 * i + 3])) << 24);
-    uint4* dst = reinterpret_cast<uint4*>(codes + tok * k + b * 32);
-    dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
-    slot[0] = d;
-    slot[2] = -kMagic * d;  // exact: 2 significant bits times 11
-  } else if (tok == n && (n & 1)) {  // the odd last token's partner slot
-    slot[0] = 0.0f;
-    slot[2] = 0.0f;
+    dst.put(tok, b, make_uint4(w[0], w[1], w[2], w[3]), make_uint4(w[4], w[5], w[6], w[7]), d);
+  } else if (tok == n && (n & 1)) {
+    dst.put_partner(tok, b);
   }
-  __syncthreads();
-  if (threadIdx.x < kFlagBytes)
-    flags[blockIdx.x * flag_row + blockIdx.y * kFlagBytes + threadIdx.x] =
-        threadIdx.x < kBlocks && nonfinite[threadIdx.x] ? 1 : 0;
+  dst.end(nonfinite);
 }
 
 struct Shape {
@@ -695,22 +711,20 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
   s.counters = reinterpret_cast<unsigned*>(ws.bytes() + lay.counters);
   const dim3 split_grid(static_cast<unsigned>(lay.flag_rows), static_cast<unsigned>(nb / kBlocks));
   const int counters = splits > 1 ? static_cast<int>(tiles) : 0;
+  const SplitDst dst{codes, scales, lay.scale_row_floats, flags, lay.flag_row, s.counters, counters, k};
   if (from_float) {
     const QuantizeArgs& q = *from_float;
     const uint8_t* x = static_cast<const uint8_t*>(q.x);
     auto launch_from = [&](auto kernel, int esize) {
       const bool vec = is_aligned(x, 16) && (q.x_row_stride * esize) % 16 == 0;
-      kernel<<<split_grid, kQuantizeSplitThreads, 0, cs>>>(x, q.x_row_stride, vec, is_aligned(x, esize), n, k, codes,
-                                                            scales, lay.scale_row_floats, flags, lay.flag_row,
-                                                            s.counters, counters);
+      kernel<<<split_grid, kQuantizeSplitThreads, 0, cs>>>(x, q.x_row_stride, vec, is_aligned(x, esize), n, dst);
     };
     if (q.x_dtype == DType::f16) launch_from(quantize_split_kernel<DType::f16>, 2);
     else if (q.x_dtype == DType::bf16) launch_from(quantize_split_kernel<DType::bf16>, 2);
     else launch_from(quantize_split_kernel<DType::f32>, 4);
   } else {
     split_q8_1_kernel<<<split_grid, 256, 0, cs>>>(static_cast<const uint8_t*>(args.b.data), args.b.row_stride, n,
-                                                  k, codes, scales, lay.scale_row_floats, flags, lay.flag_row,
-                                                  s.counters, counters);
+                                                  dst);
   }
 
   CUtensorMap map_w, map_codes, map_scales, map_flags;

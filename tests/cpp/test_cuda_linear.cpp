@@ -161,4 +161,58 @@ TEST_F(CudaLinear, BackToBackOnTheDefaultStream) {
   back_to_back(mem_, c, 16, nullptr, rng);
 }
 
+// linear_q4_0 captured into a CUDA graph, as torch's CUDA graphs and
+// llama.cpp replay a model: the graph, launched twice, writes what the direct
+// calls would. From N = 9 on sm_90a each call takes its scratch from qg's
+// pool in stream order, which capture records as graph allocations.
+TEST_F(CudaLinear, CapturedInACudaGraph) {
+  QG_SEEDED_RNG(rng, 6);
+  for (int64_t n : {1, 16, 100}) {
+    Case c;
+    c.n = n;
+    c.m = 512;
+    c.k = 4096;
+    c.bias = true;
+    SCOPED_TRACE(c.describe());
+    const qgtest::linear::HostData h = qgtest::linear::make_data(c, rng);
+    qgtest::linear::Buffers b(mem_, c, h);
+    constexpr int kCalls = 3;
+    std::vector<std::unique_ptr<qgtest::MemBytes>> xs, ys;
+    for (int i = 0; i < kCalls; ++i) {
+      xs.push_back(std::make_unique<qgtest::MemBytes>(mem_, qgtest::linear::random_x(c, rng, false), 0));
+      ys.push_back(std::make_unique<qgtest::MemBytes>(mem_, h.y, 0));
+    }
+    qgtest::MemBytes y_warm(mem_, h.y, 0);
+    const qg::Device d = mem_.device();
+    auto call = [&](int i, void* y) {
+      return qg::linear_q4_0(
+          qgtest::linear::linear_args(c, xs[i]->ptr(), b.ws.ptr(), b.w.ptr(), y, b.bias.ptr(), d), stream_);
+    };
+    const qg::Status warm = call(0, y_warm.ptr());  // outside the capture, as frameworks warm up
+    ASSERT_TRUE(warm.ok()) << warm.message();
+    mem_.synchronize(stream_);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    qg::Status captured;
+    for (int i = 0; i < kCalls && captured.ok(); ++i) captured = call(i, ys[i]->ptr());
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    ASSERT_TRUE(captured.ok()) << captured.message();
+    ASSERT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int launch = 0; launch < 2; ++launch) EXPECT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    mem_.synchronize(stream_);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    for (int i = 0; i < kCalls; ++i) {
+      const qg::Status r = qgtest::linear::quantize_then_gemm(c, xs[i]->ptr(), b.ws_ref.ptr(), b.w.ptr(),
+                                                              b.y_ref.ptr(), b.bias.ptr(), d, stream_);
+      ASSERT_TRUE(r.ok()) << r.message();
+      mem_.synchronize(stream_);
+      const int64_t at = qgtest::linear::first_difference(ys[i]->read(), b.y_ref.read());
+      EXPECT_EQ(at, -1) << "call " << i << ": y differs from quantize + gemm at byte " << at;
+    }
+  }
+}
+
 }  // namespace
