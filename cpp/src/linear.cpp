@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
-// linear.cpp: linear_q4_0, quantize_q8_1(x) into the caller's workspace and
-// then the Q4_0 x Q8_1 GEMM, enqueued here back to back: one call, both
-// kernels chosen (and every argument checked) before either runs. A GEMM
-// kernel with run_quantizing takes x itself and leaves the workspace unused.
+// linear.cpp: a model's linear layer in one call: x quantized into the
+// caller's workspace, then the GEMM, enqueued back to back, both kernels
+// chosen (and every argument checked) before either runs.
+//   linear_q4_0: Q8_1 activations x Q4_0 weights. A GEMM kernel with
+//                run_quantizing takes x itself and leaves the workspace unused.
+//   linear_int8: int8 activations per token x int8 weights per feature.
 #include <cstdint>
 #include <string>
 
@@ -17,6 +19,25 @@ using detail::invalid;
 
 using detail::overlaps;
 using detail::span_of;
+
+// Runs the quantize step q, then the GEMM g that reads its output; both
+// already checked. Both kernels are chosen before either runs: a call no GEMM
+// kernel takes fails without having written the workspace.
+Status quantize_then_gemm(const char* fn, const QuantizeArgs& q, const GemmArgs& g, Stream stream) {
+  const detail::Registry& reg = detail::registry_for(q.device);
+  const detail::ConvertKernel<QuantizeArgs>* qk = nullptr;
+  const detail::GemmKernel* gk = nullptr;
+  if (Status s = detail::choose_kernel(fn, reg.quantize, q, &qk, nullptr); !s.ok()) return s;
+  if (Status s = detail::choose_kernel(fn, reg.gemm, g, &gk, nullptr); !s.ok()) return s;
+  // K = 0 launches no quantizer; the GEMM still writes the bias (an empty sum).
+  const bool quantized = q.rows > 0 && q.k > 0;
+  // A kernel that quantizes x itself (into its own layout) takes both steps.
+  if (quantized && g.a.rows > 0 && gk->run_quantizing) return gk->run_quantizing(g, q, stream);
+  if (quantized)
+    if (Status s = qk->run(q, stream); !s.ok()) return s;
+  if (g.a.rows == 0 || g.b.rows == 0) return {};
+  return gk->run(g, stream);
+}
 
 }  // namespace
 
@@ -72,22 +93,71 @@ Status linear_q4_0(const LinearQ4_0Args& a, Stream stream) {
     return invalid(fn, "xq_workspace overlaps the weight or the bias; pass a separate workspace");
   if (overlaps(y, x)) return invalid(fn, "y overlaps x; pass a separate output");
 
-  // Both kernels are chosen before either runs: a call no GEMM kernel takes
-  // fails without having written the workspace.
-  const detail::Registry& reg = detail::registry_for(a.device);
-  const detail::ConvertKernel<QuantizeArgs>* qk = nullptr;
-  const detail::GemmKernel* gk = nullptr;
-  if (Status s = detail::choose_kernel(fn, reg.quantize, q, &qk, nullptr); !s.ok()) return s;
-  if (Status s = detail::choose_kernel(fn, reg.gemm, g, &gk, nullptr); !s.ok()) return s;
+  return quantize_then_gemm(fn, q, g, stream);
+}
 
-  // K = 0 launches no quantizer; the GEMM still writes the bias (an empty sum).
-  const bool quantized = a.n > 0 && a.k > 0;
-  // A kernel that quantizes x itself (into its own layout) takes both steps.
-  if (quantized && a.m > 0 && gk->run_quantizing) return gk->run_quantizing(g, q, stream);
-  if (quantized)
-    if (Status s = qk->run(q, stream); !s.ok()) return s;
-  if (a.m == 0 || a.n == 0) return {};
-  return gk->run(g, stream);
+Status linear_int8(const LinearInt8Args& a, Stream stream) {
+  const char* fn = a.fn ? a.fn : "qg.linear_int8";
+  if (a.n < 0 || a.m < 0 || a.k < 0)
+    return invalid(fn, "n, m and k must be >= 0 (got n=" + std::to_string(a.n) + ", m=" + std::to_string(a.m) +
+                           ", k=" + std::to_string(a.k) + ")");
+  if (a.n > 0 && a.k > 0 && (a.x_codes_workspace == nullptr || a.x_scales_workspace == nullptr))
+    return invalid(fn, "x_codes_workspace and x_scales_workspace must not be null: pass n * k = " +
+                           std::to_string(a.n * a.k) + " bytes and n = " + std::to_string(a.n) +
+                           " floats on the device");
+  if (a.m > 0 && a.weight_scale == nullptr)
+    return invalid(fn, "weight_scale must not be null: pass the m = " + std::to_string(a.m) +
+                           " float32 scales of the weight's rows");
+
+  QuantizeArgs q;  // symmetric, one dynamic scale per token
+  q.format = Format::i8;
+  q.x = a.x;
+  q.x_dtype = a.x_dtype;
+  q.rows = a.n;
+  q.k = a.k;
+  q.x_row_stride = a.x_row_stride;
+  q.y = a.x_codes_workspace;
+  q.y_row_stride = a.k;
+  q.device = a.device;
+  q.fn = fn;
+  q.granularity = Granularity::row;
+  q.scales = a.x_scales_workspace;
+
+  // y [N, M]: C's element (m, n) at y + m + n * ldy.
+  GemmArgs g;
+  g.a = packed_operand(a.weight_q, Format::i8, a.m, a.k);
+  g.a.row_stride = a.weight_row_stride;
+  g.b = packed_operand(a.x_codes_workspace, Format::i8, a.n, a.k);
+  g.c = a.y;
+  g.c_dtype = a.y_dtype;
+  g.ldc = 1;
+  g.ldc_n = a.ldy;
+  g.epilogue.row_scale = a.weight_scale;
+  g.epilogue.col_scale = a.x_scales_workspace;
+  g.epilogue.bias = a.bias;
+  g.epilogue.bias_dtype = a.bias_dtype;
+  g.epilogue.activation = a.activation;
+  g.device = a.device;
+  g.fn = fn;
+
+  if (Status s = detail::check_quantize_args(q); !s.ok()) return s;
+  if (Status s = detail::check_gemm_args(g); !s.ok()) return s;
+  // What the two checks above cannot see, since each knows one step: the
+  // workspaces must not alias what the GEMM reads or each other, nor y x.
+  const detail::Span codes = span_of(a.x_codes_workspace, a.n, a.k, a.k);
+  const detail::Span scales = span_of(a.x_scales_workspace, 1, 0, a.n * 4);
+  const detail::Span w = span_of(a.weight_q, a.m, a.weight_row_stride, a.k);
+  const detail::Span wscale = span_of(a.weight_scale, 1, 0, a.m * 4);
+  const detail::Span bias = span_of(a.bias, 1, 0, a.m * dtype_size(a.bias_dtype));
+  const int64_t xsize = dtype_size(a.x_dtype), ysize = dtype_size(a.y_dtype);
+  const detail::Span x = span_of(a.x, a.n, a.x_row_stride * xsize, a.k * xsize);
+  const detail::Span y = span_of(a.y, a.n, a.ldy * ysize, a.m * ysize);
+  for (const detail::Span& ws : {codes, scales})
+    if (overlaps(ws, w) || overlaps(ws, wscale) || overlaps(ws, bias) || overlaps(ws, x) || overlaps(ws, y))
+      return invalid(fn, "a workspace overlaps the weight, its scales, the bias, x or y; pass separate workspaces");
+  if (overlaps(codes, scales)) return invalid(fn, "x_codes_workspace overlaps x_scales_workspace; pass two buffers");
+  if (overlaps(y, x)) return invalid(fn, "y overlaps x; pass a separate output");
+  return quantize_then_gemm(fn, q, g, stream);
 }
 
 }  // namespace qg

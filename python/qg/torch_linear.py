@@ -59,7 +59,9 @@ def _forward(x, bias, weight_q, weight_scale, weight_zero_point, fmt: str, group
         raise ValueError(f"{_FN}: x must have shape [..., {in_features}] (in_features), got {list(shape)}")
     # The GEMMs below are the core calls qg.int8_matmul, qg.linear_int4 and
     # qg.linear_q4_0 make: for plain tensors their single-crossing entries
-    # make them under the layer's name (None: the steps below do).
+    # make them under the layer's name (None: the steps below do). int8 and
+    # q4_0 quantize x and multiply in one core call (qg::linear_int8,
+    # qg::linear_q4_0), the same bytes as the two steps.
     act = "relu" if relu else None
     if fmt == "int4" and torch_ops.plain_ok(x, weight_q, weight_scale, bias):
         y = _qg.fast_linear_int4(x, weight_q, weight_scale, weight_zero_point, group_size, bias, act, _FN)
@@ -67,6 +69,10 @@ def _forward(x, bias, weight_q, weight_scale, weight_zero_point, fmt: str, group
             return y
     if fmt == "q4_0" and torch_ops.plain_ok(x, weight_q, bias):  # qg.linear_q4_0's one core call
         y = _qg.fast_linear_q4_0(x, weight_q, bias, _FN, relu)
+        if y is not None:
+            return y
+    if fmt == "int8" and torch_ops.plain_ok(x, weight_q, weight_scale, bias):  # qg::linear_int8, one core call
+        y = _qg.fast_linear_int8(x, weight_q, weight_scale, bias, _FN, relu)
         if y is not None:
             return y
     if ndim == 2:

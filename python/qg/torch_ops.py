@@ -419,7 +419,7 @@ def fast_ok(op, x, out, y=None) -> bool:
 def plain_ok(*args) -> bool:
     """May an eager call take an entry that declines what is not plain (the
     integer family's qg._qg.fast_int8_matmul, fast_linear_int4,
-    fast_quantize_tensor, and fast_linear_q4_0)? args: the arguments the entry
+    fast_quantize_tensor, and fast_linear_q4_0 and fast_linear_int8)? args: the arguments the entry
     reads as tensors; None and Python numbers pass. False while torch traces,
     and for an argument that is not a tensor of a fast type, a lazily negated
     view (exported as stored) or one that requires grad: the function's plan

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // fast_int_ops.cpp: single-crossing entries of the integer family's public
-// functions (qg.int8_matmul, qg.linear_int4, qg.quantize_tensor) for tensors
-// that publish the DLPack C exchange API.
+// functions (qg.int8_matmul, qg.linear_int4, qg.quantize_tensor) and of
+// QuantizedLinear(int8)'s forward (qg::linear_int8), for tensors that publish
+// the DLPack C exchange API.
 //
 // Each public function has a plan (qg/_int.py) that checks its arguments,
 // converts what needs converting (half-precision scales, Python zero points,
@@ -211,6 +212,70 @@ nb::object quantize_tensor(nb::handle x, nb::handle bits, nb::handle scheme, nb:
   return asym ? r : nb::make_tuple(r[0], r[1]);
 }
 
+// QuantizedLinear(int8)'s forward in one core call (qg::linear_int8): x
+// quantized per token into two workspaces the caller's framework allocates
+// (the codes, the scales), then the int8 GEMM, whose epilogue applies both
+// scales, the bias and the relu and writes y [..., M] in x's dtype. The plain
+// case only: x a float tensor of at least one dimension; weight_q int8 [M, K],
+// weight_scale float32 [M] and bias (or None) C-contiguous tensors of x's
+// framework. Otherwise None, and the module's two steps take the call.
+nb::object linear_int8(nb::handle x, nb::handle weight_q, nb::handle weight_scale, nb::handle bias, const char* fn,
+                       bool relu) {
+  const dlx::Api* api = nullptr;
+  TensorView xv, wv, sv, biasv;
+  Format x_fmt;
+  int dtype;  // the result's: x's
+  bool has_bias;
+  if (!plain_tensor(x, fn, "x", &api, &xv) || xv.ndim < 1 || !float_format(xv.dtype, &x_fmt, &dtype) ||
+      !plain_tensor(weight_q, fn, "weight_q", &api, &wv) || wv.dtype != DType::i8 || wv.ndim != 2 ||
+      !plain_tensor(weight_scale, fn, "weight_scale", &api, &sv) || sv.dtype != DType::f32 || sv.ndim != 1 ||
+      sv.shape[0] != wv.shape[0] || !plain_optional(bias, fn, "bias", api, &biasv, &has_bias) ||
+      wv.device != xv.device || sv.device != xv.device || (has_bias && biasv.device != xv.device))
+    return nb::none();
+  const Device device = xv.device;
+  QuantizeViews q{Format::i8, xv, Q8_1Convention::reference, fn};
+  q.granularity = Granularity::row;
+  ResultSpec codes_spec, scales_spec_, spec;
+  throw_if_error(result_spec(q, &codes_spec));
+  throw_if_error(scales_spec(q, &scales_spec_));
+  // Dropped on return, after both kernels are enqueued on the framework's
+  // current stream: its allocator reuses the memory in stream order.
+  TensorView codes, scales;
+  const nb::object codes_obj = fast::allocate(api, fn, codes_spec, device, &codes);
+  const nb::object scales_obj = fast::allocate(api, fn, scales_spec_, device, &scales);
+  GemmViews v = gemm_views(static_cast<int>(Format::i8), static_cast<int>(Format::i8), wv, codes, -1, -1, -1, fn,
+                           "weight_q", "x");
+  set_epilogue(&v, has_bias ? &biasv : nullptr, dtype, true);
+  throw_if_error(result_spec(v, &spec));  // [N, M]
+  TensorView y;
+  nb::object result = fast::allocate(api, fn, fast::rows_shape(spec, xv), device, &y);
+  LinearInt8Args a;  // every tensor C-contiguous
+  a.x = xv.data;
+  a.x_dtype = xv.dtype;
+  a.n = spec.shape[0];
+  a.k = xv.shape[xv.ndim - 1];
+  a.x_row_stride = a.k;
+  a.x_codes_workspace = codes.data;
+  a.x_scales_workspace = static_cast<float*>(scales.data);
+  a.weight_q = wv.data;
+  a.m = spec.shape[1];
+  a.weight_row_stride = a.k;
+  a.weight_scale = static_cast<const float*>(sv.data);
+  a.y = y.data;
+  a.y_dtype = v.out_dtype;
+  a.ldy = a.m;
+  if (has_bias) {
+    a.bias = biasv.data;
+    a.bias_dtype = biasv.dtype;
+  }
+  a.activation = relu ? Activation::relu : Activation::none;
+  a.device = device;
+  a.fn = fn;
+  const Stream stream = fast::current_stream(api, device);
+  throw_if_error(run_released(device, [&] { return qg::linear_int8(a, stream); }));
+  return result;
+}
+
 }  // namespace
 
 // fn and the operand names (what the core's messages call them) are the
@@ -224,6 +289,8 @@ void bind_fast_int_ops(nb::module_& m) {
   m.def("fast_linear_int4", &linear_int4, "x"_a.none(), "weight_q"_a.none(), "scales"_a.none(),
         "zero_points"_a.none(), "group_size"_a.none(), "bias"_a.none(), "activation"_a.none(),
         "fn"_a = "qg.linear_int4");
+  m.def("fast_linear_int8", &linear_int8, "x"_a.none(), "weight_q"_a.none(), "weight_scale"_a.none(),
+        "bias"_a.none(), "fn"_a = "qg.torch.QuantizedLinear", "relu"_a = false);
   m.def("fast_quantize_tensor", &quantize_tensor, "x"_a.none(), "bits"_a.none(), "scheme"_a.none(),
         "granularity"_a.none(), "axis"_a.none(), "group_size"_a.none(), "scale"_a.none(), "zero_point"_a.none(),
         "packing"_a.none());

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: MIT
-// linear_cases.h: qg::linear_q4_0 against the two calls it stands for,
-// qg::quantize (Q8_1, reference convention) then qg::gemm (y [N, M]: ldc = 1,
-// ldc_n = ldy, bias in the epilogue), on one backend (a qgtest::Memory) and
-// one stream. Both must leave the same bytes in y, with its gaps and guards
-// (not in the workspace: a kernel that quantizes x into its own layout leaves
-// it unused). Shared by the CPU and CUDA test files.
+// linear_cases.h: the one-call linear layers against the two calls each
+// stands for, on one backend (a qgtest::Memory) and one stream:
+//   qg::linear_q4_0: qg::quantize (Q8_1, reference convention), then qg::gemm;
+//   qg::linear_int8: qg::quantize (i8, one dynamic scale per token), then
+//                    qg::gemm with the weight's and the tokens' scales;
+// the GEMM writing y [N, M] (ldc = 1, ldc_n = ldy, bias in the epilogue).
+// Both must leave the same bytes in y, with its gaps and guards (not in the
+// workspace: a kernel that quantizes x into its own layout leaves it unused).
+// Shared by the CPU and CUDA test files.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -23,6 +27,7 @@ namespace qgtest::linear {
 constexpr uint8_t kWorkspaceSentinel = 0xA5;
 
 struct Case {
+  qg::Format weight = qg::Format::q4_0;  // q4_0: linear_q4_0; i8: linear_int8
   int64_t n = 1, m = 1, k = 32;
   qg::DType x_dtype = qg::DType::f32, y_dtype = qg::DType::f32;
   bool bias = false;
@@ -34,11 +39,16 @@ struct Case {
   size_t w_offset = 0;     // misalignment of the weight (bytes past 256)
   size_t ws_offset = 0;    // and of the workspace
 
+  bool int8() const { return weight == qg::Format::i8; }
   int64_t ldy() const { return m + y_pad; }
-  int64_t xq_row() const { return k / 32 * 36; }
-  int64_t w_row() const { return k / 32 * 18 + w_pad; }
+  // The quantized x: Q8_1 blocks, or int8 codes, then (int8) the token
+  // scales from the first 256-byte boundary past the codes.
+  int64_t xq_row() const { return int8() ? k : k / 32 * 36; }
+  int64_t scales_at() const { return (n * k + 255) / 256 * 256; }
+  int64_t ws_bytes() const { return int8() ? scales_at() + 4 * n : n * xq_row(); }
+  int64_t w_row() const { return (int8() ? k : k / 32 * 18) + w_pad; }
   std::string describe() const {
-    return "N=" + std::to_string(n) + " M=" + std::to_string(m) + " K=" + std::to_string(k) + " x " +
+    return std::string(int8() ? "linear_int8" : "linear_q4_0") + " N=" + std::to_string(n) + " M=" + std::to_string(m) + " K=" + std::to_string(k) + " x " +
            qg::dtype_name(x_dtype) + " y " + qg::dtype_name(y_dtype) +
            (bias ? std::string(" bias ") + qg::dtype_name(bias_dtype) : std::string(" no bias")) +
            (relu ? " relu" : "") +
@@ -52,7 +62,7 @@ struct Case {
 // specials a zero block and now and then an Inf, which makes the last row's
 // results NaN), the Q4_0 weight, the bias, and a poisoned y.
 struct HostData {
-  std::vector<uint8_t> x, w, bias, y;
+  std::vector<uint8_t> x, w, w_scale, bias, y;
 };
 
 inline std::vector<uint8_t> random_x(const Case& c, std::mt19937_64& rng, bool specials = true) {
@@ -76,10 +86,19 @@ inline std::vector<uint8_t> random_x(const Case& c, std::mt19937_64& rng, bool s
 inline HostData make_data(const Case& c, std::mt19937_64& rng) {
   HostData h;
   h.x = random_x(c, rng);
-  std::vector<float> wf(static_cast<size_t>(c.m * c.k));
   std::normal_distribution<float> normal(0.0f, 0.5f);
-  for (float& v : wf) v = normal(rng);
-  h.w = quantize_on_cpu(qg::Format::q4_0, wf, c.m, c.k, c.w_row());
+  if (c.int8()) {  // codes over the whole int8 range, and a scale per row
+    h.w.assign(static_cast<size_t>(c.m * c.w_row()), 0x7F);
+    for (int64_t r = 0; r < c.m; ++r)
+      for (int64_t i = 0; i < c.k; ++i) h.w[r * c.w_row() + i] = static_cast<uint8_t>(rng() % 256);
+    std::vector<float> scale(static_cast<size_t>(c.m));
+    for (float& v : scale) v = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1000.0f, -9 + int(rng() % 6));
+    h.w_scale = as_bytes(scale);
+  } else {
+    std::vector<float> wf(static_cast<size_t>(c.m * c.k));
+    for (float& v : wf) v = normal(rng);
+    h.w = quantize_on_cpu(qg::Format::q4_0, wf, c.m, c.k, c.w_row());
+  }
   if (c.bias) {
     const int64_t bs = qg::dtype_size(c.bias_dtype);
     h.bias.resize(static_cast<size_t>(c.m * bs));
@@ -113,11 +132,38 @@ inline qg::LinearQ4_0Args linear_args(const Case& c, const void* x, void* ws, co
   return a;
 }
 
-// The two calls linear_q4_0 stands for, enqueued on `stream`.
-inline qg::Status quantize_then_gemm(const Case& c, const void* x, void* ws, const void* w, void* y, const void* bias,
-                                     qg::Device device, qg::Stream stream) {
+// The linear call of the case's weight format, enqueued on `stream`.
+inline qg::Status run_linear(const Case& c, const void* x, void* ws, const void* w, const void* w_scale, void* y,
+                             const void* bias, qg::Device device, qg::Stream stream) {
+  if (!c.int8()) return qg::linear_q4_0(linear_args(c, x, ws, w, y, bias, device), stream);
+  qg::LinearInt8Args a;
+  a.x = x;
+  a.x_dtype = c.x_dtype;
+  a.n = c.n;
+  a.k = c.k;
+  a.x_row_stride = c.k + c.x_pad;
+  a.x_codes_workspace = ws;
+  a.x_scales_workspace = ws ? reinterpret_cast<float*>(static_cast<uint8_t*>(ws) + c.scales_at()) : nullptr;
+  a.weight_q = w;
+  a.m = c.m;
+  a.weight_row_stride = c.w_row();
+  a.weight_scale = static_cast<const float*>(w_scale);
+  a.y = y;
+  a.y_dtype = c.y_dtype;
+  a.ldy = c.ldy();
+  a.bias = bias;
+  a.bias_dtype = c.bias_dtype;
+  a.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
+  a.device = device;
+  return qg::linear_int8(a, stream);
+}
+
+// The two calls the case's linear call stands for, enqueued on `stream`.
+inline qg::Status quantize_then_gemm(const Case& c, const void* x, void* ws, const void* w, const void* w_scale,
+                                     void* y, const void* bias, qg::Device device, qg::Stream stream) {
+  float* x_scales = c.int8() ? reinterpret_cast<float*>(static_cast<uint8_t*>(ws) + c.scales_at()) : nullptr;
   qg::QuantizeArgs q;
-  q.format = qg::Format::q8_1;
+  q.format = c.int8() ? qg::Format::i8 : qg::Format::q8_1;
   q.x = x;
   q.x_dtype = c.x_dtype;
   q.rows = c.n;
@@ -127,15 +173,23 @@ inline qg::Status quantize_then_gemm(const Case& c, const void* x, void* ws, con
   q.y_row_stride = c.xq_row();
   q.device = device;
   q.q8_1_convention = qg::Q8_1Convention::reference;
+  if (c.int8()) {
+    q.granularity = qg::Granularity::row;
+    q.scales = x_scales;
+  }
   if (qg::Status s = qg::quantize(q, stream); !s.ok()) return s;
   qg::GemmArgs g;
-  g.a = qg::packed_operand(w, qg::Format::q4_0, c.m, c.k);
+  g.a = qg::packed_operand(w, c.weight, c.m, c.k);
   g.a.row_stride = c.w_row();
-  g.b = qg::packed_operand(ws, qg::Format::q8_1, c.n, c.k);
+  g.b = qg::packed_operand(ws, q.format, c.n, c.k);
   g.c = y;
   g.c_dtype = c.y_dtype;
   g.ldc = 1;
   g.ldc_n = c.ldy();
+  if (c.int8()) {
+    g.epilogue.row_scale = static_cast<const float*>(w_scale);
+    g.epilogue.col_scale = x_scales;
+  }
   g.epilogue.bias = bias;
   g.epilogue.bias_dtype = c.bias_dtype;
   g.epilogue.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
@@ -145,13 +199,14 @@ inline qg::Status quantize_then_gemm(const Case& c, const void* x, void* ws, con
 
 // The device copies of one case's inputs, and a y and a workspace per path.
 struct Buffers {
-  MemBytes x, w, bias, ws, ws_ref, y, y_ref;
+  MemBytes x, w, w_scale, bias, ws, ws_ref, y, y_ref;
   Buffers(Memory& mem, const Case& c, const HostData& h)
       : x(mem, h.x, 0),
         w(mem, h.w, c.w_offset),
+        w_scale(mem, h.w_scale, 0),
         bias(mem, h.bias, 0),
-        ws(mem, std::vector<uint8_t>(static_cast<size_t>(c.n * c.xq_row()), kWorkspaceSentinel), c.ws_offset),
-        ws_ref(mem, std::vector<uint8_t>(static_cast<size_t>(c.n * c.xq_row()), kWorkspaceSentinel), 0),
+        ws(mem, std::vector<uint8_t>(static_cast<size_t>(c.ws_bytes()), kWorkspaceSentinel), c.ws_offset),
+        ws_ref(mem, std::vector<uint8_t>(static_cast<size_t>(c.ws_bytes()), kWorkspaceSentinel), 0),
         y(mem, h.y, 0),
         y_ref(mem, h.y, 0) {}
 };
@@ -171,9 +226,10 @@ inline void expect_matches(Memory& mem, const Case& c, std::mt19937_64& rng, qg:
   Buffers b(mem, c, h);
   const qg::Device d = mem.device();
   const void* bias = c.bias ? b.bias.ptr() : nullptr;
-  const qg::Status s = qg::linear_q4_0(linear_args(c, b.x.ptr(), b.ws.ptr(), b.w.ptr(), b.y.ptr(), bias, d), stream);
+  const qg::Status s = run_linear(c, b.x.ptr(), b.ws.ptr(), b.w.ptr(), b.w_scale.ptr(), b.y.ptr(), bias, d, stream);
   ASSERT_TRUE(s.ok()) << s.message();
-  const qg::Status r = quantize_then_gemm(c, b.x.ptr(), b.ws_ref.ptr(), b.w.ptr(), b.y_ref.ptr(), bias, d, stream);
+  const qg::Status r =
+      quantize_then_gemm(c, b.x.ptr(), b.ws_ref.ptr(), b.w.ptr(), b.w_scale.ptr(), b.y_ref.ptr(), bias, d, stream);
   ASSERT_TRUE(r.ok()) << r.message();
   mem.synchronize(stream);
   const std::vector<uint8_t> y = b.y.read(), y_ref = b.y_ref.read();
@@ -271,6 +327,19 @@ inline std::vector<Case> layout_cases() {
       out.push_back(c);
     }
   return out;
+}
+
+// The same cases with int8 weights (linear_int8): the decode and tile
+// tails of the int8 kernels, K not a multiple of 16 now and then (the
+// kernels that need 16-byte rows refuse it).
+inline std::vector<Case> int8_cases(std::vector<Case> cases) {
+  int i = 0;
+  for (Case& c : cases) {
+    c.weight = qg::Format::i8;
+    if (i++ % 5 == 4) c.k += 8;
+    c.w_offset = 0;  // int8 rows have no 2-byte-aligned fast path to test
+  }
+  return cases;
 }
 
 }  // namespace qgtest::linear

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// test_cuda_linear.cpp: qg::linear_q4_0 on CUDA equals quantize_q8_1 +
-// gemm_q4_0_q8_1 (bias, cast, [N, M] output) byte for byte, on a stream of
-// its own. Many calls back to back on one stream, one workspace, a different
+// test_cuda_linear.cpp: qg::linear_q4_0 (and qg::linear_int8) on CUDA
+// equal the quantize + gemm they stand for (bias, cast, [N, M] output) byte
+// for byte, on a stream of their own. Many calls back to back on one stream, one workspace, a different
 // x each time, would show a GEMM reading the workspace before its own
 // quantizer wrote it. Skips cleanly when no CUDA device is visible.
 #include <cuda_runtime.h>
@@ -63,6 +63,16 @@ TEST_F(CudaLinear, TensorCoreShapes) {
   run_all(qgtest::linear::tensor_core_cases(), rng);
 }
 
+// linear_int8: the int8 kernels' decode, tile and split shapes, tails, and
+// the layouts that rule out their 16-byte paths.
+TEST_F(CudaLinear, Int8MatchesQuantizeThenGemm) {
+  QG_SEEDED_RNG(rng, 7);
+  std::vector<Case> cases = qgtest::linear::int8_cases(qgtest::linear::shape_cases({32, 256, 4096}));
+  for (const Case& c : qgtest::linear::int8_cases(qgtest::linear::tensor_core_cases())) cases.push_back(c);
+  for (const Case& c : qgtest::linear::int8_cases(qgtest::linear::layout_cases())) cases.push_back(c);
+  run_all(cases, rng);
+}
+
 TEST_F(CudaLinear, StridesAndAlignments) {
   QG_SEEDED_RNG(rng, 3);
   run_all(qgtest::linear::layout_cases(), rng);
@@ -118,7 +128,7 @@ void back_to_back(CudaMemory& mem, const Case& c, int calls, qg::Stream stream, 
   }
   mem.synchronize(stream);
   for (int i = 0; i < calls; ++i) {
-    const qg::Status r = qgtest::linear::quantize_then_gemm(c, xs[i]->ptr(), b.ws_ref.ptr(), b.w.ptr(),
+    const qg::Status r = qgtest::linear::quantize_then_gemm(c, xs[i]->ptr(), b.ws_ref.ptr(), b.w.ptr(), nullptr,
                                                             b.y_ref.ptr(), bias, d, stream);
     ASSERT_TRUE(r.ok()) << r.message();
     mem.synchronize(stream);
@@ -205,7 +215,7 @@ TEST_F(CudaLinear, CapturedInACudaGraph) {
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     for (int i = 0; i < kCalls; ++i) {
-      const qg::Status r = qgtest::linear::quantize_then_gemm(c, xs[i]->ptr(), b.ws_ref.ptr(), b.w.ptr(),
+      const qg::Status r = qgtest::linear::quantize_then_gemm(c, xs[i]->ptr(), b.ws_ref.ptr(), b.w.ptr(), nullptr,
                                                               b.y_ref.ptr(), b.bias.ptr(), d, stream_);
       ASSERT_TRUE(r.ok()) << r.message();
       mem_.synchronize(stream_);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
-// test_linear_cpu.cpp: qg::linear_q4_0 on the CPU equals quantize_q8_1 +
-// gemm_q4_0_q8_1 (bias, cast, [N, M] output) byte for byte, and its own
-// checks: the workspace, the overlaps only the pair can see, K = 0, and the
-// GEMM flag that only linear_q4_0 may set.
+// test_linear_cpu.cpp: qg::linear_q4_0 and qg::linear_int8 on the CPU equal
+// the quantize + gemm they stand for (bias, cast, [N, M] output) byte for
+// byte, and their own checks: the workspaces, the overlaps only the pair can
+// see, K = 0.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -30,6 +30,17 @@ TEST(LinearCpu, StridesAndAlignments) {
   QG_SEEDED_RNG(rng, 2);
   qgtest::HostMemory mem;
   for (const Case& c : qgtest::linear::layout_cases()) {
+    qgtest::linear::expect_matches(mem, c, rng, nullptr);
+    if (HasFatalFailure() || HasNonfatalFailure()) return;
+  }
+}
+
+TEST(LinearCpu, Int8MatchesQuantizeThenGemm) {
+  QG_SEEDED_RNG(rng, 3);
+  qgtest::HostMemory mem;
+  std::vector<Case> cases = qgtest::linear::int8_cases(qgtest::linear::shape_cases({32, 256}));
+  for (const Case& c : qgtest::linear::int8_cases(qgtest::linear::layout_cases())) cases.push_back(c);
+  for (const Case& c : cases) {
     qgtest::linear::expect_matches(mem, c, rng, nullptr);
     if (HasFatalFailure() || HasNonfatalFailure()) return;
   }
@@ -147,6 +158,84 @@ TEST_F(LinearCpuChecks, EmptyNOrMWritesNothing) {
   a.ldy = 1;
   EXPECT_TRUE(qg::linear_q4_0(a).ok());
   for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+class LinearInt8CpuChecks : public ::testing::Test {
+ protected:
+  static constexpr int64_t kN = 2, kM = 4, kK = 64;
+  std::vector<float> x = std::vector<float>(kN * kK, 1.0f);
+  std::vector<int8_t> w = std::vector<int8_t>(kM * kK, 3);
+  std::vector<float> w_scale = std::vector<float>(kM, 0.5f);
+  std::vector<int8_t> codes = std::vector<int8_t>(kN * kK, 0);
+  std::vector<float> scales = std::vector<float>(kN, 0.0f);
+  std::vector<float> y = std::vector<float>(kN * kM, 0.0f);
+
+  qg::LinearInt8Args args() {
+    qg::LinearInt8Args a;
+    a.x = x.data();
+    a.n = kN;
+    a.k = kK;
+    a.x_row_stride = kK;
+    a.x_codes_workspace = codes.data();
+    a.x_scales_workspace = scales.data();
+    a.weight_q = w.data();
+    a.m = kM;
+    a.weight_row_stride = kK;
+    a.weight_scale = w_scale.data();
+    a.y = y.data();
+    a.ldy = kM;
+    a.device = qg::Device::cpu();
+    return a;
+  }
+};
+
+// x all ones: codes 127, token scale 1/127; W all 3 with scale 0.5: each
+// output is 64 * 127 * 3 * (1/127) * 0.5 = 96 up to the scale's rounding.
+TEST_F(LinearInt8CpuChecks, ComputesTheLayer) {
+  const qg::Status s = qg::linear_int8(args());
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (float v : y) EXPECT_NEAR(v, 96.0f, 1e-4f);
+}
+
+TEST_F(LinearInt8CpuChecks, NamesItselfAndTheMissingArgument) {
+  qg::LinearInt8Args a = args();
+  a.x_scales_workspace = nullptr;
+  qg::Status s = qg::linear_int8(a);
+  EXPECT_EQ(s.code(), qg::StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("qg.linear_int8"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("x_scales_workspace"), std::string::npos) << s.message();
+  a = args();
+  a.weight_scale = nullptr;
+  s = qg::linear_int8(a);
+  EXPECT_EQ(s.code(), qg::StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("weight_scale"), std::string::npos) << s.message();
+}
+
+TEST_F(LinearInt8CpuChecks, RejectsOverlappingWorkspaces) {
+  qg::LinearInt8Args a = args();
+  a.x_scales_workspace = reinterpret_cast<float*>(codes.data() + 8);  // inside the codes
+  EXPECT_EQ(qg::linear_int8(a).code(), qg::StatusCode::invalid_argument);
+  a = args();
+  a.x_codes_workspace = w.data();  // the weight would be overwritten before the GEMM reads it
+  EXPECT_EQ(qg::linear_int8(a).code(), qg::StatusCode::invalid_argument);
+  a = args();
+  a.x_scales_workspace = w_scale.data();
+  EXPECT_EQ(qg::linear_int8(a).code(), qg::StatusCode::invalid_argument);
+  a = args();
+  a.y = x.data();
+  EXPECT_EQ(qg::linear_int8(a).code(), qg::StatusCode::invalid_argument);
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+TEST_F(LinearInt8CpuChecks, KZeroWritesTheBias) {
+  const float bias[kM] = {1.5f, -2.0f, 0.25f, 4.0f};
+  qg::LinearInt8Args a = args();
+  a.k = 0;
+  a.bias = bias;
+  const qg::Status s = qg::linear_int8(a);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (int r = 0; r < kN; ++r)
+    for (int i = 0; i < kM; ++i) EXPECT_EQ(y[r * kM + i], bias[i]);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """linear_q4_0's single-crossing entry (qg._qg.fast_linear_q4_0): an eager call
-on plain torch tensors quantizes x and runs the GEMM in one core call. With the
+on plain torch tensors quantizes x and runs the GEMM in one core call. So does
+QuantizedLinear(int8)'s forward (qg._qg.fast_linear_int8, qg::linear_int8). With the
 entry turned away, the function's two steps (quantize x to Q8_1, then the GEMM
 whose epilogue adds the bias and casts to x's dtype) make the call: the same
 bytes, shapes and dtypes, or the same error. What the entry does not take
@@ -31,15 +32,15 @@ def _inputs(rng, lead, dtype, device="cpu", k=K, m=M):
 
 
 class _Entry:
-    """Wraps qg._qg.fast_linear_q4_0 to see what it did with each call
-    ("taken", "declined" or "raised"); off() turns every call away."""
+    """Wraps a single-crossing entry (qg._qg.<name>) to see what it did with
+    each call ("taken", "declined" or "raised"); off() turns every call away."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, name="fast_linear_q4_0"):
         from qg import _qg
 
-        self._mp, self._qg, self._real = monkeypatch, _qg, _qg.fast_linear_q4_0
+        self._mp, self._qg, self._name, self._real = monkeypatch, _qg, name, getattr(_qg, name)
         self.calls: list = []
-        monkeypatch.setattr(_qg, "fast_linear_q4_0", self._call)
+        monkeypatch.setattr(_qg, name, self._call)
 
     def _call(self, *args):
         try:
@@ -54,12 +55,17 @@ class _Entry:
         return self.calls[-1] if self.calls else "not called"
 
     def off(self):
-        self._mp.setattr(self._qg, "fast_linear_q4_0", lambda *args: None)
+        self._mp.setattr(self._qg, self._name, lambda *args: None)
 
 
 @pytest.fixture
 def entry(monkeypatch):
     return _Entry(monkeypatch)
+
+
+@pytest.fixture
+def entry_int8(monkeypatch):
+    return _Entry(monkeypatch, "fast_linear_int8")
 
 
 def _outcome(call):
@@ -218,3 +224,69 @@ def test_quantized_linear_q4_0_takes_the_entry(entry, rng, dtype, relu):
     assert fast == steps
     if relu:
         assert (layer(x).float() >= 0).all()
+
+
+def _int8_layer(dtype, relu, device="cpu", bias=True):
+    import qg.torch as qgt
+
+    lin = torch.nn.Linear(K, M, bias=bias).to(device, getattr(torch, dtype))
+    return qgt.QuantizedLinear.from_linear(lin, weight_format="int8", activation="relu" if relu else None)
+
+
+@pytest.mark.parametrize("relu", [False, True], ids=["linear", "relu"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lead", [(2, 3), (1,), (0,)], ids=str)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_quantized_linear_int8_takes_the_entry(entry_int8, rng, dtype, relu, lead, bias):
+    """QuantizedLinear(int8)'s forward quantizes x per token and runs the int8
+    GEMM in one core call, with the same bytes as its own two steps
+    (quantize_tensor per row, then the GEMM with both scales in its epilogue)."""
+    layer = _int8_layer(dtype, relu, bias=bias)
+    x, _, _ = _inputs(rng, lead, dtype)
+    with torch.no_grad():
+        fast = _outcome(lambda: layer(x))
+        assert entry_int8.last() == "taken"
+        entry_int8.off()
+        steps = _outcome(lambda: layer(x))
+    assert fast == steps
+    assert fast[1] == (*lead, M)
+
+
+def test_quantized_linear_int8_entry_declines_what_is_not_plain(entry_int8, rng):
+    """A float16 weight scale (after module.half()) is the steps' to convert:
+    the entry declines and the steps give the result."""
+    layer = _int8_layer("float32", False)
+    x, _, _ = _inputs(rng, (3,), "float32")
+    layer.weight_scale = layer.weight_scale.half()
+    with torch.no_grad():
+        fast = _outcome(lambda: layer(x))
+        assert entry_int8.last() == "declined"
+        entry_int8.off()
+        assert _outcome(lambda: layer(x)) == fast
+
+
+def test_quantized_linear_int8_entry_under_autograd(entry_int8, rng):
+    """With x requiring grad the forward (inside the layer's autograd
+    function) still makes the one call, and the input gradient flows."""
+    layer = _int8_layer("float32", True)
+    x, _, _ = _inputs(rng, (3,), "float32")
+    xg = x.clone().requires_grad_(True)
+    y = layer(xg)
+    assert entry_int8.last() == "taken"
+    with torch.no_grad():
+        assert torch.equal(y.detach(), layer(x))
+    y.sum().backward()
+    assert xg.grad is not None and xg.grad.shape == x.shape
+
+
+@needs_torch_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_quantized_linear_int8_takes_the_entry(entry_int8, rng, dtype):
+    layer = _int8_layer(dtype, True, "cuda")
+    x, _, _ = _inputs(rng, (5,), dtype, "cuda")
+    with torch.no_grad():
+        fast = _outcome(lambda: layer(x))
+        assert entry_int8.last() == "taken"
+        entry_int8.off()
+        steps = _outcome(lambda: layer(x))
+    assert fast == steps

@@ -11,7 +11,8 @@
 // Both run the same checks (validate.cpp). Nothing here allocates device
 // memory or synchronises a stream; every call returns a Status.
 // The seed libraries' names (gemm_q4_0_q8_1, ...) are one-line wrappers;
-// linear_q4_0 (raw pointers only) is quantize + gemm in one call.
+// linear_q4_0 and linear_int8 (raw pointers only) are quantize + gemm in one
+// call.
 #pragma once
 
 #include <cstdint>
@@ -192,6 +193,35 @@ struct LinearQ4_0Args {
 };
 
 Status linear_q4_0(const LinearQ4_0Args& args, Stream stream = nullptr);
+
+// A linear layer with int8 weights, one scale per output feature, and int8
+// activations quantized per token on the fly (symmetric, dynamic):
+// y[n, m] = (qx[n] . W[m]) * sx[n] * sw[m] + bias[m], relu optionally.
+// Byte for byte quantize (i8, per row) + gemm with row_scale = weight_scale
+// and col_scale = the token scales, ldc = 1, ldc_n = ldy. The codes and the
+// token scales go to the caller's workspaces. Both kernels are chosen before
+// either runs, then enqueued on `stream` back to back. Strides: x and y in
+// elements, the weight in bytes.
+struct LinearInt8Args {
+  const void* x = nullptr;         // [n, k] f32, f16 or bf16
+  DType x_dtype = DType::f32;
+  int64_t n = 0, k = 0, x_row_stride = 0;
+  void* x_codes_workspace = nullptr;    // n * k bytes on `device`: the token codes
+  float* x_scales_workspace = nullptr;  // n floats on `device`: the token scales
+  const void* weight_q = nullptr;  // [m, k] int8
+  int64_t m = 0, weight_row_stride = 0;
+  const float* weight_scale = nullptr;  // [m]
+  void* y = nullptr;               // [n, m], row n at y + n * ldy
+  DType y_dtype = DType::f32;      // f32, f16 or bf16
+  int64_t ldy = 0;
+  const void* bias = nullptr;      // [m] of bias_dtype, or null
+  DType bias_dtype = DType::f32;
+  Activation activation = Activation::none;
+  Device device;
+  const char* fn = nullptr;        // default "qg.linear_int8"
+};
+
+Status linear_int8(const LinearInt8Args& args, Stream stream = nullptr);
 
 // -------------------------------------------------------------------- views
 // A result's shape and dtype, before it exists (no heap allocation).
