@@ -250,27 +250,12 @@ nb::object linear_int8(nb::handle x, nb::handle weight_q, nb::handle weight_scal
   TensorView y;
   nb::object result = fast::allocate(api, fn, fast::rows_shape(spec, xv), device, &y);
   LinearInt8Args a;  // every tensor C-contiguous
-  a.x = xv.data;
-  a.x_dtype = xv.dtype;
-  a.n = spec.shape[0];
-  a.k = xv.shape[xv.ndim - 1];
-  a.x_row_stride = a.k;
+  fast::fill_linear(&a, xv, spec, y, v.out_dtype, has_bias ? &biasv : nullptr, relu, fn);
   a.x_codes_workspace = codes.data;
   a.x_scales_workspace = static_cast<float*>(scales.data);
   a.weight_q = wv.data;
-  a.m = spec.shape[1];
   a.weight_row_stride = a.k;
   a.weight_scale = static_cast<const float*>(sv.data);
-  a.y = y.data;
-  a.y_dtype = v.out_dtype;
-  a.ldy = a.m;
-  if (has_bias) {
-    a.bias = biasv.data;
-    a.bias_dtype = biasv.dtype;
-  }
-  a.activation = relu ? Activation::relu : Activation::none;
-  a.device = device;
-  a.fn = fn;
   const Stream stream = fast::current_stream(api, device);
   throw_if_error(run_released(device, [&] { return qg::linear_int8(a, stream); }));
   return result;

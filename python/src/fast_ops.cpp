@@ -220,25 +220,10 @@ nb::object linear_q4_0(nb::handle x, nb::handle weight_q, nb::handle bias, const
   nb::object result = allocate(api, fn, rows_shape(spec, xv), device, &y);
   // Every tensor is C-contiguous: rows are K, one row of blocks, M apart.
   LinearQ4_0Args a;
-  a.x = xv.data;
-  a.x_dtype = xv.dtype;
-  a.n = spec.shape[0];
-  a.k = xv.shape[xv.ndim - 1];
-  a.x_row_stride = a.k;
+  fast::fill_linear(&a, xv, spec, y, v.out_dtype, has_bias ? &biasv : nullptr, relu, fn);
   a.xq_workspace = xq.data;
   a.weight_q = wv.data;
-  a.m = spec.shape[1];
   a.weight_row_stride = row_bytes(format_traits(Format::q4_0), a.k);
-  a.y = y.data;
-  a.y_dtype = v.out_dtype;
-  a.ldy = a.m;
-  if (has_bias) {
-    a.bias = biasv.data;
-    a.bias_dtype = biasv.dtype;
-  }
-  a.activation = relu ? Activation::relu : Activation::none;
-  a.device = device;
-  a.fn = fn;
   const Stream stream = current_stream(api, device);
   throw_if_error(run_released(device, [&] { return qg::linear_q4_0(a, stream); }));
   return result;

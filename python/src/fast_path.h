@@ -56,4 +56,28 @@ Stream current_stream(const dlx::Api* api, Device device);
 // with the caller's framework -> (codes, scales or None, zero points or None).
 nb::tuple quantize_int(const dlx::Api* api, const char* fn, const QuantizeViews& v);
 
+// The fields a one-call linear layer (LinearQ4_0Args, LinearInt8Args) takes
+// from plain tensors alike: x [..., K] C-contiguous, y [N, M] of `y_dtype`
+// (spec: the GEMM's result spec), the bias, the relu, the device, fn.
+template <class Args>
+void fill_linear(Args* a, const TensorView& xv, const ResultSpec& spec, const TensorView& y, DType y_dtype,
+                 const TensorView* bias, bool relu, const char* fn) {
+  a->x = xv.data;
+  a->x_dtype = xv.dtype;
+  a->n = spec.shape[0];
+  a->k = xv.shape[xv.ndim - 1];
+  a->x_row_stride = a->k;
+  a->m = spec.shape[1];
+  a->y = y.data;
+  a->y_dtype = y_dtype;
+  a->ldy = a->m;
+  if (bias) {
+    a->bias = bias->data;
+    a->bias_dtype = bias->dtype;
+  }
+  a->activation = relu ? Activation::relu : Activation::none;
+  a->device = xv.device;
+  a->fn = fn;
+}
+
 }  // namespace qg::python::fast
