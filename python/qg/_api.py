@@ -458,6 +458,16 @@ def linear_q4_0(x, weight_q, bias=None, *, stream=None):
         y = _qg.fast_linear_q4_0(x, weight_q, bias, fn)
         if y is not None:
             return y
+    dtype = _linear_q4_0_x_dtype(x)
+    shape = tuple(x.shape)
+    xq = _run_quantize(_LINEAR_Q4_0_QUANTIZE, x, None, stream)
+    y = _run_gemm(_LINEAR_Q4_0, weight_q, xq, None, None, None, None, stream, _Epilogue(bias, dtype, True))
+    return y.reshape(*shape[:-1], y.shape[-1])
+
+
+def _linear_q4_0_x_dtype(x) -> str:
+    """linear_q4_0's checks of x before its steps; -> x's dtype name (the result's)."""
+    fn = _LINEAR_Q4_0.fn
     kind = fw.where(x, fn, "x").kind
     dtype = fw.dtype_name(x)
     if dtype not in _OUT_DTYPES:
@@ -465,12 +475,19 @@ def linear_q4_0(x, weight_q, bias=None, *, stream=None):
     if dtype == "bfloat16" and kind != "torch":
         raise TypeError(f"{fn}: x is a {kind} bfloat16 array, whose result qg cannot return as bfloat16 there; "
                         "pass x as float32 or float16, or use torch tensors")
-    shape = tuple(x.shape)
-    if len(shape) < 1:
+    if len(tuple(x.shape)) < 1:
         raise ValueError(f"{fn}: x must have shape [..., K], got a 0-d array; reshape it to [1, K]")
-    xq = _run_quantize(_LINEAR_Q4_0_QUANTIZE, x, None, stream)
-    y = _run_gemm(_LINEAR_Q4_0, weight_q, xq, None, None, None, None, stream, _Epilogue(bias, dtype, True))
-    return y.reshape(*shape[:-1], y.shape[-1])
+    return dtype
+
+
+def _linear_q4_0_plan(x, weight_q, bias=None):
+    """explain(qg.linear_q4_0, x, weight_q[, bias]): the GEMM kernel of the
+    call. Its first step runs (x quantized to Q8_1) so that the GEMM is
+    judged on the operands the call would give it; on sm_90a from N = 9 the
+    chosen warpgroup kernel quantizes x itself in the call."""
+    dtype = _linear_q4_0_x_dtype(x)
+    xq = _run_quantize(_LINEAR_Q4_0_QUANTIZE, x, None, None)
+    return _LINEAR_Q4_0, weight_q, xq, None, _Epilogue(bias, dtype, True), None
 
 
 # -------------------------------------------------------------------- explain
@@ -502,7 +519,7 @@ _OPS = {
 # Public GEMM functions whose arguments are mapped onto the core by a plan
 # function (the integer family: _int.py, _int4.py register theirs): plan(*args,
 # **kwargs) -> (op, a, b, K, _Epilogue, result shape or None).
-_GEMM_PLANS: dict = {}
+_GEMM_PLANS: dict = {linear_q4_0: _linear_q4_0_plan}
 
 
 def explain(op, *arrays, **kwargs) -> Explanation:
@@ -513,6 +530,8 @@ def explain(op, *arrays, **kwargs) -> Explanation:
     The integer GEMMs take their keyword arguments too, e.g.
     explain(qg.int8_matmul, A, B, out_dtype="float16", b_layout="nk") or
     explain(qg.linear_int4, x, weight_q, scales, group_size=32).
+    explain(qg.linear_q4_0, x, weight_q[, bias]) names the GEMM kernel of the
+    call (its quantize step runs to judge it on the real operands).
     """
     if isinstance(op, str):
         import qg

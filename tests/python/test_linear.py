@@ -130,3 +130,28 @@ def test_mixed_frameworks_rejected(rng):
         qg.linear_q4_0(x, wq, torch.from_numpy(b))
     with pytest.raises(TypeError, match=r"^qg\.linear_q4_0: .*one framework"):
         qg.linear_q4_0(torch.from_numpy(x), wq)
+
+
+@pytest.mark.parametrize("lead,K,M", [((1,), 64, 8), ((20,), 256, 130)], ids=str)
+def test_explain_names_the_gemm_kernel_of_the_call(lead, K, M, rng):
+    """explain(qg.linear_q4_0, ...) names the kernel that the call's GEMM
+    takes: the one explain(qg.gemm_q4_0_q8_1, ...) names for the same weight
+    and x quantized to Q8_1 (the epilogue does not change the choice here)."""
+    x, wq, b = _case(rng, lead, K, M, True)
+    e = qg.explain(qg.linear_q4_0, x, wq, b)
+    assert e.op == "qg.linear_q4_0"
+    assert e.chosen == qg.explain(qg.gemm_q4_0_q8_1, wq, qg.quantize_q8_1(x.reshape(-1, K))).chosen
+    assert qg.explain("linear_q4_0", x, wq).chosen == e.chosen
+    with pytest.raises(TypeError, match="qg.linear_q4_0: x must be float32"):
+        qg.explain(qg.linear_q4_0, x.astype(np.int32), wq)
+
+
+def test_cuda_explain_names_the_gemm_kernel_of_the_call(cuda_fw, rng):
+    """On the GPU the decode GEMV at N = 1 and, on sm_90a from N = 9, the
+    warpgroup kernel (which quantizes x itself in the call)."""
+    for n in (1, 16):
+        x, wq, _ = _case(rng, (n,), 256, 256, False)
+        xd, wd = cuda_fw.to(x), cuda_fw.to(wq)
+        chosen = qg.explain(qg.linear_q4_0, xd, wd).chosen
+        assert chosen == qg.explain(qg.gemm_q4_0_q8_1, wd, qg.quantize_q8_1(xd)).chosen
+        assert chosen.startswith("cuda_")
