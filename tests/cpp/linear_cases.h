@@ -110,16 +110,14 @@ inline HostData make_data(const Case& c, std::mt19937_64& rng) {
   return h;
 }
 
-inline qg::LinearQ4_0Args linear_args(const Case& c, const void* x, void* ws, const void* w, void* y,
-                                      const void* bias, qg::Device device) {
-  qg::LinearQ4_0Args a;
+// The fields both linear calls take alike from a case.
+template <class Args>
+void fill_common(Args& a, const Case& c, const void* x, void* y, const void* bias, qg::Device device) {
   a.x = x;
   a.x_dtype = c.x_dtype;
   a.n = c.n;
   a.k = c.k;
   a.x_row_stride = c.k + c.x_pad;
-  a.xq_workspace = ws;
-  a.weight_q = w;
   a.m = c.m;
   a.weight_row_stride = c.w_row();
   a.y = y;
@@ -129,6 +127,14 @@ inline qg::LinearQ4_0Args linear_args(const Case& c, const void* x, void* ws, co
   a.bias_dtype = c.bias_dtype;
   a.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
   a.device = device;
+}
+
+inline qg::LinearQ4_0Args linear_args(const Case& c, const void* x, void* ws, const void* w, void* y,
+                                      const void* bias, qg::Device device) {
+  qg::LinearQ4_0Args a;
+  fill_common(a, c, x, y, bias, device);
+  a.xq_workspace = ws;
+  a.weight_q = w;
   return a;
 }
 
@@ -137,24 +143,11 @@ inline qg::Status run_linear(const Case& c, const void* x, void* ws, const void*
                              const void* bias, qg::Device device, qg::Stream stream) {
   if (!c.int8()) return qg::linear_q4_0(linear_args(c, x, ws, w, y, bias, device), stream);
   qg::LinearInt8Args a;
-  a.x = x;
-  a.x_dtype = c.x_dtype;
-  a.n = c.n;
-  a.k = c.k;
-  a.x_row_stride = c.k + c.x_pad;
+  fill_common(a, c, x, y, bias, device);
   a.x_codes_workspace = ws;
   a.x_scales_workspace = ws ? reinterpret_cast<float*>(static_cast<uint8_t*>(ws) + c.scales_at()) : nullptr;
   a.weight_q = w;
-  a.m = c.m;
-  a.weight_row_stride = c.w_row();
   a.weight_scale = static_cast<const float*>(w_scale);
-  a.y = y;
-  a.y_dtype = c.y_dtype;
-  a.ldy = c.ldy();
-  a.bias = bias;
-  a.bias_dtype = c.bias_dtype;
-  a.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
-  a.device = device;
   return qg::linear_int8(a, stream);
 }
 
