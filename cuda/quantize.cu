@@ -136,22 +136,29 @@ __device__ __forceinline__ void quantize_lane(const float (&v)[V], int sub, uint
   constexpr int kWords = V / 4;  // 4 codes per word, one byte each
   uint32_t w[kWords] = {};
   if constexpr (F == Format::q4_0) {
-    // The reference keeps the first value whose magnitude beats all before.
+    // The reference keeps the first value whose magnitude beats all before:
+    // the group's largest magnitude (a max of the bits), then the lowest lane
+    // holding it (a ballot), and that lane's first value with it. The
+    // shuffle runs on every lane, before any select: a full-mask shuffle
+    // that some lanes skip never completes.
     uint32_t abits = 0;
-    float max = 0.0f;
-    int at = 32;
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const uint32_t ai = float_bits(v[i]) & 0x7FFFFFFFu;
-      if (abits < ai) abits = ai, max = v[i], at = sub * V + i;
-    }
+    for (int i = 0; i < V; ++i) abits = max(abits, float_bits(v[i]) & 0x7FFFFFFFu);
 #pragma unroll
-    for (int off = G / 2; off > 0; off >>= 1) {
-      const uint32_t oa = __shfl_xor_sync(0xFFFFFFFFu, abits, off);
-      const float omax = __shfl_xor_sync(0xFFFFFFFFu, max, off);
-      const int oat = __shfl_xor_sync(0xFFFFFFFFu, at, off);
-      if (oa > abits || (oa == abits && oat < at)) abits = oa, max = omax, at = oat;
+    for (int off = G / 2; off > 0; off >>= 1) abits = max(abits, __shfl_xor_sync(0xFFFFFFFFu, abits, off));
+    float first = 0.0f;
+    bool holds = false;
+#pragma unroll
+    for (int i = V - 1; i >= 0; --i) {
+      const bool here = (float_bits(v[i]) & 0x7FFFFFFFu) == abits;
+      first = here ? v[i] : first;
+      holds = holds || here;
     }
+    const int group0 = (threadIdx.x % 32) & ~(G - 1);
+    const uint32_t holders = (__ballot_sync(0xFFFFFFFFu, holds) >> group0) & ((1u << G) - 1u);
+    const float held = __shfl_sync(0xFFFFFFFFu, first, group0 + __ffs(holders) - 1);
+    // An all-zero block keeps the reference's +0 (its max never moves).
+    const float max = abits == 0 ? 0.0f : held;
     const bool finite = abits < kAbsInf;
     const float d = div_rn(max, -8.0f), id = inverse_scale(d);
 #pragma unroll

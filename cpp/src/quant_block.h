@@ -137,10 +137,17 @@ QG_HD float inverse_scale(float d) {
 // ggml: MIN(15, (int8_t)(x*id + 8.5f)). Saturating, NaN -> 8 (the zero code).
 QG_HD uint8_t q4_0_code(float scaled) {
   const float v = add_rn(scaled, 8.5f);
+#if defined(__CUDA_ARCH__)
+  // Three instructions and a select instead of a branch chain: cvt.rzi
+  // truncates as the C cast does and saturates +-Inf to INT_MAX / INT_MIN,
+  // which the clamp then takes to 15 / 0; only NaN needs its own test.
+  return v == v ? static_cast<uint8_t>(min(max(__float2int_rz(v), 0), 15)) : 8;
+#else
   if (!(v == v)) return 8;
   if (v <= 0.0f) return 0;
   if (v >= 15.0f) return 15;
   return static_cast<uint8_t>(static_cast<int>(v));  // truncation, as the C cast
+#endif
 }
 
 // ggml: (int8_t)roundf(x*id). Saturating, NaN -> 0.
