@@ -9,7 +9,7 @@
 // 9 x 16, so when a row starts 16-byte aligned (base and row stride multiples
 // of 16: packed rows with K a multiple of 256, the usual case) a lane reads
 // chunk c of a row with 9 ld.global.nc.v4 and has 8 whole blocks in 36
-// registers; with one row per lane (N <= 2) it loads two chunks before
+// registers; with one row per lane (N = 1) it loads two chunks before
 // using either, 288 bytes in flight, with two rows one chunk of each. Block t of the chunk starts at byte 18t:
 // for even t at a word (d = low half of word 9t/2, each code word one PRMT of
 // two neighbours), for odd t in the middle of one (d = high half, the code
@@ -22,7 +22,8 @@
 // A: the bound for larger N is L1 -> register bandwidth (128 B/clk/SM), not
 // DRAM: each lane must receive 36 bytes of A per block and column, against
 // 18 bytes of W per block and row. So a lane computes kRows rows (2 from
-// N = 3) with each A word it loads, and the lanes of a warp are 8 row slots
+// N = 2: on an H200 that took N = 2 from 19.7 to 17.9 us at 4096 x 14336,
+// cold) with each A word it loads, and the lanes of a warp are 8 row slots
 // x 4 K positions: the 8 slots read the same A addresses (one tag lookup,
 // L1 broadcasts). An A block is 36 bytes at 36t in the chunk's 288 bytes,
 // 16-byte aligned every 4 blocks, so with 16-byte-aligned A rows it takes
@@ -76,7 +77,7 @@ constexpr uint32_t kCodeBias = 0x80808080u;
 
 template <int kCols>
 __host__ __device__ constexpr int rows_per_lane() {
-  return kCols <= 2 ? 1 : 2;
+  return kCols <= 1 ? 1 : 2;
 }
 
 __device__ __forceinline__ int4 ldg16(const uint8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }

@@ -195,6 +195,55 @@ TEST_F(CudaQ4Wgmma, SplitKThroughWorkspace) {
   }
 }
 
+// Device memory from one arena, reset when a case has released all it took:
+// every case's operands land at the same addresses, whatever their shapes.
+class ArenaMemory : public qgtest::CudaMemory {
+ public:
+  ArenaMemory() {
+    if (cudaMalloc(&base_, kBytes) != cudaSuccess) {
+      cudaGetLastError();
+      base_ = nullptr;
+    }
+  }
+  ~ArenaMemory() override {
+    if (base_) cudaFree(base_);
+  }
+  void* alloc(size_t bytes) override {
+    const size_t need = (bytes + 255) / 256 * 256;
+    if (!base_ || used_ + need > kBytes) return nullptr;
+    void* p = static_cast<uint8_t*>(base_) + used_;
+    used_ += need;
+    ++live_;
+    return p;
+  }
+  void release(void*) override {
+    if (--live_ == 0) used_ = 0;
+  }
+
+ private:
+  static constexpr size_t kBytes = size_t{64} << 20;
+  void* base_ = nullptr;
+  size_t used_ = 0;
+  int live_ = 0;
+};
+
+// Tensor maps are kept per thread and reused when everything they are
+// encoded from matches. Cases whose operands sit at the same addresses but
+// differ in rows, K (so row strides) or tokens must each get their own maps:
+// a map reused across them reads the wrong rows and fails the reference. The
+// first case comes back last, a reuse that must still be right.
+TEST_F(CudaQ4Wgmma, TensorMapsFollowTheShapeAtOneAddress) {
+  QG_SEEDED_RNG(rng, 10);
+  ArenaMemory arena;
+  qgtest::GemmKernelTester same_addresses{qg::detail::cuda::registry(), "cuda_wgmma", arena};
+  for (const Shape& s : {Shape{256, 64, 512}, Shape{128, 64, 512}, Shape{256, 64, 256}, Shape{256, 32, 512},
+                         Shape{256, 100, 1024}, Shape{256, 64, 512}}) {
+    GemmCase c = random_case(rng, s.m, s.n, s.k);
+    SCOPED_TRACE(c.describe());
+    ASSERT_TRUE(same_addresses.run_and_check(c)) << "refused: " << same_addresses.refusals();
+  }
+}
+
 // Outside its scope the kernel refuses, saying why.
 TEST_F(CudaQ4Wgmma, RefusesOutsideItsScope) {
   QG_SEEDED_RNG(rng, 6);
