@@ -169,7 +169,7 @@ gemm_wo_gemv_kernel(Params p, EpilogueParams ep) {
   const int g = lane / 4, t = lane % 4;
   uint8_t* ring = smem + warp * kWarpRingBytes;
   const uint32_t ring_addr = smem_u32(ring);
-  const uint32_t bits = code_bits<kBf16>();
+  const uint32_t bits = p.code_bits;
 
   const int64_t row_blocks = (p.m + kCtaRows - 1) / kCtaRows;
   const int64_t macro_steps = (p.k + kMacroK - 1) / kMacroK;
@@ -370,6 +370,7 @@ Status run_columns(const GemmArgs& args, cudaStream_t st) {
   wo::set_operand_params(p, args);
   p.n = args.b.rows;
   p.splits = 1;
+  p.code_bits = wo::code_bits(args.b.format == Format::bf16);
   const bool bf16 = args.b.format == Format::bf16, zp = p.zeros != nullptr;
   if (bf16) return zp ? launch_cols<true, true>(args, p, st) : launch_cols<true, false>(args, p, st);
   return zp ? launch_cols<false, true>(args, p, st) : launch_cols<false, false>(args, p, st);

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
   const int64_t groups = (p.m + kGroupRows - 1) / kGroupRows;
   const int64_t my_groups = groups > blockIdx.x ? (groups - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   const int64_t items = my_groups * stages_per_group;
-  const uint32_t bits = code_bits<kBf16>();
+  const uint32_t bits = p.code_bits;
   const uint32_t ones = kBf16 ? 0x3F803F80u : 0x3C003C00u;  // 1.0 in both halves
 
   // Warp 0 fills stage `item`: lane 0 announces the bytes, lanes 0..15 copy a row each.
@@ -323,6 +323,7 @@ Status gemm_wo_gemv_bulk_run(const GemmArgs& args, Stream stream) {
   set_operand_params(p, args);
   p.n = args.b.rows;
   p.splits = 1;
+  p.code_bits = wo::code_bits(args.b.format == Format::bf16);
   const cudaStream_t st = to_cuda(stream);
   const bool bf16 = args.b.format == Format::bf16, zp = p.zeros != nullptr;
   if (bf16) return zp ? launch_tiles<true, true>(args, p, st) : launch_tiles<true, false>(args, p, st);

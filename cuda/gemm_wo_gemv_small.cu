@@ -74,6 +74,7 @@ struct Params {
   int scale_type;              // 0 f32, 1 f16, 2 bf16
   int zero_i32;                // zero points are int32 (else int8)
   int ksplit;                  // warps per row group: 1, 2, 4, 8
+  uint32_t magic;              // 0x4B000000 (2^23's bits), see CodeBits
 };
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -126,13 +127,24 @@ __device__ __forceinline__ void x_to_float(const uint4& v, float (&f)[8]) {
   }
 }
 
+// The XOR operands of code_of, 0x4B000000 | 8 << 4j for j = 0..3, in
+// registers. LOP3 takes one immediate: with both the mask and these as
+// immediates, ptxas splits (w & mask) ^ bits into two LOP3s (4 instructions
+// a code instead of 3). Built from Params::magic, which it cannot fold.
+struct CodeBits {
+  uint32_t b[4];
+  __device__ __forceinline__ explicit CodeBits(uint32_t magic) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b[j] = magic | (8u << (4 * j));
+  }
+};
+
 // Nibble j (0..3) of w as q - z, given c = -(2^23 16^-j + 8) - z.
 template <int kJ>
-__device__ __forceinline__ float code_of(uint32_t w, float c) {
+__device__ __forceinline__ float code_of(uint32_t w, const CodeBits& bits, float c) {
   constexpr uint32_t kMask = 0xFu << (4 * kJ);
-  constexpr uint32_t kBits = 0x4B000000u | (8u << (4 * kJ));
   constexpr float kInv = 1.0f / static_cast<float>(1u << (4 * kJ));
-  return fmaf(__uint_as_float((w & kMask) ^ kBits), kInv, c);
+  return fmaf(__uint_as_float((w & kMask) ^ bits.b[kJ]), kInv, c);
 }
 
 // What one step loads: one 16-byte chunk of each of the lane's rows, with
@@ -163,7 +175,7 @@ __device__ __forceinline__ void load_step(Step<kRows, kZP>& st, const Params& p,
 // One chunk (32 values of K) of every row of the lane.
 template <int kN, int kRows, bool kBf16, bool kZP>
 __device__ __forceinline__ void use_step(float (&out)[kRows][kN], const Step<kRows, kZP>& st, const Params& p,
-                                         const uint8_t* const (&xrow)[kN], int64_t chunk) {
+                                         const CodeBits& bits, const uint8_t* const (&xrow)[kN], int64_t chunk) {
   // -(2^23 16^-j + 8) - z for j = 0..3, per row.
   float c[kRows][4];
 #pragma unroll
@@ -198,9 +210,10 @@ __device__ __forceinline__ void use_step(float (&out)[kRows][kN], const Step<kRo
     for (int r = 0; r < kRows; ++r) {
       const uint32_t lo = q == 0 ? st.w[r].x : (q == 1 ? st.w[r].y : (q == 2 ? st.w[r].z : st.w[r].w));
       const uint32_t hi = lo >> 16;
-      const float v[8] = {code_of<0>(lo, c[r][0]), code_of<1>(lo, c[r][1]), code_of<2>(lo, c[r][2]),
-                          code_of<3>(lo, c[r][3]), code_of<0>(hi, c[r][0]), code_of<1>(hi, c[r][1]),
-                          code_of<2>(hi, c[r][2]), code_of<3>(hi, c[r][3])};
+      const float v[8] = {code_of<0>(lo, bits, c[r][0]), code_of<1>(lo, bits, c[r][1]),
+                          code_of<2>(lo, bits, c[r][2]), code_of<3>(lo, bits, c[r][3]),
+                          code_of<0>(hi, bits, c[r][0]), code_of<1>(hi, bits, c[r][1]),
+                          code_of<2>(hi, bits, c[r][2]), code_of<3>(hi, bits, c[r][3])};
 #pragma unroll
       for (int e = 0; e < 8; ++e)
 #pragma unroll
@@ -226,6 +239,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_small_kernel(Params 
   const int64_t first = 32 * kw + lane;
   const int64_t steps = first < chunks ? (chunks - first + stride - 1) / stride : 0;
   const int64_t row_groups = (p.m + kRows - 1) / kRows;
+  const CodeBits bits(p.magic);
 
   const uint8_t* xrow[kN];
 #pragma unroll
@@ -260,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_small_kernel(Params 
 #pragma unroll
       for (int d = 0; d < kDepth; ++d) {
         if (i + d < steps) {
-          use_step<kN, kRows, kBf16, kZP>(out, ring[d], p, xrow, first + (i + d) * stride);
+          use_step<kN, kRows, kBf16, kZP>(out, ring[d], p, bits, xrow, first + (i + d) * stride);
           if (i + d + kDepth < steps) load_step<kRows, kZP>(ring[d], p, wrow, srow, zrow, first + (i + d + kDepth) * stride);
         }
       }
@@ -358,6 +372,7 @@ Status gemm_wo_gemv_small_run(const GemmArgs& args, Stream stream) {
   Params p{};
   wo::set_operand_params(p, args);
   p.ksplit = 1;
+  p.magic = 0x4B000000u;
   const cudaStream_t st = to_cuda(stream);
   const bool bf16 = args.b.format == Format::bf16, zp = p.zeros != nullptr;
   const int64_t n = args.b.rows;

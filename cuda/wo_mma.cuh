@@ -22,6 +22,7 @@ struct Params {
   int64_t m, n, k, ldw, ldx;   // ldw, ldx in bytes
   int64_t s_stride, z_stride;  // bytes between rows of scales / zero points
   int s_shift, z_shift;        // log2 of the group sizes (powers of two: a shift, not a division)
+  uint32_t code_bits;          // code_bits(activations are bf16)
   int scale_type;              // 0 f32, 1 f16, 2 bf16
   int zero_i32;                // zero points are int32 (else int8)
   int splits;
@@ -31,12 +32,13 @@ struct Params {
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // The halves' exponent bits and the two's complement flip of a nibble, one
-// constant: (nibble pair) ^ kCodeBits = 2^10 + 8 + code (fp16) or 2^7 + 8 +
+// constant: (nibble pair) ^ code_bits = 2^10 + 8 + code (fp16) or 2^7 + 8 +
 // code (bf16), and the same bits read as a number are 2^10 + 8 (2^7 + 8).
-template <bool kBf16>
-__device__ __forceinline__ uint32_t code_bits() {
-  return kBf16 ? 0x43084308u : 0x64086408u;
-}
+// The kernels take it from Params::code_bits, not as a literal: LOP3 has one
+// immediate, and with the mask 0x000F000F and these bits both immediate
+// ptxas splits (w & mask) ^ bits into two LOP3s, 4 instructions a pair of
+// codes where 3 do.
+inline uint32_t code_bits(bool bf16) { return bf16 ? 0x43084308u : 0x64086408u; }
 
 template <bool kBf16>
 __device__ __forceinline__ uint32_t sub2(uint32_t a, uint32_t b) {
