@@ -9,8 +9,8 @@
 // 9 x 16, so when a row starts 16-byte aligned (base and row stride multiples
 // of 16: packed rows with K a multiple of 256, the usual case) a lane reads
 // chunk c of a row with 9 ld.global.nc.v4 and has 8 whole blocks in 36
-// registers; with one row per lane (N = 1) it loads two chunks before
-// using either, 288 bytes in flight, with two rows one chunk of each. Block t of the chunk starts at byte 18t:
+// registers; a lane's two rows (below) put one chunk of each, 288 bytes,
+// in flight before either is used. Block t of the chunk starts at byte 18t:
 // for even t at a word (d = low half of word 9t/2, each code word one PRMT of
 // two neighbours), for odd t in the middle of one (d = high half, the code
 // words aligned). A warp instruction touches 32 lines (4 per row slot, see
@@ -21,9 +21,11 @@
 //
 // A: the bound for larger N is L1 -> register bandwidth (128 B/clk/SM), not
 // DRAM: each lane must receive 36 bytes of A per block and column, against
-// 18 bytes of W per block and row. So a lane computes kRows rows (2 from
-// N = 2: on an H200 that took N = 2 from 19.7 to 17.9 us at 4096 x 14336,
-// cold) with each A word it loads, and the lanes of a warp are 8 row slots
+// 18 bytes of W per block and row. So a lane computes kRows = 2 rows with
+// each A word it loads (at N = 2 that took 19.7 to 17.9 us at 4096 x 14336
+// on an H200, cold, against one row a lane with two chunks of it in
+// flight; at N = 1 it measured level cold and 2 % faster in a CUDA graph),
+// and the lanes of a warp are 8 row slots
 // x 4 K positions: the 8 slots read the same A addresses (one tag lookup,
 // L1 broadcasts). An A block is 36 bytes at 36t in the chunk's 288 bytes,
 // 16-byte aligned every 4 blocks, so with 16-byte-aligned A rows it takes
@@ -75,10 +77,7 @@ constexpr int64_t kMaxGrid = 0x7FFFFFFF;
 // into two LOP3s. From a register it is one per code word.
 constexpr uint32_t kCodeBias = 0x80808080u;
 
-template <int kCols>
-__host__ __device__ constexpr int rows_per_lane() {
-  return kCols <= 1 ? 1 : 2;
-}
+constexpr int kLaneRows = 2;  // W rows per lane (header: A is the bound)
 
 __device__ __forceinline__ int4 ldg16(const uint8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
 __device__ __forceinline__ int2 ldg8(const uint8_t* p) { return __ldg(reinterpret_cast<const int2*>(p)); }
@@ -251,7 +250,7 @@ template <int kCols, bool kWVec, bool kAVec>
 __global__ void __launch_bounds__(32 * kMaxWarps, 2)
 gemm_mmvq_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a, EpilogueParams ep,
                  int64_t m, int64_t nb, int64_t ldw, int64_t lda, uint32_t k80) {
-  constexpr int kRows = rows_per_lane<kCols>();
+  constexpr int kRows = kLaneRows;
   constexpr int kCtaRows = kSlots * kRows;
   __shared__ float partial[kMaxWarps][kCtaRows * kCols];
   const int warps = blockDim.x / 32;
@@ -275,26 +274,11 @@ gemm_mmvq_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a, E
     int64_t b0 = 0;  // first block of the per-block path
     if constexpr (kWVec) {
       const int64_t chunks = nb / kChunkBlocks;
-      if constexpr (kRows == 1) {
-        // Two chunks' loads (288 bytes) in flight per lane before either is
-        // used: a lane owns only a few chunks, and with one in flight it
-        // waited a full memory latency per chunk (Nsight Compute: most
-        // stalls on the first use of W). Same order of accumulation.
-        for (int64_t c = kpos; c < chunks; c += 2 * stride) {
-          uint32_t w0[kRows][36], w1[kRows][36];
-          const bool two = c + stride < chunks;
-          load_w_chunk<kRows>(w0, wrow, c);
-          if (two) load_w_chunk<kRows>(w1, wrow, c + stride);
-          dot_loaded_chunk<kRows, kCols, kAVec>(acc, w0, a, lda, c, k80);
-          if (two) dot_loaded_chunk<kRows, kCols, kAVec>(acc, w1, a, lda, c + stride, k80);
-        }
-      } else {
-        // All 9 x kRows loads of a chunk first: 288 bytes in flight per lane.
-        for (int64_t c = kpos; c < chunks; c += stride) {
-          uint32_t w[kRows][36];
-          load_w_chunk<kRows>(w, wrow, c);
-          dot_loaded_chunk<kRows, kCols, kAVec>(acc, w, a, lda, c, k80);
-        }
+      // All 9 x kRows loads of a chunk first: 288 bytes in flight per lane.
+      for (int64_t c = kpos; c < chunks; c += stride) {
+        uint32_t w[kRows][36];
+        load_w_chunk<kRows>(w, wrow, c);
+        dot_loaded_chunk<kRows, kCols, kAVec>(acc, w, a, lda, c, k80);
       }
       b0 = chunks * kChunkBlocks;
     }
@@ -356,7 +340,7 @@ int sm_count(int device) {
 template <int kCols, bool kWVec, bool kAVec>
 void launch(const GemmArgs& g, cudaStream_t stream) {
   static std::atomic<int> occupancy[64][kMaxWarps + 1];
-  constexpr int kCtaRows = kSlots * rows_per_lane<kCols>();
+  constexpr int kCtaRows = kSlots * kLaneRows;
   auto* kernel = gemm_mmvq_kernel<kCols, kWVec, kAVec>;
   const int64_t m = g.a.rows, nb = g.a.k / 32;
   const int64_t ctas = (m + kCtaRows - 1) / kCtaRows;

@@ -160,7 +160,8 @@ __device__ __forceinline__ void quantize_lane(const float (&v)[V], int sub, uint
     // An all-zero block keeps the reference's +0 (its max never moves).
     const float max = abits == 0 ? 0.0f : held;
     const bool finite = abits < kAbsInf;
-    const float d = div_rn(max, -8.0f), id = inverse_scale(d);
+    // max / -8 as a product: the same correctly rounded quotient, no division.
+    const float d = mul_rn(max, -0.125f), id = inverse_scale(d);
 #pragma unroll
     for (int i = 0; i < V; ++i) w[i / 4] |= static_cast<uint32_t>(q4_0_code(mul_rn(v[i], id))) << (8 * (i % 4));
     // Byte j packs values j and j + 16: the partner of the lower half's lane

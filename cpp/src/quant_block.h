@@ -191,7 +191,7 @@ QG_HD void quantize_block_q4_0(const float* x, block_q4_0* y) {
       max = x[j];
     }
   }
-  const float d = div_rn(max, -8.0f);
+  const float d = mul_rn(max, -0.125f);  // max / -8: the same rounding of the same quotient, no division
   const float id = inverse_scale(d);
   y->d = fp32_to_fp16(d);
   for (int j = 0; j < 16; ++j) {
