@@ -57,6 +57,14 @@ class _Entry:
     def off(self):
         self._mp.setattr(self._qg, self._name, lambda *args: None)
 
+    def then_steps(self, call, expect="taken"):
+        """The outcome of call() through the entry (which must have done
+        `expect` with it), then with the entry off: (entry's, steps')."""
+        first = _outcome(call)
+        assert self.last() == expect
+        self.off()
+        return first, _outcome(call)
+
 
 @pytest.fixture
 def entry(monkeypatch):
@@ -108,10 +116,8 @@ def test_empty_and_single_sizes_match_the_steps(entry, rng, x_shape, m):
     x = torch.from_numpy(rng.standard_normal(x_shape).astype(np.float32))
     wq = qg.quantize_q4_0(torch.from_numpy(rng.standard_normal((m, x_shape[-1])).astype(np.float32)))
     b = torch.from_numpy(rng.standard_normal(m).astype(np.float32))
-    fast = _outcome(lambda: qg.linear_q4_0(x, wq, b))
-    assert entry.last() == "taken"
-    entry.off()
-    assert _outcome(lambda: qg.linear_q4_0(x, wq, b)) == fast
+    fast, steps = entry.then_steps(lambda: qg.linear_q4_0(x, wq, b))
+    assert fast == steps
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -217,10 +223,7 @@ def test_quantized_linear_q4_0_takes_the_entry(entry, rng, dtype, relu):
     layer = qgt.QuantizedLinear.from_linear(lin, weight_format="q4_0", activation="relu" if relu else None)
     x, _, _ = _inputs(rng, (2, 3), dtype)
     with torch.no_grad():
-        fast = _outcome(lambda: layer(x))
-        assert entry.last() == "taken"
-        entry.off()
-        steps = _outcome(lambda: layer(x))
+        fast, steps = entry.then_steps(lambda: layer(x))
     assert fast == steps
     if relu:
         assert (layer(x).float() >= 0).all()
@@ -244,10 +247,7 @@ def test_quantized_linear_int8_takes_the_entry(entry_int8, rng, dtype, relu, lea
     layer = _int8_layer(dtype, relu, bias=bias)
     x, _, _ = _inputs(rng, lead, dtype)
     with torch.no_grad():
-        fast = _outcome(lambda: layer(x))
-        assert entry_int8.last() == "taken"
-        entry_int8.off()
-        steps = _outcome(lambda: layer(x))
+        fast, steps = entry_int8.then_steps(lambda: layer(x))
     assert fast == steps
     assert fast[1] == (*lead, M)
 
@@ -259,10 +259,8 @@ def test_quantized_linear_int8_entry_declines_what_is_not_plain(entry_int8, rng)
     x, _, _ = _inputs(rng, (3,), "float32")
     layer.weight_scale = layer.weight_scale.half()
     with torch.no_grad():
-        fast = _outcome(lambda: layer(x))
-        assert entry_int8.last() == "declined"
-        entry_int8.off()
-        assert _outcome(lambda: layer(x)) == fast
+        declined, steps = entry_int8.then_steps(lambda: layer(x), expect="declined")
+        assert declined == steps
 
 
 def test_quantized_linear_int8_entry_under_autograd(entry_int8, rng):
@@ -285,8 +283,5 @@ def test_cuda_quantized_linear_int8_takes_the_entry(entry_int8, rng, dtype):
     layer = _int8_layer(dtype, True, "cuda")
     x, _, _ = _inputs(rng, (5,), dtype, "cuda")
     with torch.no_grad():
-        fast = _outcome(lambda: layer(x))
-        assert entry_int8.last() == "taken"
-        entry_int8.off()
-        steps = _outcome(lambda: layer(x))
+        fast, steps = entry_int8.then_steps(lambda: layer(x))
     assert fast == steps
