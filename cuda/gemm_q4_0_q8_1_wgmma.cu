@@ -128,7 +128,13 @@ using Cfg16 = Cfg<16, 1, 8>;    // N <= 16
 
 constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
 constexpr float kMagic = 12582912.0f;
-constexpr int64_t kMinN = 9;                  // tokens: cuda_mmvq takes N <= 8
+// Tokens. From N = 7 this kernel, with the quantization of linear_q4_0's x
+// inside it, beat cuda_mmvq on an H200 (4096 x 14336, linear_q4_0 in a CUDA
+// graph: 20.1 against 22.3 us at N = 7, 20.2 against 24.3 at N = 8); at
+// N = 5..6 the GEMV was faster (18.2 / 19.9 against 20.2 / 20.6). The
+// registry tries this kernel first, so cuda_mmvq keeps N <= 6 and the
+// N = 7..8 shapes this one refuses.
+constexpr int64_t kMinN = 7;
 constexpr int64_t kMinSplitSteps = 4;         // K stages a CTA of a split keeps (pipeline fill)
 constexpr int64_t kMaxSplits = 16;            // CTAs sharing one tile's K range
 

@@ -2,8 +2,8 @@
 // cuda/registry.cu: the CUDA backend's kernel tables, most specialised first.
 // Arch windows and epilogue capabilities are data here; each can_run judges
 // only shape and alignment.
-//   cuda_mmvq        q4_0 x q8_1, N <= 8 (decode): memory-bound GEMV, K split across a CTA
-//   cuda_wgmma       q4_0 x q8_1, M >= 128, N >= 9, K % 256 == 0 (sm_90a): wgmma, W fragments from registers, activations re-laid by a first pass
+//   cuda_wgmma       q4_0 x q8_1, M >= 128, N >= 7, K % 256 == 0 (sm_90a): wgmma, W fragments from registers, activations re-laid by a first pass
+//   cuda_mmvq        q4_0 x q8_1, N <= 8 (decode): memory-bound GEMV, K split across a CTA (N = 7..8 only where cuda_wgmma refuses)
 //   cuda_mma         q4_0 x q8_1, any N (sm_80+): int8 tensor cores, mma.sync m16n8k32
 //   cuda_dp4a_tiled  q4_0 x q8_1, any N, pre-Ampere: 64x64 shared-memory tiles, DP4A
 //   cuda_generic     q4_0 x q8_1, anything, including unaligned operands: byte loads
@@ -39,9 +39,9 @@ constexpr ArchWindow kWgmma{90, 0, true, 0};
 Registry make_registry() {
   Registry r;
   r.gemm = {
-      {"cuda_mmvq", Format::q4_0, Format::q8_1, kDp4a, kEpiFloatAll, gemm_mmvq_can_run, gemm_mmvq_run},
       {"cuda_wgmma", Format::q4_0, Format::q8_1, kWgmma, kEpiFloatAll, gemm_wgmma_can_run, gemm_wgmma_run,
        gemm_wgmma_run_quantizing},
+      {"cuda_mmvq", Format::q4_0, Format::q8_1, kDp4a, kEpiFloatAll, gemm_mmvq_can_run, gemm_mmvq_run},
       {"cuda_mma", Format::q4_0, Format::q8_1, kMmaS8, kEpiFloatAll, gemm_mma_can_run, gemm_mma_run},
       {"cuda_dp4a_tiled", Format::q4_0, Format::q8_1, kDp4a, kEpiFloatAll, gemm_dp4a_tiled_can_run, gemm_dp4a_tiled_run},
       {"cuda_generic", Format::q4_0, Format::q8_1, kAnyGpu, kEpiFloatAll, gemm_generic_can_run, gemm_generic_run},

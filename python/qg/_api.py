@@ -483,7 +483,7 @@ def _linear_q4_0_x_dtype(x) -> str:
 def _linear_q4_0_plan(x, weight_q, bias=None):
     """explain(qg.linear_q4_0, x, weight_q[, bias]): the GEMM kernel of the
     call. Its first step runs (x quantized to Q8_1) so that the GEMM is
-    judged on the operands the call would give it; on sm_90a from N = 9 the
+    judged on the operands the call would give it; on sm_90a from N = 7 the
     chosen warpgroup kernel quantizes x itself in the call."""
     dtype = _linear_q4_0_x_dtype(x)
     xq = _run_quantize(_LINEAR_Q4_0_QUANTIZE, x, None, None)

@@ -449,11 +449,16 @@ const char* tiled_impl() {
 
 // ... and for M >= 128, N >= 9, K % 256 == 0 on an sm_90 device with the
 // sm_90a image: the warpgroup kernel.
-const char* warpgroup_impl() {
+bool warpgroup_runs() {
   std::string why;
   const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), "cuda_wgmma");
-  return k && qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why) ? "cuda_wgmma" : tiled_impl();
+  return k && qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why);
 }
+const char* warpgroup_impl() { return warpgroup_runs() ? "cuda_wgmma" : tiled_impl(); }
+
+// N = 7..8 on such shapes: the warpgroup kernel where it runs (it is tried
+// first), the GEMV elsewhere.
+const char* decode_7_8_impl() { return warpgroup_runs() ? "cuda_wgmma" : "mmvq"; }
 
 TEST_F(CudaBackend, GemmShapes) {
   const char* tiled = tiled_impl();
@@ -461,7 +466,8 @@ TEST_F(CudaBackend, GemmShapes) {
       {1, 1, 32, 0, 0, 0, 0, 0, "mmvq"},
       {7, 3, 96, 0, 0, 0, 0, 0, "mmvq"},
       {33, 9, 320, 0, 0, 0, 0, 0, tiled},
-      {130, 8, 4096, 0, 0, 0, 0, 0, "mmvq"},
+      {130, 8, 4096, 0, 0, 0, 0, 0, decode_7_8_impl()},
+      {127, 8, 4096, 0, 0, 0, 0, 0, "mmvq"},
       {64, 64, 128, 0, 0, 0, 0, 0, tiled},
       {257, 129, 1024, 0, 0, 0, 0, 0, warpgroup_impl()},
       {1, 512, 256, 0, 0, 0, 0, 0, tiled},
@@ -527,9 +533,8 @@ TEST_F(CudaBackend, GemmStridedRows) {
   run_gemm_case({70, 77, 288, 6, 12, 5, 0, 0, tiled_impl()}, nullptr, seed++, nullptr);
 }
 
-// Each path of the GEMV kernel (cuda_mmvq) for several N (1 and 2 rows per
-// lane): 16-byte W chunks with 16-byte A loads or 32-bit A loads (A's pointer
-// or row stride off 16), the 16-bit per-block path (W's pointer or row stride
+// Each path of the GEMV kernel (cuda_mmvq) for several N: 16-byte W chunks
+// with 16-byte A loads or 32-bit A loads (A's pointer or row stride off 16), the 16-bit per-block path (W's pointer or row stride
 // off 16), a K that is not a multiple of 256 (chunks plus a per-block tail;
 // ldw padded to a multiple of 16, or a single row), K = 32 (tail only), long K
 // (every warp of a CTA), and M tails of every row group (8 or 16 rows per CTA).
@@ -548,7 +553,7 @@ TEST_F(CudaBackend, GemmMmvqPaths) {
         {17, n, 32, 14, 12, 0, 0, 0, "mmvq"},       // K = 32, 16-byte rows: tail only
         {17, n, 32, 0, 0, 0, 0, 0, "mmvq"},         // K = 32, packed: per-block path
         {23, n, 32 * 264, 0, 0, 0, 0, 0, "mmvq"},   // 33 chunks: uneven split over warps
-        {300, n, 14336, 0, 0, 2, 0, 0, "mmvq"},     // long K, several CTAs
+        {127, n, 14336, 0, 0, 2, 0, 0, "mmvq"},     // long K, several CTAs (M < 128: not cuda_wgmma's)
     };
     for (const GemmCase& g : cases) run_gemm_case(g, nullptr, seed++, nullptr);
   }
@@ -640,7 +645,7 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   const qg::detail::Registry& r = qg::detail::cuda::registry();
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cuda(0)), &r);
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
-            (std::vector<std::string>{"cuda_mmvq", "cuda_wgmma", "cuda_mma", "cuda_dp4a_tiled", "cuda_generic",
+            (std::vector<std::string>{"cuda_wgmma", "cuda_mmvq", "cuda_mma", "cuda_dp4a_tiled", "cuda_generic",
                                       "dispatch"}));
   // The Q4_0 kernels come first (the integer family's follow: test_cuda_int*.cpp).
   ASSERT_GE(r.gemm.size(), 5u);
@@ -649,10 +654,10 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
     SCOPED_TRACE(k.name);
     EXPECT_EQ(k.epilogue_caps, static_cast<uint32_t>(qg::detail::kEpiFloatAll));
     EXPECT_EQ(k.arch.cpu_features, 0u);
-    EXPECT_EQ(k.arch.arch_specific, i == 1);  // wgmma: the sm_90a image only
+    EXPECT_EQ(k.arch.arch_specific, i == 0);  // wgmma: the sm_90a image only
   }
-  EXPECT_EQ(r.gemm[0].arch.min_cc, 61);  // DP4A
-  EXPECT_EQ(r.gemm[1].arch.min_cc, 90);  // wgmma, tensor copies
+  EXPECT_EQ(r.gemm[0].arch.min_cc, 90);  // wgmma, tensor copies
+  EXPECT_EQ(r.gemm[1].arch.min_cc, 61);  // DP4A
   EXPECT_EQ(r.gemm[2].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
   EXPECT_EQ(r.gemm[3].arch.min_cc, 61);
   EXPECT_EQ(r.gemm[4].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU

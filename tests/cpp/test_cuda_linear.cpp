@@ -173,7 +173,7 @@ TEST_F(CudaLinear, BackToBackOnTheDefaultStream) {
 
 // linear_q4_0 captured into a CUDA graph, as torch's CUDA graphs and
 // llama.cpp replay a model: the graph, launched twice, writes what the direct
-// calls would. From N = 9 on sm_90a each call takes its scratch from qg's
+// calls would. From N = 7 on sm_90a each call takes its scratch from qg's
 // pool in stream order, which capture records as graph allocations.
 TEST_F(CudaLinear, CapturedInACudaGraph) {
   QG_SEEDED_RNG(rng, 6);

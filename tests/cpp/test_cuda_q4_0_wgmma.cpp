@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // test_cuda_q4_0_wgmma.cpp: the warpgroup Q4_0 x Q8_1 kernel (cuda_wgmma),
-// forced by name, on shapes inside its scope (M >= 128, N >= 9, K a multiple
+// forced by name, on shapes inside its scope (M >= 128, N >= 7, K a multiple
 // of 256, 16-byte-aligned rows), where the shared suite's small shapes are
 // refused. Against the float64 reference of test_util.h (NMSE <= 1e-6, NaN
 // and Inf exactly where the reference has them), C poisoned, so an element
@@ -62,7 +62,7 @@ TEST_F(CudaQ4Wgmma, TailsOfEveryTile) {
 // row]).
 TEST_F(CudaQ4Wgmma, NarrowTilesEveryTail) {
   QG_SEEDED_RNG(rng, 8);
-  for (int64_t n : {9, 15, 16, 17, 31, 32, 33, 63, 64}) {
+  for (int64_t n : {7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64}) {
     for (const Shape& s : {Shape{130, n, 256}, Shape{300, n, 4096}}) {
       for (int layout = 0; layout < 3; ++layout) {
         GemmCase c = random_case(rng, s.m, s.n, s.k);
@@ -251,7 +251,7 @@ TEST_F(CudaQ4Wgmma, RefusesOutsideItsScope) {
     int64_t m, n, k, a_pad, b_pad;
     const char* why;
   };
-  for (const Out& o : {Out{127, 200, 256, 0, 0, "M=127"}, Out{200, 8, 256, 0, 0, "N=8"},
+  for (const Out& o : {Out{127, 200, 256, 0, 0, "M=127"}, Out{200, 6, 256, 0, 0, "N=6"},
                        Out{200, 200, 288, 0, 0, "multiple of 256"}, Out{200, 200, 256, 2, 0, "16-byte"},
                        Out{200, 200, 256, 0, 4, "16-byte"}}) {
     GemmCase c = random_case(rng, o.m, o.n, o.k, o.a_pad, o.b_pad);

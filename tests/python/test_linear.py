@@ -147,7 +147,7 @@ def test_explain_names_the_gemm_kernel_of_the_call(lead, K, M, rng):
 
 
 def test_cuda_explain_names_the_gemm_kernel_of_the_call(cuda_fw, rng):
-    """On the GPU the decode GEMV at N = 1 and, on sm_90a from N = 9, the
+    """On the GPU the decode GEMV at N = 1 and, on sm_90a from N = 7, the
     warpgroup kernel (which quantizes x itself in the call)."""
     for n in (1, 16):
         x, wq, _ = _case(rng, (n,), 256, 256, False)
