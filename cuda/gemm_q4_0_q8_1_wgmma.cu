@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_q4_0_q8_1_wgmma.cu: Q4_0 x Q8_1 on Hopper's warpgroup MMAs
-// (sm_90a), for every N past the decode GEMV's (N > 8).
+// (sm_90a), from N = 7 (kMinN below); the decode GEMV takes fewer tokens.
 //
 // What bounds a Q4_0 x Q8_1 GEMM on tensor cores is not the MMA but the
 // block-32 rescale: every output needs acc += d_w * d_a * isum once per 32
