@@ -78,6 +78,7 @@ constexpr int64_t kMaxGrid = 0x7FFFFFFF;
 constexpr uint32_t kCodeBias = 0x80808080u;
 
 constexpr int kLaneRows = 2;  // W rows per lane (header: A is the bound)
+constexpr int kCtaRows = kSlots * kLaneRows;
 
 __device__ __forceinline__ int4 ldg16(const uint8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
 __device__ __forceinline__ int2 ldg8(const uint8_t* p) { return __ldg(reinterpret_cast<const int2*>(p)); }
@@ -251,7 +252,6 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2)
 gemm_mmvq_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ a, EpilogueParams ep,
                  int64_t m, int64_t nb, int64_t ldw, int64_t lda, uint32_t k80) {
   constexpr int kRows = kLaneRows;
-  constexpr int kCtaRows = kSlots * kRows;
   __shared__ float partial[kMaxWarps][kCtaRows * kCols];
   const int warps = blockDim.x / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -340,7 +340,6 @@ int sm_count(int device) {
 template <int kCols, bool kWVec, bool kAVec>
 void launch(const GemmArgs& g, cudaStream_t stream) {
   static std::atomic<int> occupancy[64][kMaxWarps + 1];
-  constexpr int kCtaRows = kSlots * kLaneRows;
   auto* kernel = gemm_mmvq_kernel<kCols, kWVec, kAVec>;
   const int64_t m = g.a.rows, nb = g.a.k / 32;
   const int64_t ctas = (m + kCtaRows - 1) / kCtaRows;

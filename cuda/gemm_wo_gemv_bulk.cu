@@ -6,9 +6,10 @@
 //   C[m, n] = sum_g s[m, g] * sum_{k in g} (q[m, k] - z[m, g]) * x[n, k]
 //
 // What it fixes. cuda_wo_gemv_small (FFMAs) spent ~3.4 instructions per
-// code (before its split LOP3 was joined) and was issue-bound; cuda_wo_gemv (mma) fills a per-warp cp.async ring
-// with 16-byte copies and reads it back 4 bytes at a time, 80 KB of shared
-// memory per CTA, and is latency-bound. Here one bulk copy per row and stage
+// code (before its split LOP3 was joined) and was issue-bound;
+// cuda_wo_gemv (mma) fills a per-warp cp.async ring with 16-byte copies and
+// reads it back 4 bytes at a time, 80 KB of shared memory per CTA, and is
+// latency-bound. Here one bulk copy per row and stage
 // moves 2 KB of a row (4096 values of K) into shared memory, three stages
 // deep (2 CTAs x 3 x 33 KB per SM requested ahead), and each lane reads its
 // share of W with two 16-byte shared loads per 128 values of K. Measured

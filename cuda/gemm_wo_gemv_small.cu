@@ -38,8 +38,8 @@
 // each chunk of a lane lies in its own group. Cost per code: 2 + N FFMA/LOP3 plus
 // N / 4 conversions of x: about 3 instructions at N = 1 (Nsight Compute
 // counted ~3.4 while ptxas split the conversion's LOP3 in two, see
-// CodeBits), against ~5 that an SM
-// can issue per code at full HBM bandwidth on an H100. At
+// CodeBits), against ~5 that an SM can issue per code at full HBM
+// bandwidth on an H100. At
 // N = 4 (2 rows a lane, for registers) it measured slower than cuda_wo_gemv's
 // tensor cores (39 against 34 us at M = 4096, K = 14336 on an H100), so it
 // takes N <= 2 only: 22.8 and 25.8 us there, against 34.
