@@ -61,6 +61,10 @@ Status gemm_wgmma_run(const GemmArgs& args, Stream stream);
 // The same GEMM with B quantized inside from float activations (linear_q4_0):
 // `from_float` would quantize them to Q8_1 at args.b, which is left unwritten.
 Status gemm_wgmma_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream);
+// The same kernel on fp16 codes and fp16 tensor cores (N >= 65, sm_90a).
+bool gemm_wgmma_f16_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_wgmma_f16_run(const GemmArgs& args, Stream stream);
+Status gemm_wgmma_f16_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream);
 bool gemm_mma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_mma_run(const GemmArgs& args, Stream stream);
 bool gemm_dp4a_tiled_can_run(const GemmArgs& args, std::string* why_not);

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_q4_0_q8_1_wgmma.cu: Q4_0 x Q8_1 on Hopper's warpgroup MMAs
 // (sm_90a), from N = 7 (kMinN below); the decode GEMV takes fewer tokens.
+// Two registry entries: cuda_wgmma (int8 MMAs, every tile) and, from N = 65,
+// cuda_wgmma_f16 (the same kernel on fp16 codes, "The fp16 variant" below),
+// which gives the same bits.
 //
 // What bounds a Q4_0 x Q8_1 GEMM on tensor cores is not the MMA but the
 // block-32 rescale: every output needs acc += d_w * d_a * isum once per 32
@@ -40,18 +43,18 @@
 // Pipelining inside a warpgroup. Each consumer warpgroup owns 64 W rows x
 // BN tokens (Cfg: 128, 64, 32 or 16, the narrowest that covers N), split
 // into units of 32 (or 16) tokens with their own fp32 sums. A stage is 8
-// blocks x the units, each one MMA into one of three sets of int32 sums:
-// unit U is issued, then unit U - 2 is waited for and rescaled, so two MMAs
-// stay queued while the FMAs run, and the W fragment of the next block and
+// blocks x the units, each one MMA into one of kInFlight + 1 sets of sums:
+// unit U is issued, then unit U - kInFlight is waited for and rescaled, so
+// two (fp16 variant: three) MMAs stay queued while the FMAs run, and the W fragment of the next block and
 // the scales of the next unit are loaded ahead (measured on an H200 with one
 // MMA in flight and no prefetch: issue slots 40 % busy, a third of the
 // stalls on those loads). The stage's code is straight-line and ends with
 // nothing in flight.
 //
 // Roles. A CTA is two consumer warpgroups of 64 W rows each and a producer
-// warp, one thread of which issues per stage (8 blocks of K) five tensor
-// copies (two code tiles, the W tile, the scales, the non-finite bytes) into
-// a ring of 3 to 8 stages. CTAs are persistent, walking 128 x BN tiles in
+// warpgroup, one thread of which issues per stage (8 blocks of K) the
+// tensor copies (two or four code tiles, the W tile, the scales, the
+// non-finite bytes) into a ring of 2 to 8 stages. CTAs are persistent, walking 128 x BN tiles in
 // groups of 8 tile rows (L2 reuse of W and codes); where those tiles are
 // fewer than the SMs, several CTAs split each tile's K and the last to
 // finish adds their partials (split_gather).
@@ -86,9 +89,15 @@ using intfast::tile_coords;
 constexpr int kBM = 128;                  // W rows a tile: two consumer warpgroups x m64
 constexpr int kBlocks = 8;                // Q4_0 blocks (256 values of K) a stage
 // Two consumer warpgroups (warps 0..7: a warpgroup must start at a warp
-// index that is a multiple of 4) and one producer warp (warp 8).
+// index that is a multiple of 4) and a producer warpgroup (warps 8..11), one
+// thread of which issues the copies. The registers are moved to the
+// consumers (setmaxnreg): 128 x 56 + 256 x 224 = 64512 of the SM's 65536,
+// and per SM sub-partition one producer warp and two consumer warps, 16128
+// of 16384. (With 288 threads and no producer warpgroup, ptxas holds every
+// thread to 168: a sub-partition then has three warps.)
 constexpr int kConsumerThreads = 256;
-constexpr int kThreads = kConsumerThreads + 32;
+constexpr int kThreads = kConsumerThreads + 128;
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 constexpr int kConsumerWarps = 8;
 constexpr int kCodeRowBytes = tma::kSwizzleBytes;                   // 4 blocks of codes a swizzled row
 constexpr int kWRowBytes = kBlocks * kQ4_0Bytes;                    // 144
@@ -104,15 +113,33 @@ static_assert(kWBytes % 1024 == 0 && kWRowBytes % 16 == 0, "W boxes: whole 16-by
 // a block; kStages stages in the ring (narrow tiles stream W, so they take
 // as many as shared memory holds). kABufs W fragments rotate: with one unit
 // a block, two MMAs in flight span two blocks, so a third buffer is needed.
-template <int kUnitN_, int kUnits_, int kStages_>
+//
+// kF16_: the fp16 variant (cuda_wgmma_f16, "The fp16 variant" below): codes
+// as fp16, two m64n32k16 MMAs a unit and block, fp32 sums.
+// kInFlight_: MMAs left queued while a unit is rescaled.
+template <int kUnitN_, int kUnits_, int kStages_, bool kF16_ = false, int kInFlight_ = 2>
 struct Cfg {
   static constexpr int kUnitN = kUnitN_, kUnits = kUnits_, kStages = kStages_;
+  static constexpr bool kF16 = kF16_;
   static constexpr int BN = kUnitN * kUnits;
   static constexpr int kSums = kUnitN / 2;              // int32 / fp32 sums a thread per unit
-  static constexpr int kABufs = kUnits == 1 ? 3 : 2;
-  static constexpr int kLoadQ = kUnits == 1 ? 0 : 1;    // the unit of a block after which the next block's W loads
-  static constexpr int kSubTileBytes = BN * kCodeRowBytes;  // all tokens, 4 blocks
-  static constexpr int kCodeBytes = 2 * kSubTileBytes;
+  static constexpr int kInFlight = kInFlight_;
+  static constexpr int kSets = kInFlight + 1;           // sets of kSums MMA sums: those in flight + the one rescaled
+  // W fragments of whole blocks: a block's stays until its last unit retires.
+  static constexpr int kABufs = kUnits == 1 ? kInFlight + 1 : 2;
+  // The unit of a block after whose wait the previous block's buffer is free
+  // and the next block's W loads into it.
+  static constexpr int kLoadQ = kUnits == 1 ? 0 : kInFlight - 1;
+  static_assert(kUnits == 1 || kLoadQ < kUnits, "the next block's W loads before its first MMA");
+  static constexpr int kCodeElem = kF16 ? 2 : 1;        // bytes a re-laid activation code takes
+  static constexpr int kBlockCodeBytes = 32 * kCodeElem;                   // one token's block of codes
+  static constexpr int kBlocksPerRow = kCodeRowBytes / kBlockCodeBytes;    // blocks a swizzled row holds: 4 or 2
+  static constexpr int kSubTiles = kBlocks / kBlocksPerRow;                // code tensor copies a stage
+  static constexpr int kARegs = kF16 ? 8 : 4;           // W fragment registers a block (two K steps for fp16)
+  using Sum = std::conditional_t<kF16, float, int>;     // what an MMA accumulates into
+  using AReg = std::conditional_t<kF16, uint32_t, int>;
+  static constexpr int kSubTileBytes = BN * kCodeRowBytes;  // all tokens, kBlocksPerRow blocks
+  static constexpr int kCodeBytes = kSubTiles * kSubTileBytes;
   static constexpr int kPairs = BN / 2;
   static constexpr int kScaleBytes = kBlocks * kPairs * 16;  // float4 per token pair and block
   static constexpr int kStageBytes = kCodeBytes + kWBytes + kScaleBytes;
@@ -125,6 +152,11 @@ using CfgWide = Cfg<32, 4, 3>;  // N > 64: 128 tokens
 using Cfg64 = Cfg<32, 2, 5>;    // N = 33..64
 using Cfg32 = Cfg<32, 1, 7>;    // N = 17..32
 using Cfg16 = Cfg<16, 1, 8>;    // N <= 16
+// The fp16 variant's tile: 128 tokens; a stage's codes take twice the bytes,
+// so two stages fill shared memory. Three MMAs stay queued while a unit is
+// rescaled (measured on an H200: 3 to 8 % faster than two at N = 128..1024;
+// four were slower than three; the int8 tiles gained nothing from three).
+using CfgWideF16 = Cfg<32, 4, 2, true, 3>;
 
 constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
 constexpr float kMagic = 12582912.0f;
@@ -135,6 +167,9 @@ constexpr float kMagic = 12582912.0f;
 // registry tries this kernel first, so cuda_mmvq keeps N <= 6 and the
 // N = 7..8 shapes this one refuses.
 constexpr int64_t kMinN = 7;
+// The fp16 variant (cuda_wgmma_f16) from this many tokens: it has only the
+// 128-token tile.
+constexpr int64_t kMinNF16 = 65;
 constexpr int64_t kMinSplitSteps = 4;         // K stages a CTA of a split keeps (pipeline fill)
 constexpr int64_t kMaxSplits = 16;            // CTAs sharing one tile's K range
 
@@ -149,13 +184,13 @@ struct SplitLayout {
   int64_t scale_row_floats = 0, flag_rows = 0, flag_row = 0;
 };
 
-SplitLayout split_layout(int64_t n, int64_t k, int64_t partial_floats, int64_t counters) {
+SplitLayout split_layout(int64_t n, int64_t k, int code_elem, int64_t partial_floats, int64_t counters) {
   auto up = [](int64_t v) { return (v + 255) / 256 * 256; };
   SplitLayout l;
   const int64_t nb = k / 32, npad = n + (n & 1);
   l.scale_row_floats = 2 * npad;
   l.flag_rows = (n + kSplitTokens - 1) / kSplitTokens;
-  l.scales = up(n * k);
+  l.scales = up(n * k * code_elem);
   l.flag_row = nb / kBlocks * kFlagBytes;
   l.flags = l.scales + up(nb * l.scale_row_floats * 4);
   l.partials = l.flags + up(l.flag_rows * l.flag_row);
@@ -169,6 +204,7 @@ SplitLayout split_layout(int64_t n, int64_t k, int64_t partial_floats, int64_t c
 // writes those blocks' non-finite bytes.
 struct SplitDst {
   uint8_t* codes;
+  int code_elem;  // 1: int8 codes; 2: fp16 codes in the fp16 variant's K order (put_f16)
   float* scales;
   int64_t scale_row_floats;
   uint8_t* flags;
@@ -190,12 +226,37 @@ struct SplitDst {
   }
   // Token tok's block b: its 32 codes (lo, hi) and its fp32 scale d.
   __device__ void put(int64_t tok, int64_t b, uint4 lo, uint4 hi, float d) const {
-    uint4* dst = reinterpret_cast<uint4*>(codes + tok * k + b * 32);
-    dst[0] = lo;
-    dst[1] = hi;
+    if (code_elem == 2) {
+      put_f16(tok, b, lo, hi);
+    } else {
+      uint4* dst = reinterpret_cast<uint4*>(codes + tok * k + b * 32);
+      dst[0] = lo;
+      dst[1] = hi;
+    }
     float* slot = scale_slot(tok, b);
     slot[0] = d;
     slot[2] = -kMagic * d;  // exact: 2 significant bits times 11
+  }
+  // The fp16 variant's codes: 32 fp16 (exact: |code| <= 128), K step s's
+  // slot 8h + 2t + l holding element 16s + 4t + 2l + h, the order in which
+  // load_w_f16 unpacks W (any permutation of a block's K applied to both
+  // operands leaves its integer sum unchanged).
+  __device__ void put_f16(int64_t tok, int64_t b, uint4 lo, uint4 hi) const {
+    const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    auto code = [&](int e) -> uint32_t {
+      return __half_as_ushort(__int2half_rn(static_cast<int8_t>(w[e / 4] >> (8 * (e % 4)))));
+    };
+    uint32_t out[16];
+#pragma unroll
+    for (int st = 0; st < 2; ++st)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+          out[8 * st + 4 * h + t] = code(16 * st + 4 * t + h) | (code(16 * st + 4 * t + 2 + h) << 16);
+    uint4* dst = reinterpret_cast<uint4*>(codes + (tok * k + b * 32) * 2);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[i] = make_uint4(out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
   }
   // The odd last token's partner slot (token n, which does not exist).
   __device__ void put_partner(int64_t tok, int64_t b) const {
@@ -327,6 +388,8 @@ struct Shape {
   int splits;            // CTAs sharing one tile's K range (1: no split)
   float* partials;       // split K: [tile][split] partial tiles of kBM x BN floats
   unsigned* counters;    // split K: per tile, the splits that have stored theirs
+  uint32_t f16_magic;    // fp16 variant: 1024.0 in both halves (0x64006400), see f16_pair
+  uint32_t f16_bias;     // and 1032.0 in both halves (0x64086408)
 };
 
 // Shared-memory loads by 32-bit shared address: generic loads would carry
@@ -392,15 +455,16 @@ __device__ __forceinline__ void reset_magic(int& v) { asm volatile("mov.b32 %0, 
 // scales use most of them.)
 template <class C>
 struct StageCtx {
-  int (&d)[3][C::kSums];
+  typename C::Sum (&d)[C::kSets][C::kSums];
   float (&acc)[C::kUnits][C::kSums];
-  int (&a)[C::kABufs][4];     // W fragments of blocks b % kABufs: live until their last MMA retires
+  typename C::AReg (&a)[C::kABufs][C::kARegs];  // W fragments of blocks b % kABufs: live until their last MMA retires
   float (&dw)[C::kABufs][2];  // and their rows' scales
   float4 (&sc)[C::kUnitN / 8];  // the scales of the next unit to rescale, loaded a step ahead
   uint32_t w_row;             // shared address of this thread's first W row in the stage
   uint32_t scales;            // and of the stage's scales: [8 blocks][BN / 2 token pairs] float4
-  uint64_t codes_desc;        // wgmma descriptor of the stage's first code tile
+  uint32_t codes_desc;        // low word of the wgmma descriptor of the stage's first code tile
   int t;
+  uint32_t f16_magic, f16_bias;  // the fp16 variant's unpacking constants (Shape)
 };
 
 template <class C, int U>
@@ -410,49 +474,126 @@ __device__ __forceinline__ void load_scales(StageCtx<C>& c) {
   for (int j = 0; j < C::kUnitN / 8; ++j) c.sc[j] = lds_f4(p + 64 * j);
 }
 
+// ---- The fp16 variant (cuda_wgmma_f16)
+//
+// The same pipeline with the codes of both operands as fp16 (exact: W's
+// code - 8 and A's int8 codes are small integers) and fp16 MMAs that sum in
+// fp32: every partial sum of a block is an integer below 2^15, so the MMA's
+// D is isum exactly, and a block's first MMA starts from zero (scale-d = 0)
+// instead of from a reset. The rescale is then f = D * d_a (the same value
+// as the int8 path's fma(M + isum, d_a, -M d_a): isum * d_a rounded once) and
+// acc = fma(d_w, f, acc): two instructions per output and block where the
+// int8 path spends three (two FMAs and the reset move), on the issue slots
+// that bound that path. The price: the fp16 tensor rate is half the int8 one,
+// the codes take twice the bytes (shared memory, L2), and W is unpacked to
+// fp16 in registers (f16_pair). Non-finite scales need no branch: D * d_a
+// meets the block's whole integer sum, as the reference's d_a * isum.
+
+// Two nibbles of v (bits 0..3 and 16..19) as fp16 code - 8, packed: OR-ing
+// them into the bits of 1024.0 gives 1024 + code exactly, and one sub.f16x2
+// of 1032 gives code - 8. magic and bias come from kernel parameters: with
+// both LOP3 operands immediate, ptxas splits the LOP3 in two.
+__device__ __forceinline__ uint32_t f16_pair(uint32_t v, uint32_t magic, uint32_t bias) {
+  const uint32_t x = (v & 0x000F000Fu) | magic;
+  uint32_t r;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(bias));
+  return r;
+}
+
+// Block kB's fp16 fragments, rows `row` and row + 8 (load_w's rows and code
+// word: bytes 4t .. 4t + 3 of the block, element 4t + i in the low nibble of
+// byte i and 16 + 4t + i in its high nibble). The word shifted by 0, 8, 4 and
+// 12 bits has, at bits 0..3 and 16..19, elements (4t, 4t + 2), (4t + 1,
+// 4t + 3), (16 + 4t, 16 + 4t + 2) and (16 + 4t + 1, 16 + 4t + 3): the K slots
+// (2t, 2t + 1) and (2t + 8, 2t + 9) of K steps 0 and 1, which is the order
+// SplitDst::put_f16 gives the activations.
+template <int kB>
+__device__ __forceinline__ void load_w_f16(uint32_t row, int t, uint32_t (&a)[8], float (&dw)[2], uint32_t magic,
+                                           uint32_t bias) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint32_t blk = row + r * 8 * kWRowBytes + kB * kQ4_0Bytes;
+    dw[r] = lds_half(blk);
+    uint32_t q;
+    if constexpr (kB % 2 == 1) {
+      q = lds_b32(blk + 2 + 4 * t);
+    } else {
+      q = __byte_perm(lds_b32(blk + 4 * t), lds_b32(blk + 4 * t + 4), 0x5432);
+    }
+    a[r] = f16_pair(q, magic, bias);
+    a[2 + r] = f16_pair(q >> 8, magic, bias);
+    a[4 + r] = f16_pair(q >> 4, magic, bias);
+    a[6 + r] = f16_pair(q >> 12, magic, bias);
+  }
+}
+
+// W block kB's fragment and its rows' scales, for either variant.
+template <class C, int kB>
+__device__ __forceinline__ void load_w_any(StageCtx<C>& c, typename C::AReg (&a)[C::kARegs], float (&dw)[2]) {
+  if constexpr (C::kF16)
+    load_w_f16<kB>(c.w_row, c.t, a, dw, c.f16_magic, c.f16_bias);
+  else
+    load_w<kB>(c.w_row, c.t, a, dw);
+}
+
 // acc += d_w * d_a * isum for unit U (its thread's tokens 8j + 2t, + 1 of the
-// unit are pair 4j + t), d reset to the magic number. kFinite: the two-FMA
-// form; otherwise the reference's d_w * (d_a * isum), which is the same value
-// for finite scales and right for Inf and NaN.
+// unit are pair 4j + t). int8 sums: d reset to the magic number; kFinite: the
+// two-FMA form; otherwise the reference's d_w * (d_a * isum), which is the
+// same value for finite scales and right for Inf and NaN. fp16 variant: D is
+// isum as a float, d_w * (D * d_a) is that same value, one FMUL and one FFMA.
 template <class C, bool kFinite, int U>
 __device__ __forceinline__ void rescale_unit(StageCtx<C>& c) {
-  constexpr int q = U % C::kUnits, slot = (U / C::kUnits) % C::kABufs;
+  constexpr int q = U % C::kUnits, slot = (U / C::kUnits) % C::kABufs, set = U % C::kSets;
 #pragma unroll
   for (int j = 0; j < C::kUnitN / 8; ++j) {
     const float4 s = c.sc[j];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float da = (e & 1) ? s.y : s.x, neg = (e & 1) ? s.w : s.z, w = c.dw[slot][e >> 1];
-      int& v = c.d[U % 3][4 * j + e];
       float& acc = c.acc[q][4 * j + e];
-      if constexpr (kFinite)
-        acc = fmaf(w, fmaf(__int_as_float(v), da, neg), acc);
-      else
-        acc = fmaf(w, da * static_cast<float>(v - static_cast<int>(kMagicBits)), acc);
-      reset_magic(v);
+      if constexpr (C::kF16) {
+        acc = fmaf(w, c.d[set][4 * j + e] * da, acc);
+      } else {
+        int& v = c.d[set][4 * j + e];
+        if constexpr (kFinite)
+          acc = fmaf(w, fmaf(__int_as_float(v), da, neg), acc);
+        else
+          acc = fmaf(w, da * static_cast<float>(v - static_cast<int>(kMagicBits)), acc);
+        reset_magic(v);
+      }
     }
   }
 }
 
+// Unit U: its MMA (fp16 variant: the block's two K steps, one commit group),
+// then unit U - kInFlight waited for and rescaled, the next block's W and
+// the next scales loaded ahead.
 template <class C, bool kFinite, int U>
 __device__ __forceinline__ void unit_step(StageCtx<C>& c) {
-  constexpr int b = U / C::kUnits, q = U % C::kUnits;
-  constexpr uint32_t kB = (b / 4) * C::kSubTileBytes + q * C::kUnitN * kCodeRowBytes + 32 * (b % 4);
+  constexpr int b = U / C::kUnits, q = U % C::kUnits, kD = C::kInFlight;
+  constexpr uint32_t kB = (b / C::kBlocksPerRow) * C::kSubTileBytes + q * C::kUnitN * kCodeRowBytes +
+                          C::kBlockCodeBytes * (b % C::kBlocksPerRow);
   wgmma::fence();
-  wgmma::mma_s8_rs<C::kUnitN, kB>(c.d[U % 3], c.a[b % C::kABufs], c.codes_desc);
+  if constexpr (C::kF16) {
+    static_assert(C::kUnitN == 32, "the fp16 MMA wrapper is m64n32k16");
+    wgmma::mma_f16_rs_n32<kB, false, 0>(c.d[U % C::kSets], c.a[b % C::kABufs], c.codes_desc);
+    wgmma::mma_f16_rs_n32<kB + 32, true, 4>(c.d[U % C::kSets], c.a[b % C::kABufs], c.codes_desc);
+  } else {
+    wgmma::mma_s8_rs<C::kUnitN, kB>(c.d[U % C::kSets], c.a[b % C::kABufs], c.codes_desc);
+  }
   wgmma::commit_group();
-  if constexpr (U >= 2) {
-    wgmma::wait_group<2>();
+  if constexpr (U >= kD) {
+    wgmma::wait_group<kD>();
     // Only operands of retired MMAs are touched: an asm "+r" on registers an
     // MMA still reads would let the compiler move the value and reuse them.
-    wgmma::fence_operands(c.d[(U - 2) % 3]);
+    wgmma::fence_operands(c.d[(U - kD) % C::kSets]);
     if constexpr (q == C::kLoadQ && b > 0) wgmma::fence_operands(c.a[(b + 1) % C::kABufs]);
-    rescale_unit<C, kFinite, U - 2>(c);  // (it may still read the d_w of the buffer reloaded below)
+    rescale_unit<C, kFinite, U - kD>(c);  // (it may still read the d_w of the buffer reloaded below)
   }
   // The next block's W, into the buffer whose last MMA the wait retired.
   if constexpr (q == C::kLoadQ && b + 1 < kBlocks)
-    load_w<b + 1>(c.w_row, c.t, c.a[(b + 1) % C::kABufs], c.dw[(b + 1) % C::kABufs]);
-  if constexpr (U >= 1) load_scales<C, U - 1>(c);
+    load_w_any<C, b + 1>(c, c.a[(b + 1) % C::kABufs], c.dw[(b + 1) % C::kABufs]);
+  if constexpr (U >= kD - 1) load_scales<C, U - kD + 1>(c);
 }
 
 template <class C, bool kFinite, int... U>
@@ -460,22 +601,30 @@ __device__ __forceinline__ void unit_steps(StageCtx<C>& c, std::integer_sequence
   (unit_step<C, kFinite, U>(c), ...);
 }
 
+// The last kInFlight units of a stage, after its final wait: U .. kLast.
+template <class C, bool kFinite, int U, int kLast>
+__device__ __forceinline__ void drain(StageCtx<C>& c) {
+  rescale_unit<C, kFinite, U>(c);
+  if constexpr (U < kLast) {
+    load_scales<C, U + 1>(c);
+    drain<C, kFinite, U + 1, kLast>(c);
+  }
+}
+
 // One stage, straight-line code that ends with nothing in flight: ptxas
 // cannot follow MMA groups still pending across a loop's back edge and
 // would serialise every MMA of the kernel instead (warning C7514).
 template <class C, bool kFinite>
 __device__ __forceinline__ void consume_stage(StageCtx<C>& c) {
-  constexpr int kUnitsPerStage = C::kUnits * kBlocks;
-  load_w<0>(c.w_row, c.t, c.a[0], c.dw[0]);
-  unit_steps<C, kFinite>(c, std::make_integer_sequence<int, kUnitsPerStage>{});
+  constexpr int kLast = C::kUnits * kBlocks - 1;
+  load_w_any<C, 0>(c, c.a[0], c.dw[0]);
+  unit_steps<C, kFinite>(c, std::make_integer_sequence<int, kLast + 1>{});
   wgmma::wait_group<0>();
 #pragma unroll
-  for (int i = 0; i < 3; ++i) wgmma::fence_operands(c.d[i]);
+  for (int i = 0; i < C::kSets; ++i) wgmma::fence_operands(c.d[i]);
 #pragma unroll
   for (int i = 0; i < C::kABufs; ++i) wgmma::fence_operands(c.a[i]);
-  rescale_unit<C, kFinite, kUnitsPerStage - 2>(c);
-  load_scales<C, kUnitsPerStage - 1>(c);
-  rescale_unit<C, kFinite, kUnitsPerStage - 1>(c);
+  drain<C, kFinite, kLast - C::kInFlight + 1, kLast>(c);
 }
 
 // Stores a consumer warp's 16 W rows x BN tokens through its staging buffer
@@ -591,6 +740,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
   const int64_t steps = all_steps * (rank + 1) / splits - first_step;
   const int64_t first_tile = blockIdx.x / splits, tile_step = gridDim.x / splits;
   if (threadIdx.x >= kConsumerThreads) {
+    wgmma::set_max_registers<false, kProducerRegs>();
     if (threadIdx.x == kConsumerThreads) {
       tma::prefetch_map(&map_w);
       tma::prefetch_map(&map_codes);
@@ -608,8 +758,10 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
           uint8_t* dst = ring + stage * C::kStageBytes;
           bulk::mbar_arrive_expect(&full[stage], C::kStageBytes + kFlagBytes);
           const int32_t kb = static_cast<int32_t>(step * kBlocks);
-          tma::load_2d(dst, &map_codes, kb * 32, n0, &full[stage]);
-          tma::load_2d(dst + C::kSubTileBytes, &map_codes, kb * 32 + kCodeRowBytes, n0, &full[stage]);
+#pragma unroll
+          for (int i = 0; i < C::kSubTiles; ++i)
+            tma::load_2d(dst + i * C::kSubTileBytes, &map_codes, kb * C::kBlockCodeBytes + i * kCodeRowBytes, n0,
+                         &full[stage]);
           tma::load_2d(dst + C::kCodeBytes, &map_w, kb * kQ4_0Bytes, w0, &full[stage]);
           tma::load_2d(dst + C::kCodeBytes + kWBytes, &map_scales, 2 * n0, kb, &full[stage]);
           tma::load_2d(stage_flags + stage * kFlagStride, &map_flags, static_cast<int32_t>(step * kFlagBytes),
@@ -618,6 +770,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       }
     }
   } else {
+    wgmma::set_max_registers<true, kConsumerRegs>();
     const int wq = warp % 4, g = lane / 4, t = lane % 4;
     const int w_row = warpgroup * 64 + wq * 16 + g;  // the stage's W row of a[0]
     float* buf = staging + warp * 32 * kEpiPitch;
@@ -628,16 +781,19 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       tile_coords(tile, s.tiles_m, s.tiles_n, &tm, &tn);
 
       float acc[C::kUnits][C::kSums];
-      int d[3][C::kSums];
+      typename C::Sum d[C::kSets][C::kSums];
 #pragma unroll
       for (int q = 0; q < C::kUnits; ++q)
 #pragma unroll
         for (int i = 0; i < C::kSums; ++i) acc[q][i] = 0.0f;
 #pragma unroll
-      for (int u = 0; u < 3; ++u)
+      for (int u = 0; u < C::kSets; ++u)
 #pragma unroll
-        for (int i = 0; i < C::kSums; ++i) reset_magic(d[u][i]);
-      int a[C::kABufs][4];
+        for (int i = 0; i < C::kSums; ++i) {
+          if constexpr (C::kF16) d[u][i] = 0.0f;  // never read: each block's first MMA has scale-d = 0
+          else reset_magic(d[u][i]);
+        }
+      typename C::AReg a[C::kABufs][C::kARegs];
       float dw[C::kABufs][2];
       float4 sc[C::kUnitN / 8];
 
@@ -645,13 +801,26 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
         const uint32_t stage = it % C::kStages, round = it / C::kStages;
         bulk::mbar_wait(&full[stage], round & 1);
         const uint32_t st = ring_u32 + stage * C::kStageBytes;
-        StageCtx<C> c{d, acc, a, dw, sc, st + C::kCodeBytes + w_row * kWRowBytes, st + C::kCodeBytes + kWBytes,
-                      wgmma::desc_k128_swizzled(st), t};
-        // One branch a stage, so that the hot loop's code holds one rescale.
-        if (*reinterpret_cast<const uint64_t*>(stage_flags + stage * kFlagStride) == 0)
-          consume_stage<C, true>(c);
-        else
-          consume_stage<C, false>(c);
+        StageCtx<C> c{d,
+                      acc,
+                      a,
+                      dw,
+                      sc,
+                      st + C::kCodeBytes + w_row * kWRowBytes,
+                      st + C::kCodeBytes + kWBytes,
+                      static_cast<uint32_t>(wgmma::desc_k128_swizzled(st)),
+                      t,
+                      s.f16_magic,
+                      s.f16_bias};
+        if constexpr (C::kF16) {
+          consume_stage<C, true>(c);  // its rescale needs no case for non-finite scales
+        } else {
+          // One branch a stage, so that the hot loop's code holds one rescale.
+          if (*reinterpret_cast<const uint64_t*>(stage_flags + stage * kFlagStride) == 0)
+            consume_stage<C, true>(c);
+          else
+            consume_stage<C, false>(c);
+        }
         if (lane == 0) bulk::mbar_arrive(&empty[stage]);
       }
 
@@ -697,13 +866,15 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
   s.tiles_m = (m + kBM - 1) / kBM;
   s.tiles_n = (n + C::BN - 1) / C::BN;
   s.m_contiguous = args.ldc == 1;
+  s.f16_magic = 0x64006400u;
+  s.f16_bias = 0x64086408u;
   const int64_t tiles = s.tiles_m * s.tiles_n, slots = static_cast<int64_t>(lim.sms) * fit.blocks_per_sm;
   int64_t splits = 1;
   if (tiles < slots) splits = std::max<int64_t>(1, std::min({slots / tiles, kMaxSplits, nb / kBlocks / kMinSplitSteps}));
   s.splits = static_cast<int>(splits);
   const int64_t grid = splits > 1 ? tiles * splits : std::min(tiles, slots);
 
-  const SplitLayout lay = split_layout(n, k, splits > 1 ? tiles * splits * kBM * C::BN : 0, splits > 1 ? tiles : 0);
+  const SplitLayout lay = split_layout(n, k, C::kCodeElem, splits > 1 ? tiles * splits * kBM * C::BN : 0, splits > 1 ? tiles : 0);
   Workspace ws(args.device.id, static_cast<size_t>(lay.bytes), cs);
   if (!ws.ok()) {  // no scratch memory: the kernel that needs none
     if (from_float)
@@ -717,7 +888,7 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
   s.counters = reinterpret_cast<unsigned*>(ws.bytes() + lay.counters);
   const dim3 split_grid(static_cast<unsigned>(lay.flag_rows), static_cast<unsigned>(nb / kBlocks));
   const int counters = splits > 1 ? static_cast<int>(tiles) : 0;
-  const SplitDst dst{codes, scales, lay.scale_row_floats, flags, lay.flag_row, s.counters, counters, k};
+  const SplitDst dst{codes, C::kCodeElem, scales, lay.scale_row_floats, flags, lay.flag_row, s.counters, counters, k};
   if (from_float) {
     const QuantizeArgs& q = *from_float;
     const uint8_t* x = static_cast<const uint8_t*>(q.x);
@@ -736,7 +907,7 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
   CUtensorMap map_w, map_codes, map_scales, map_flags;
   if (!tma::encode_rows_plain(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a.data, m, nb * kQ4_0Bytes,
                               args.a.row_stride, kWRowBytes, kBM) ||
-      !tma::encode_rows_k128(&map_codes, codes, n, k, k, C::BN) ||
+      !tma::encode_rows_k128(&map_codes, codes, n, k * C::kCodeElem, k * C::kCodeElem, C::BN) ||
       !tma::encode_rows_plain(&map_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, scales, nb, lay.scale_row_floats,
                               lay.scale_row_floats * 4, 2 * C::BN, kBlocks) ||
       !tma::encode_rows_plain(&map_flags, CU_TENSOR_MAP_DATA_TYPE_UINT8, flags, lay.flag_rows, lay.flag_row,
@@ -798,6 +969,34 @@ Status gemm_wgmma_run(const GemmArgs& args, Stream stream) { return run_any_tile
 
 Status gemm_wgmma_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream) {
   return run_any_tile(args, &from_float, stream);
+}
+
+bool gemm_wgmma_f16_can_run(const GemmArgs& args, std::string* why_not) {
+  if (!gemm_wgmma_can_run(args, why_not)) return false;
+  if (args.b.rows < kMinNF16) {
+    if (why_not)
+      *why_not = "N=" + std::to_string(args.b.rows) + " < " + std::to_string(kMinNF16) +
+                 " (its one tile is 128 tokens; cuda_wgmma takes fewer)";
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+Status run_f16(const GemmArgs& args, const QuantizeArgs* from_float, Stream stream) {
+  if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
+  DeviceGuard guard(args.device.id);
+  if (Status st = guard_status(guard, args.fn, args.device.id); !st.ok()) return st;
+  return run_tiles<CfgWideF16>(args, from_float, stream);
+}
+
+}  // namespace
+
+Status gemm_wgmma_f16_run(const GemmArgs& args, Stream stream) { return run_f16(args, nullptr, stream); }
+
+Status gemm_wgmma_f16_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream) {
+  return run_f16(args, &from_float, stream);
 }
 
 }  // namespace qg::detail::cuda

@@ -47,6 +47,10 @@ __device__ __forceinline__ uint64_t desc_k128_swizzled(uint32_t addr) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (kLbo << 16) | (kSbo << 32) | kSwizzle128;
 }
 
+// desc_k128_swizzled's high word (SBO and the swizzle mode): the same for
+// every such tile. The low word holds the address.
+constexpr uint32_t kDescK128High = (1024 >> 4) | (1u << 30);
+
 // The descriptor of the K step 32 bytes further on: the address field is
 // addr >> 4, and shared addresses stay below 2^18, so this never carries.
 __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
@@ -143,41 +147,89 @@ __device__ __forceinline__ void mma_s8<256>(int (&d)[128], uint64_t a, uint64_t 
 #endif
 }
 
-// d += A (64 x 32, in registers) * B^T (N x 32, at the descriptor b advanced
-// by kBytes), s8 x s8 -> s32, N / 2 sums a thread (n8 blocks j < N / 8).
+// d += A (64 x 32, in registers) * B^T (N x 32, at the descriptor b_lo
+// advanced by kBytes), s8 x s8 -> s32, N / 2 sums a thread (n8 blocks j < N / 8).
 // N = 16 or 32. A's fragment is mma.sync.m16n8k32's, once per warp of the
 // warpgroup: warp w, lane (g = l / 4, t = l % 4) holds rows 16w + g and
 // 16w + g + 8, K bytes 4t..4t+3 (a[0], a[1]) and 16+4t..16+4t+3 (a[2],
 // a[3]). The MMA reads a asynchronously: a is tied to the instruction ("+r",
 // so its values stay in the registers the MMA reads) and must be kept live
 // and unchanged until the group is waited (fence_operands on it after the
-// wait). The descriptor is advanced inside the instruction's block: with
-// many MMAs unrolled, descriptors computed ahead would each hold two
-// registers until their MMA.
+// wait). b_lo is the low word of a desc_k128_swizzled descriptor; the K
+// step's offset is added to it inside the instruction's block, a 32-bit add
+// (the address field never carries), and the constant high word joined to
+// it there: with many MMAs unrolled, descriptors computed ahead would each
+// hold two registers until their MMA, and a 64-bit add per MMA cost ptxas
+// four instructions (two adds, two moves to uniform registers).
 template <int N, uint32_t kBytes>
-__device__ __forceinline__ void mma_s8_rs(int (&d)[N / 2], int (&a)[4], uint64_t b) {
+__device__ __forceinline__ void mma_s8_rs(int (&d)[N / 2], int (&a)[4], uint32_t b_lo) {
 #if QG_WGMMA_ENABLED
   static_assert(N == 16 || N == 32, "m64n16k32 or m64n32k32");
   if constexpr (N == 32) {
     asm volatile(
-        "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %21, 0;\nadd.s64 desc, %20, %22;\n"
+        "{\n.reg .pred p;\n.reg .b32 lo, hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %21, 0;\n"
+        "add.u32 lo, %20, %22;\nmov.b32 hi, %23;\nmov.b64 desc, {lo, hi};\n"
         "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
         "}, {%16, %17, %18, %19}, desc, p;\n}\n"
         : QG_ACC8(d, 0), QG_ACC8(d, 8), "+r"(a[0]), "+r"(a[1]), "+r"(a[2]), "+r"(a[3])
-        : "l"(b), "r"(1), "n"(kBytes >> 4));
+        : "r"(b_lo), "r"(1), "n"(kBytes >> 4), "n"(kDescK128High));
   } else {
     asm volatile(
-        "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %13, 0;\nadd.s64 desc, %12, %14;\n"
+        "{\n.reg .pred p;\n.reg .b32 lo, hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %13, 0;\n"
+        "add.u32 lo, %12, %14;\nmov.b32 hi, %15;\nmov.b64 desc, {lo, hi};\n"
         "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 {"
         "%0, %1, %2, %3, %4, %5, %6, %7"
         "}, {%8, %9, %10, %11}, desc, p;\n}\n"
         : QG_ACC8(d, 0), "+r"(a[0]), "+r"(a[1]), "+r"(a[2]), "+r"(a[3])
-        : "l"(b), "r"(1), "n"(kBytes >> 4));
+        : "r"(b_lo), "r"(1), "n"(kBytes >> 4), "n"(kDescK128High));
   }
 #else
   __trap();
 #endif
+}
+
+// d = A (64 x 16, in registers) * B^T (32 x 16, at the descriptor b_lo
+// advanced by kBytes as in mma_s8_rs) [+ d when kAccumulate], f16 x f16 -> f32: wgmma.m64n32k16 with
+// A from registers, 16 sums a thread laid out as mma_s8_rs's. A's fragment
+// is mma.sync.m16n8k16's, once per warp: lane (g = l / 4, t = l % 4) holds
+// rows 16w + g (a[0], a[2]) and 16w + g + 8 (a[1], a[3]), K slots 2t, 2t + 1
+// (a[0], a[1]) and 2t + 8, 2t + 9 (a[2], a[3]), the lower K in the low half.
+// kAccumulate = false is the instruction's scale-d = 0: d's old values are
+// not read, so a block's first MMA needs no reset of the sums. B is K-major
+// fp16 rows in the 128-byte swizzle (64 values a row), so a K step of 16 is
+// 32 bytes, as for s8's K step of 32. a is tied to the instruction as in
+// mma_s8_rs and must stay unchanged until the group is waited.
+template <uint32_t kBytes, bool kAccumulate, int kA>
+__device__ __forceinline__ void mma_f16_rs_n32(float (&d)[16], uint32_t (&a)[8], uint32_t b_lo) {
+#if QG_WGMMA_ENABLED
+  static_assert(kA == 0 || kA == 4, "a[kA .. kA + 3] is one K step's fragment");
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b32 lo, hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %21, 0;\n"
+      "add.u32 lo, %20, %22;\nmov.b32 hi, %23;\nmov.b64 desc, {lo, hi};\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, {%16, %17, %18, %19}, desc, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+r"(a[kA]), "+r"(a[kA + 1]), "+r"(a[kA + 2]), "+r"(a[kA + 3])
+      : "r"(b_lo), "r"(kAccumulate ? 1 : 0), "n"(kBytes >> 4), "n"(kDescK128High));
+#else
+  __trap();
+#endif
+}
+
+// fence_operands for fp32 sums.
+template <int kRegs>
+__device__ __forceinline__ void fence_operands(float (&d)[kRegs]) {
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+template <int kRegs>
+__device__ __forceinline__ void fence_operands(uint32_t (&d)[kRegs]) {
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
 
 #undef QG_ACC8

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
-// test_cuda_q4_0_wgmma.cpp: the warpgroup Q4_0 x Q8_1 kernel (cuda_wgmma),
-// forced by name, on shapes inside its scope (M >= 128, N >= 7, K a multiple
-// of 256, 16-byte-aligned rows), where the shared suite's small shapes are
-// refused. Against the float64 reference of test_util.h (NMSE <= 1e-6, NaN
+// test_cuda_q4_0_wgmma.cpp: the warpgroup Q4_0 x Q8_1 kernels (cuda_wgmma and
+// its fp16 variant cuda_wgmma_f16), each forced by name, on shapes inside
+// their scope (M >= 128, N >= 7, or N >= 65 for the fp16 variant, K a
+// multiple of 256, 16-byte-aligned rows), where the shared suite's small
+// shapes are refused. Against the float64 reference of test_util.h (NMSE <= 1e-6, NaN
 // and Inf exactly where the reference has them), C poisoned, so an element
 // left unwritten or written twice into a gap fails. Skips without an sm_90
 // device and an sm_90a image.
@@ -25,16 +26,22 @@ using qgtest::GemmCase;
 using qgtest::random_case;
 using Shape = qgtest::gemm_suite::Shape;
 
-class CudaQ4Wgmma : public qgtest::CudaFixture<> {
+constexpr const char* kInt8 = "cuda_wgmma";
+constexpr const char* kF16 = "cuda_wgmma_f16";
+
+class CudaQ4Wgmma : public qgtest::CudaFixture<::testing::TestWithParam<std::string>> {
  protected:
   void SetUp() override {
     CudaFixture::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
     std::string why;
-    const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), "cuda_wgmma");
-    ASSERT_NE(k, nullptr) << "the CUDA registry has no cuda_wgmma";
-    if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why)) GTEST_SKIP() << "cuda_wgmma: " << why;
+    const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), GetParam());
+    ASSERT_NE(k, nullptr) << "the CUDA registry has no " << GetParam();
+    if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why)) GTEST_SKIP() << GetParam() << ": " << why;
   }
+  bool f16() const { return GetParam() == kF16; }
+  // The fewest tokens the kernel takes (its can_run says the same).
+  int64_t min_n() const { return f16() ? 65 : 7; }
   // Runs c on the kernel and checks it; fails if the kernel refused it.
   void check(GemmCase& c) {
     SCOPED_TRACE(c.describe());
@@ -42,12 +49,14 @@ class CudaQ4Wgmma : public qgtest::CudaFixture<> {
   }
 
   qgtest::CudaMemory mem_;
-  qgtest::GemmKernelTester tester_{qg::detail::cuda::registry(), "cuda_wgmma", mem_};
+  qgtest::GemmKernelTester tester_{qg::detail::cuda::registry(), GetParam(), mem_};
 };
+
+std::string kernel_param_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
 
 // Tails of the 128 x 128 tile on both sides, one stage and many, more tiles
 // than SMs (each CTA walks several), a single full tile.
-TEST_F(CudaQ4Wgmma, TailsOfEveryTile) {
+TEST_P(CudaQ4Wgmma, TailsOfEveryTile) {
   QG_SEEDED_RNG(rng, 1);
   for (const Shape& s : {Shape{128, 128, 256}, Shape{129, 129, 512}, Shape{255, 200, 256}, Shape{300, 257, 2048},
                          Shape{1000, 130, 768}, Shape{128, 383, 4096}, Shape{2048, 1290, 256}, Shape{129, 100, 768}}) {
@@ -60,7 +69,8 @@ TEST_F(CudaQ4Wgmma, TailsOfEveryTile) {
 // block) at every N tail, one stage and a split K, row-major C padded or not
 // or C with m contiguous (x @ W^T, whose split partial tile is [token][W
 // row]).
-TEST_F(CudaQ4Wgmma, NarrowTilesEveryTail) {
+TEST_P(CudaQ4Wgmma, NarrowTilesEveryTail) {
+  if (f16()) GTEST_SKIP() << "the fp16 variant has only the 128-token tile";
   QG_SEEDED_RNG(rng, 8);
   for (int64_t n : {7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64}) {
     for (const Shape& s : {Shape{130, n, 256}, Shape{300, n, 4096}}) {
@@ -76,7 +86,8 @@ TEST_F(CudaQ4Wgmma, NarrowTilesEveryTail) {
 }
 
 // The non-finite path of a narrow tile (a scale in the second stage).
-TEST_F(CudaQ4Wgmma, NarrowTileNonFiniteScale) {
+TEST_P(CudaQ4Wgmma, NarrowTileNonFiniteScale) {
+  if (f16()) GTEST_SKIP() << "the fp16 variant has only the 128-token tile";
   QG_SEEDED_RNG(rng, 9);
   for (int64_t n : {12, 30, 50}) {
     GemmCase c = random_case(rng, 140, n, 768);
@@ -87,7 +98,7 @@ TEST_F(CudaQ4Wgmma, NarrowTileNonFiniteScale) {
 }
 
 // The 128-token tile holding fewer tokens than its width (N = 65..127).
-TEST_F(CudaQ4Wgmma, WideTileFewTokens) {
+TEST_P(CudaQ4Wgmma, WideTileFewTokens) {
   QG_SEEDED_RNG(rng, 10);
   for (const Shape& s : {Shape{300, 66, 2048}, Shape{200, 127, 512}}) {
     GemmCase c = random_case(rng, s.m, s.n, s.k);
@@ -97,7 +108,7 @@ TEST_F(CudaQ4Wgmma, WideTileFewTokens) {
 
 // Rows padded by 16-byte multiples (W and A read through their strides, the
 // padding holds sentinels), C padded and transposed.
-TEST_F(CudaQ4Wgmma, StridedRowsAndCLayouts) {
+TEST_P(CudaQ4Wgmma, StridedRowsAndCLayouts) {
   QG_SEEDED_RNG(rng, 2);
   for (const qgtest::gemm_suite::CLayout& l : qgtest::gemm_suite::c_layouts(200, 150)) {
     SCOPED_TRACE(l.name);
@@ -108,7 +119,7 @@ TEST_F(CudaQ4Wgmma, StridedRowsAndCLayouts) {
 }
 
 // Every epilogue feature alone and together, every output dtype, every C layout.
-TEST_F(CudaQ4Wgmma, EpilogueFeatures) {
+TEST_P(CudaQ4Wgmma, EpilogueFeatures) {
   QG_SEEDED_RNG(rng, 3);
   const Shape s{130, 129, 256};
   for (const auto& e : qgtest::gemm_suite::epilogue_configs())
@@ -121,7 +132,7 @@ TEST_F(CudaQ4Wgmma, EpilogueFeatures) {
 }
 
 // The integer part at its extremes with unit scales: exact.
-TEST_F(CudaQ4Wgmma, ExtremeCodesExact) {
+TEST_P(CudaQ4Wgmma, ExtremeCodesExact) {
   struct Ext {
     uint8_t nibble;
     int8_t a;
@@ -142,9 +153,10 @@ TEST_F(CudaQ4Wgmma, ExtremeCodesExact) {
 }
 
 // Non-finite scales: a NaN W block poisons its row, a NaN A block its column;
-// an Inf A scale (the tile's slow path, acc += d_w * (d_a * isum)) gives the
-// reference's signed Inf, or NaN where the block's integer sum is 0.
-TEST_F(CudaQ4Wgmma, NonFiniteScales) {
+// an Inf A scale (cuda_wgmma's slow path for the tile, acc += d_w * (d_a *
+// isum); the fp16 variant's only path) gives the reference's signed Inf, or
+// NaN where the block's integer sum is 0.
+TEST_P(CudaQ4Wgmma, NonFiniteScales) {
   QG_SEEDED_RNG(rng, 4);
   {
     GemmCase c = random_case(rng, 150, 140, 512);
@@ -166,7 +178,7 @@ TEST_F(CudaQ4Wgmma, NonFiniteScales) {
 }
 
 // Two runs give the same bytes (the block order of the sums is fixed).
-TEST_F(CudaQ4Wgmma, Deterministic) {
+TEST_P(CudaQ4Wgmma, Deterministic) {
   QG_SEEDED_RNG(rng, 5);
   GemmCase c = random_case(rng, 700, 600, 2048);
   check(c);
@@ -180,10 +192,11 @@ TEST_F(CudaQ4Wgmma, Deterministic) {
 // of 2 to 14, wide and narrow tiles, C row-major and transposed (m
 // contiguous), tails on both sides, bit-identical on a second run (whose
 // arrival counters start from zero again).
-TEST_F(CudaQ4Wgmma, SplitKThroughWorkspace) {
+TEST_P(CudaQ4Wgmma, SplitKThroughWorkspace) {
   QG_SEEDED_RNG(rng, 7);
   for (const Shape& sh : {Shape{256, 128, 8192}, Shape{200, 70 + 64, 14336}, Shape{130, 129, 4096}, Shape{1000, 16, 14336},
                           Shape{256, 40, 8192}}) {
+    if (sh.n < min_n()) continue;  // the narrow tiles: cuda_wgmma's only
     for (bool transposed : {false, true}) {
       GemmCase c = random_case(rng, sh.m, sh.n, sh.k);
       if (transposed) qgtest::set_c_layout(c, qg::DType::f32, 1, sh.m + 1);
@@ -232,33 +245,64 @@ class ArenaMemory : public qgtest::CudaMemory {
 // differ in rows, K (so row strides) or tokens must each get their own maps:
 // a map reused across them reads the wrong rows and fails the reference. The
 // first case comes back last, a reuse that must still be right.
-TEST_F(CudaQ4Wgmma, TensorMapsFollowTheShapeAtOneAddress) {
+TEST_P(CudaQ4Wgmma, TensorMapsFollowTheShapeAtOneAddress) {
   QG_SEEDED_RNG(rng, 10);
   ArenaMemory arena;
-  qgtest::GemmKernelTester same_addresses{qg::detail::cuda::registry(), "cuda_wgmma", arena};
+  qgtest::GemmKernelTester same_addresses{qg::detail::cuda::registry(), GetParam(), arena};
+  const int64_t dn = f16() ? 64 : 0;  // the fp16 variant's tokens start at 65
   for (const Shape& s : {Shape{256, 64, 512}, Shape{128, 64, 512}, Shape{256, 64, 256}, Shape{256, 32, 512},
                          Shape{256, 100, 1024}, Shape{256, 64, 512}}) {
-    GemmCase c = random_case(rng, s.m, s.n, s.k);
+    GemmCase c = random_case(rng, s.m, s.n + dn, s.k);
     SCOPED_TRACE(c.describe());
     ASSERT_TRUE(same_addresses.run_and_check(c)) << "refused: " << same_addresses.refusals();
   }
 }
 
 // Outside its scope the kernel refuses, saying why.
-TEST_F(CudaQ4Wgmma, RefusesOutsideItsScope) {
+TEST_P(CudaQ4Wgmma, RefusesOutsideItsScope) {
   QG_SEEDED_RNG(rng, 6);
   struct Out {
     int64_t m, n, k, a_pad, b_pad;
     const char* why;
   };
-  for (const Out& o : {Out{127, 200, 256, 0, 0, "M=127"}, Out{200, 6, 256, 0, 0, "N=6"},
-                       Out{200, 200, 288, 0, 0, "multiple of 256"}, Out{200, 200, 256, 2, 0, "16-byte"},
-                       Out{200, 200, 256, 0, 4, "16-byte"}}) {
+  std::vector<Out> outs = {Out{127, 200, 256, 0, 0, "M=127"}, Out{200, 6, 256, 0, 0, "N=6"},
+                           Out{200, 200, 288, 0, 0, "multiple of 256"}, Out{200, 200, 256, 2, 0, "16-byte"},
+                           Out{200, 200, 256, 0, 4, "16-byte"}};
+  if (f16()) outs.push_back(Out{200, 64, 256, 0, 0, "N=64"});
+  for (const Out& o : outs) {
     GemmCase c = random_case(rng, o.m, o.n, o.k, o.a_pad, o.b_pad);
-    qgtest::GemmKernelTester one{qg::detail::cuda::registry(), "cuda_wgmma", mem_};  // its own refusal text
+    qgtest::GemmKernelTester one{qg::detail::cuda::registry(), GetParam(), mem_};  // its own refusal text
     EXPECT_FALSE(one.run(c)) << c.describe();
     EXPECT_NE(one.refusals().find(o.why), std::string::npos) << one.refusals();
   }
 }
+
+// The fp16 variant computes what cuda_wgmma does, value for value: each
+// block's integer sum exactly, isum * d_a rounded once, then one FMA with
+// d_w, blocks in the same order and K split the same way (both have one
+// 128-token tile and one CTA per SM). So their bytes agree, NaN and Inf
+// included, with a split K and without, and with a fused epilogue.
+TEST_P(CudaQ4Wgmma, Fp16VariantMatchesInt8BitForBit) {
+  if (!f16()) GTEST_SKIP() << "compares cuda_wgmma_f16 with cuda_wgmma";
+  QG_SEEDED_RNG(rng, 11);
+  qgtest::GemmKernelTester int8{qg::detail::cuda::registry(), kInt8, mem_};
+  for (const Shape& sh : {Shape{300, 257, 2048}, Shape{256, 128, 14336}, Shape{1000, 70, 768}}) {
+    for (bool poison : {false, true}) {
+      GemmCase c = random_case(rng, sh.m, sh.n, sh.k);
+      if (poison) {
+        qgtest::store_u16(c.a_block(sh.n - 1, 5), 0x7C00);
+        qgtest::store_u16(c.w_block(7, 3), 0x7E00);
+      }
+      check(c);
+      const std::vector<uint8_t> mine = c.c_out;
+      SCOPED_TRACE(c.describe());
+      ASSERT_TRUE(int8.run_and_check(c)) << int8.refusals();
+      EXPECT_EQ(0, std::memcmp(mine.data(), c.c_out.data(), mine.size()));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaQ4Wgmma, ::testing::Values(std::string(kInt8), std::string(kF16)),
+                         kernel_param_name);
 
 }  // namespace
