@@ -948,29 +948,6 @@ bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
   return true;
 }
 
-namespace {
-
-Status run_any_tile(const GemmArgs& args, const QuantizeArgs* from_float, Stream stream) {
-  if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status st = guard_status(guard, args.fn, args.device.id); !st.ok()) return st;
-  // The tile: the narrowest whose tokens cover N (up to 128), so that few
-  // tokens do not pay for a wide tile's zeros.
-  const int64_t n = args.b.rows;
-  if (n <= Cfg16::BN) return run_tiles<Cfg16>(args, from_float, stream);
-  if (n <= Cfg32::BN) return run_tiles<Cfg32>(args, from_float, stream);
-  if (n <= Cfg64::BN) return run_tiles<Cfg64>(args, from_float, stream);
-  return run_tiles<CfgWide>(args, from_float, stream);
-}
-
-}  // namespace
-
-Status gemm_wgmma_run(const GemmArgs& args, Stream stream) { return run_any_tile(args, nullptr, stream); }
-
-Status gemm_wgmma_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream) {
-  return run_any_tile(args, &from_float, stream);
-}
-
 bool gemm_wgmma_f16_can_run(const GemmArgs& args, std::string* why_not) {
   if (!gemm_wgmma_can_run(args, why_not)) return false;
   if (args.b.rows < kMinNF16) {
@@ -984,19 +961,37 @@ bool gemm_wgmma_f16_can_run(const GemmArgs& args, std::string* why_not) {
 
 namespace {
 
-Status run_f16(const GemmArgs& args, const QuantizeArgs* from_float, Stream stream) {
+// kF16: the fp16 variant's one tile; otherwise the narrowest int8 tile whose
+// tokens cover N (up to 128), so that few tokens do not pay for a wide
+// tile's zeros.
+template <bool kF16>
+Status run_any_tile(const GemmArgs& args, const QuantizeArgs* from_float, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status st = guard_status(guard, args.fn, args.device.id); !st.ok()) return st;
-  return run_tiles<CfgWideF16>(args, from_float, stream);
+  if constexpr (kF16) {
+    return run_tiles<CfgWideF16>(args, from_float, stream);
+  } else {
+    const int64_t n = args.b.rows;
+    if (n <= Cfg16::BN) return run_tiles<Cfg16>(args, from_float, stream);
+    if (n <= Cfg32::BN) return run_tiles<Cfg32>(args, from_float, stream);
+    if (n <= Cfg64::BN) return run_tiles<Cfg64>(args, from_float, stream);
+    return run_tiles<CfgWide>(args, from_float, stream);
+  }
 }
 
 }  // namespace
 
-Status gemm_wgmma_f16_run(const GemmArgs& args, Stream stream) { return run_f16(args, nullptr, stream); }
+Status gemm_wgmma_run(const GemmArgs& args, Stream stream) { return run_any_tile<false>(args, nullptr, stream); }
+
+Status gemm_wgmma_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream) {
+  return run_any_tile<false>(args, &from_float, stream);
+}
+
+Status gemm_wgmma_f16_run(const GemmArgs& args, Stream stream) { return run_any_tile<true>(args, nullptr, stream); }
 
 Status gemm_wgmma_f16_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream) {
-  return run_f16(args, &from_float, stream);
+  return run_any_tile<true>(args, &from_float, stream);
 }
 
 }  // namespace qg::detail::cuda
