@@ -417,22 +417,29 @@ __device__ __forceinline__ int centered(uint32_t nibbles) {
   return static_cast<int>((nibbles + 0x78787878u) ^ 0x80808080u);
 }
 
-// This thread's W fragment of block kB of the stage, rows `row` and row + 8
-// (row: the W stage's row of lane g), and those rows' scales. A block sits at
-// 18 kB of its row: its 16 code bytes start 2 bytes past a word for even kB,
-// so those take two words and a byte permute.
+// Block kB of the stage in W row `row` + 8 r (row: the W stage's row of lane
+// g): its scale into dw, and the thread's code word, bytes 4t .. 4t + 3 of
+// its 16 code bytes. A block sits at 18 kB of its row: its code bytes start
+// 2 bytes past a word for even kB, so those take two words and a byte
+// permute.
+template <int kB>
+__device__ __forceinline__ uint32_t load_w_word(uint32_t row, int r, int t, float& dw) {
+  const uint32_t blk = row + r * 8 * kWRowBytes + kB * kQ4_0Bytes;
+  dw = lds_half(blk);
+  if constexpr (kB % 2 == 1) {
+    return lds_b32(blk + 2 + 4 * t);
+  } else {
+    return __byte_perm(lds_b32(blk + 4 * t), lds_b32(blk + 4 * t + 4), 0x5432);
+  }
+}
+
+// This thread's W fragment of block kB of the stage, rows `row` and row + 8,
+// and those rows' scales.
 template <int kB>
 __device__ __forceinline__ void load_w(uint32_t row, int t, int (&a)[4], float (&dw)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const uint32_t blk = row + r * 8 * kWRowBytes + kB * kQ4_0Bytes;
-    dw[r] = lds_half(blk);
-    uint32_t q;
-    if constexpr (kB % 2 == 1) {
-      q = lds_b32(blk + 2 + 4 * t);
-    } else {
-      q = __byte_perm(lds_b32(blk + 4 * t), lds_b32(blk + 4 * t + 4), 0x5432);
-    }
+    const uint32_t q = load_w_word<kB>(row, r, t, dw[r]);
     a[r] = centered(q & 0x0F0F0F0Fu);
     a[r + 2] = centered((q >> 4) & 0x0F0F0F0Fu);
   }
@@ -512,14 +519,7 @@ __device__ __forceinline__ void load_w_f16(uint32_t row, int t, uint32_t (&a)[8]
                                            uint32_t bias) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const uint32_t blk = row + r * 8 * kWRowBytes + kB * kQ4_0Bytes;
-    dw[r] = lds_half(blk);
-    uint32_t q;
-    if constexpr (kB % 2 == 1) {
-      q = lds_b32(blk + 2 + 4 * t);
-    } else {
-      q = __byte_perm(lds_b32(blk + 4 * t), lds_b32(blk + 4 * t + 4), 0x5432);
-    }
+    const uint32_t q = load_w_word<kB>(row, r, t, dw[r]);
     a[r] = f16_pair(q, magic, bias);
     a[2 + r] = f16_pair(q >> 8, magic, bias);
     a[4 + r] = f16_pair(q >> 4, magic, bias);
