@@ -24,7 +24,10 @@
 //
 // N = 1 (GEMV) streams A: four A rows against the one widened B row per
 // step, 64 rows a task, 64 bytes of each row per iteration with a software
-// prefetch ahead (the hardware prefetchers stop at 4 KiB page edges).
+// prefetch ahead (the hardware prefetchers stop at 4 KiB page edges) that
+// runs on, past the rows' ends, into the task's next four rows: without it
+// each step began on cold rows, which cost most where rows are short
+// (14336 x 4096: about 20 % slower, measured interleaved on a 2-core Zen 4 VM).
 //
 // Zero points need sum qa over each A row and sum qb over each B row: B's
 // sums are made with the widening, once per call; A's once per task for the
@@ -108,7 +111,9 @@ void two_rows_times_cols(const uint8_t* a0, const uint8_t* a1, const int16_t* co
 }
 
 // N = 1: rows w[0..3] of A against the one widened B row; out[r] is row r's sum.
-void four_rows_times_one(const uint8_t* const* w, const int16_t* b, int64_t k, int32_t out[4]) {
+// Each row is prefetched kPrefetchBytes ahead, and past its end the row
+// `next` bytes further on (the task's next four rows; 0: none).
+void four_rows_times_one(const uint8_t* const* w, const int16_t* b, int64_t k, int64_t next, int32_t out[4]) {
   __m256i acc[4];
   for (int r = 0; r < 4; ++r) acc[r] = _mm256_setzero_si256();
   auto step = [&](int64_t x) {
@@ -117,7 +122,9 @@ void four_rows_times_one(const uint8_t* const* w, const int16_t* b, int64_t k, i
   };
   int64_t x = 0;
   for (; x + 64 <= k; x += 64) {
-    for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + x + kPrefetchBytes), _MM_HINT_T0);
+    const int64_t ahead = x + kPrefetchBytes;
+    const int64_t pf = ahead < k || next == 0 ? ahead : next + ahead - k;
+    for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T0);
     step(x);
     step(x + 16);
     step(x + 32);
@@ -189,7 +196,7 @@ Status gemm_i8_avx2(const GemmArgs& g) {
         const uint8_t* w[4];
         for (int r = 0; r < 4; ++r) w[r] = A + (m + (r < rows ? r : rows - 1)) * g.a.row_stride;
         int32_t out[4];
-        four_rows_times_one(w, wide, k, out);
+        four_rows_times_one(w, wide, k, m + 4 < m1 ? 4 * g.a.row_stride : 0, out);
         for (int r = 0; r < rows; ++r) epilogue_store_int(ep, m + r, 0, out[r], zp ? code_sum(w[r], k) : 0, sum_b[0]);
       }
     });

@@ -30,7 +30,9 @@
 //
 // N = 1 (decode) streams W: four rows against the one X row per step, in
 // 64-row tasks, with a software prefetch ahead on each row (the hardware
-// prefetchers stop at 4 KiB page edges). N > 1: tasks of 16 W rows by 64 X
+// prefetchers stop at 4 KiB page edges) that runs on, past the rows' ends,
+// into the task's next four rows (measured interleaved on a 2-core Zen 4 VM:
+// 14336 x 4096 from 3.1 to 2.3-2.5 ms, 4096 x 14336 from 2.1-2.2 to 1.7-2.0). N > 1: tasks of 16 W rows by 64 X
 // rows; each W row's codes are unpacked once per four X rows (the 1 x 4
 // register tile: two partials per output, 8 accumulators).
 #include "cpu/kernels.h"
@@ -135,7 +137,8 @@ inline float hsum8(__m256 v) {
 template <int R, int NR, bool ZP, bool PF>
 void tile(const uint8_t* const* w, const int64_t* rows, const float* const* xp, const float* const* xs,
           const OutsideScales& sc, const OutsideScales& zp, int64_t groups, int64_t chunks_per_group,
-          float (*out)[4]) {
+          int64_t next_step, float (*out)[4]) {
+  const int64_t row_bytes = groups * chunks_per_group * 16;
   __m256 acc[R][NR];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm256_setzero_ps();
@@ -146,7 +149,11 @@ void tile(const uint8_t* const* w, const int64_t* rows, const float* const* xp, 
     const int64_t c1 = (g + 1) * chunks_per_group;
     for (int64_t c = g * chunks_per_group; c < c1; ++c) {
       if (PF && (c & 3) == 0)
-        for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + c * 16 + kPrefetchBytes), _MM_HINT_T0);
+        for (int r = 0; r < R; ++r) {
+          const int64_t ahead = c * 16 + kPrefetchBytes;
+          const uint8_t* p = ahead < row_bytes || next_step == 0 ? w[r] + ahead : w[r] + next_step + (ahead - row_bytes);
+          _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+        }
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w[r] + c * 16;
         const __m256i b0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -179,7 +186,7 @@ void tile(const uint8_t* const* w, const int64_t* rows, const float* const* xp, 
 }
 
 using TileFn = void (*)(const uint8_t* const*, const int64_t*, const float* const*, const float* const*,
-                        const OutsideScales&, const OutsideScales&, int64_t, int64_t, float (*)[4]);
+                        const OutsideScales&, const OutsideScales&, int64_t, int64_t, int64_t, float (*)[4]);
 
 // The per-call rearranged X (4 bytes a code) and group sums. Up to
 // kKeptBytes they are kept per calling thread and only grown, so a stream of
@@ -228,7 +235,10 @@ Status run(const GemmArgs& g) {
           w[r] = W + idx[r] * g.a.row_stride;
         }
         float out[kStepRowsN1][4];
-        tile<kStepRowsN1, 1, ZP, true>(w, idx, x, s, g.a.scales, g.a.zero_points, groups, cpg, out);
+        // Past a row's end the prefetches run on in the row kStepRowsN1 further,
+        // which this task reads next (none after the task's last step).
+        const int64_t next = m + kStepRowsN1 < m1 ? kStepRowsN1 * g.a.row_stride : 0;
+        tile<kStepRowsN1, 1, ZP, true>(w, idx, x, s, g.a.scales, g.a.zero_points, groups, cpg, next, out);
         for (int r = 0; r < rows; ++r) epilogue_store(ep, m + r, 0, out[r][0]);
       }
     });
@@ -255,7 +265,7 @@ Status run(const GemmArgs& g) {
       for (int64_t m = m0; m < m1; ++m) {
         const uint8_t* w[1] = {W + m * g.a.row_stride};
         float out[1][4];
-        kTiles[cols](w, &m, x, s, g.a.scales, g.a.zero_points, groups, cpg, out);
+        kTiles[cols](w, &m, x, s, g.a.scales, g.a.zero_points, groups, cpg, 0, out);
         for (int j = 0; j < cols; ++j) epilogue_store(ep, m, n + j, out[0][j]);
       }
     }
