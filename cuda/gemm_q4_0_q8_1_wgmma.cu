@@ -454,12 +454,12 @@ __device__ __forceinline__ void reset_magic(int& v) { asm volatile("mov.b32 %0, 
 
 // A consumer warpgroup's state while it walks one stage. The stage is
 // 8 kUnits units (block b = U / kUnits, unit q = U % kUnits: tokens
-// kUnitN q .. kUnitN (q + 1) - 1), each one wgmma.m64n<kUnitN>k32 into int32
-// sums d[U % 3]. Unit U is issued, then unit U - 2 is waited for and
-// rescaled into acc[q]: two MMAs stay queued behind the FMAs. (Registers
-// decide the depth: ptxas holds a thread of this kernel to 168, and the wide
-// tile's 64 fp32 sums + 3 x 16 int32 sums + the fragments and prefetched
-// scales use most of them.)
+// kUnitN q .. kUnitN (q + 1) - 1), each one wgmma.m64n<kUnitN>k32 (fp16
+// variant: two m64n32k16) into the sums d[U % kSets]. Unit U is issued, then
+// unit U - kInFlight is waited for and rescaled into acc[q], so kInFlight
+// MMAs stay queued behind the FMAs. (Each queued unit holds kSums registers
+// a thread; the wide tile's 64 fp32 sums, kSets x 16 sums, the fragments and
+// the prefetched scales fit the consumers' 224.)
 template <class C>
 struct StageCtx {
   typename C::Sum (&d)[C::kSets][C::kSums];
