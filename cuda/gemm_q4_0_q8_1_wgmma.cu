@@ -154,7 +154,7 @@ using Cfg32 = Cfg<32, 1, 7>;    // N = 17..32
 using Cfg16 = Cfg<16, 1, 8>;    // N <= 16
 // The fp16 variant's tile: 128 tokens; a stage's codes take twice the bytes,
 // so two stages fill shared memory. Three MMAs stay queued while a unit is
-// rescaled (measured on an H200: 3 to 8 % faster than two at N = 128..1024;
+// rescaled (measured on an H200: 4 to 6 % faster than two at N = 128, 512 and 4096;
 // four were slower than three; the int8 tiles gained nothing from three).
 using CfgWideF16 = Cfg<32, 4, 2, true, 3>;
 
@@ -493,7 +493,7 @@ __device__ __forceinline__ void load_scales(StageCtx<C>& c) {
 // int8 path spends three (two FMAs and the reset move). The price: the fp16
 // tensor rate is half the int8 one, the codes take twice the bytes (shared
 // memory, L2), a unit is two MMAs, and W is unpacked to fp16 in registers
-// (f16_pair). Measured 3-8 % faster than the int8 tile from N = 128 to 1024
+// (f16_pair). Measured 1-8 % faster than the int8 tile from N = 128 to 1024
 // on an H200, not the 1.5x the instruction count suggested
 // (docs/architecture.md, "The fp16 variant"). Non-finite scales need no
 // branch: D * d_a meets the block's whole integer sum, as the reference's
