@@ -117,10 +117,14 @@ static_assert(kWBytes % 1024 == 0 && kWRowBytes % 16 == 0, "W boxes: whole 16-by
 // kF16_: the fp16 variant (cuda_wgmma_f16, "The fp16 variant" below): codes
 // as fp16, two m64n32k16 MMAs a unit and block, fp32 sums.
 // kInFlight_: MMAs left queued while a unit is rescaled.
-template <int kUnitN_, int kUnits_, int kStages_, bool kF16_ = false, int kInFlight_ = 2>
+// kFold_: the folded variant (cuda_wgmma_folded, "The folded variant"
+// below): fp16 operands with the scales inside them, one m64n128k16 MMA a
+// K step, the sums running across blocks; no scale table in the stages.
+template <int kUnitN_, int kUnits_, int kStages_, bool kF16_ = false, int kInFlight_ = 2, bool kFold_ = false>
 struct Cfg {
   static constexpr int kUnitN = kUnitN_, kUnits = kUnits_, kStages = kStages_;
-  static constexpr bool kF16 = kF16_;
+  static constexpr bool kF16 = kF16_, kFold = kFold_;
+  static_assert(!kFold || (kF16 && kUnitN * kUnits == 128), "the folded variant: fp16, one n128 MMA");
   static constexpr int BN = kUnitN * kUnits;
   static constexpr int kSums = kUnitN / 2;              // int32 / fp32 sums a thread per unit
   static constexpr int kInFlight = kInFlight_;
@@ -141,7 +145,7 @@ struct Cfg {
   static constexpr int kSubTileBytes = BN * kCodeRowBytes;  // all tokens, kBlocksPerRow blocks
   static constexpr int kCodeBytes = kSubTiles * kSubTileBytes;
   static constexpr int kPairs = BN / 2;
-  static constexpr int kScaleBytes = kBlocks * kPairs * 16;  // float4 per token pair and block
+  static constexpr int kScaleBytes = kFold ? 0 : kBlocks * kPairs * 16;  // float4 per token pair and block
   static constexpr int kStageBytes = kCodeBytes + kWBytes + kScaleBytes;
   static constexpr int kSmemBytes =
       kStages * kStageBytes + kStages * kFlagStride + 2 * kStages * 8 + kEpilogueBytes + 16 + 1024;
@@ -157,6 +161,8 @@ using Cfg16 = Cfg<16, 1, 8>;    // N <= 16
 // rescaled (measured on an H200, 4096 x 14336: 4 to 6 % faster than two at N = 128, 512, 4096;
 // four were slower than three; the int8 tiles gained nothing from three).
 using CfgWideF16 = Cfg<32, 4, 2, true, 3>;
+// The folded variant's tile: 128 tokens, two stages (82 KB each).
+using CfgFolded = Cfg<32, 4, 2, true, 1, true>;
 
 constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
 constexpr float kMagic = 12582912.0f;
@@ -170,6 +176,14 @@ constexpr int64_t kMinN = 7;
 // The fp16 variant (cuda_wgmma_f16) from this many tokens: it has only the
 // 128-token tile.
 constexpr int64_t kMinNF16 = 65;
+// The folded variant's operands are fp16(code x scale): exact products
+// rounded once. Scales up to these keep every such product below 2^15, far
+// inside fp16's range (65504): |d_a| <= 256 (|code| <= 128), |d_w| <= 4096
+// (|code - 8| <= 8). A block past them, or with a non-finite scale, makes
+// its tile take the exact recomputation (recompute_exact).
+constexpr float kFoldMaxA = 256.0f;
+constexpr uint32_t kFoldMaxWBits = 0x6C00u;  // 4096.0 in fp16; magnitude bits above it, Inf and NaN included, do not fold
+__host__ __device__ inline bool fold_carries(float d_a) { return fabsf(d_a) <= kFoldMaxA; }  // false for NaN
 constexpr int64_t kMinSplitSteps = 4;         // K stages a CTA of a split keeps (pipeline fill)
 constexpr int64_t kMaxSplits = 16;            // CTAs sharing one tile's K range
 
@@ -205,6 +219,7 @@ SplitLayout split_layout(int64_t n, int64_t k, int code_elem, int64_t partial_fl
 struct SplitDst {
   uint8_t* codes;
   int code_elem;  // 1: int8 codes; 2: fp16 codes in the fp16 variant's K order (put_f16)
+  bool fold;      // fp16 values fp16(code x d_a) for the folded variant, where fold_carries(d_a)
   float* scales;
   int64_t scale_row_floats;
   uint8_t* flags;
@@ -224,10 +239,14 @@ struct SplitDst {
   __device__ float* scale_slot(int64_t tok, int64_t b) const {
     return scales + b * scale_row_floats + (tok / 2) * 4 + (tok % 2);
   }
+  // Whether the GEMM must treat a block of scale d apart: a non-finite
+  // scale (the int8 rescale's fast form would turn Inf into NaN), or one the
+  // folded operands cannot carry. Marked in the block's non-finite byte.
+  __device__ bool needs_exact(float d) const { return fold ? !fold_carries(d) : !isfinite(d); }
   // Token tok's block b: its 32 codes (lo, hi) and its fp32 scale d.
   __device__ void put(int64_t tok, int64_t b, uint4 lo, uint4 hi, float d) const {
     if (code_elem == 2) {
-      put_f16(tok, b, lo, hi);
+      put_f16(tok, b, lo, hi, fold && fold_carries(d) ? d : 1.0f);
     } else {
       uint4* dst = reinterpret_cast<uint4*>(codes + tok * k + b * 32);
       dst[0] = lo;
@@ -240,11 +259,14 @@ struct SplitDst {
   // The fp16 variant's codes: 32 fp16 (exact: |code| <= 128), K step s's
   // slot 8h + 2t + l holding element 16s + 4t + 2l + h, the order in which
   // load_w_f16 unpacks W (any permutation of a block's K applied to both
-  // operands leaves its integer sum unchanged).
-  __device__ void put_f16(int64_t tok, int64_t b, uint4 lo, uint4 hi) const {
+  // operands leaves its integer sum unchanged). Each is code x scale: the
+  // exact fp32 product (8 bits times 11) rounded once to fp16; scale 1 for
+  // the codes themselves.
+  __device__ void put_f16(int64_t tok, int64_t b, uint4 lo, uint4 hi, float scale) const {
     const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     auto code = [&](int e) -> uint32_t {
-      return __half_as_ushort(__int2half_rn(static_cast<int8_t>(w[e / 4] >> (8 * (e % 4)))));
+      const int8_t c = static_cast<int8_t>(w[e / 4] >> (8 * (e % 4)));
+      return __half_as_ushort(__float2half_rn(static_cast<float>(c) * scale));
     };
     uint32_t out[16];
 #pragma unroll
@@ -297,7 +319,7 @@ __global__ void __launch_bounds__(256) split_q8_1_kernel(const uint8_t* a, int64
       const float da = half_bits_to_float(w[9 * i] & 0xFFFFu);
       dst.put(tok, b0 + i, make_uint4(w[9 * i + 1], w[9 * i + 2], w[9 * i + 3], w[9 * i + 4]),
               make_uint4(w[9 * i + 5], w[9 * i + 6], w[9 * i + 7], w[9 * i + 8]), da);
-      if (!isfinite(da)) atomicOr(&nonfinite[4 * part + i], 1);
+      if (dst.needs_exact(da)) atomicOr(&nonfinite[4 * part + i], 1);
     }
   } else if (tok == n && (n & 1)) {
 #pragma unroll
@@ -362,6 +384,7 @@ quantize_split_kernel(const uint8_t* x, int64_t x_row_stride, bool x_vec, bool x
     if (block_is_finite(v)) {
       int sum;
       d = fp16_to_fp32(fp32_to_fp16(quantize_codes_q8(v, q, &sum)));  // the GEMM sees the format's fp16 scale
+      if (dst.needs_exact(d)) atomicOr(&nonfinite[j], 1);  // the scale overflowed fp16, or the folded operands cannot carry it
     } else {  // the reference's bytes: NaN scale, zero codes
       d = fp16_to_fp32(kFp16NaN);
 #pragma unroll
@@ -390,6 +413,14 @@ struct Shape {
   unsigned* counters;    // split K: per tile, the splits that have stored theirs
   uint32_t f16_magic;    // fp16 variant: 1024.0 in both halves (0x64006400), see f16_pair
   uint32_t f16_bias;     // and 1032.0 in both halves (0x64086408)
+  // The folded variant's exact recomputation reads the operands from global
+  // memory: W, and the re-laid activations with their scale table.
+  unsigned* unsafe_marks;  // split K: per tile, whether a split met a scale the fold cannot carry
+  const uint8_t* w;
+  int64_t w_row_stride;
+  const uint16_t* act;     // [N, K] fp16, put_f16's order
+  const float* act_scales;
+  int64_t scale_row_floats, k;
 };
 
 // Shared-memory loads by 32-bit shared address: generic loads would carry
@@ -404,6 +435,11 @@ __device__ __forceinline__ uint32_t lds_b32(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr));
   return v;
+}
+__device__ __forceinline__ uint32_t lds_u16(uint32_t addr) {
+  unsigned short h;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(h) : "r"(addr));
+  return h;
 }
 __device__ __forceinline__ float lds_half(uint32_t addr) {
   unsigned short h;
@@ -423,14 +459,22 @@ __device__ __forceinline__ int centered(uint32_t nibbles) {
 // 2 bytes past a word for even kB, so those take two words and a byte
 // permute.
 template <int kB>
-__device__ __forceinline__ uint32_t load_w_word(uint32_t row, int r, int t, float& dw) {
-  const uint32_t blk = row + r * 8 * kWRowBytes + kB * kQ4_0Bytes;
-  dw = lds_half(blk);
+__device__ __forceinline__ uint32_t w_block_addr(uint32_t row, int r) {
+  return row + r * 8 * kWRowBytes + kB * kQ4_0Bytes;
+}
+template <int kB>
+__device__ __forceinline__ uint32_t load_w_code_word(uint32_t blk, int t) {
   if constexpr (kB % 2 == 1) {
     return lds_b32(blk + 2 + 4 * t);
   } else {
     return __byte_perm(lds_b32(blk + 4 * t), lds_b32(blk + 4 * t + 4), 0x5432);
   }
+}
+template <int kB>
+__device__ __forceinline__ uint32_t load_w_word(uint32_t row, int r, int t, float& dw) {
+  const uint32_t blk = w_block_addr<kB>(row, r);
+  dw = lds_half(blk);
+  return load_w_code_word<kB>(blk, t);
 }
 
 // This thread's W fragment of block kB of the stage, rows `row` and row + 8,
@@ -630,6 +674,160 @@ __device__ __forceinline__ void consume_stage(StageCtx<C>& c) {
   drain<C, kFinite, kLast - C::kInFlight + 1, kLast>(c);
 }
 
+// ---- The folded variant (cuda_wgmma_folded)
+//
+// What bounds the two variants above is the block-32 rescale: two or three
+// instructions per output and block, issued beside the MMAs. Here the
+// scales go inside the operands instead: the re-layout pass writes each
+// activation as fp16(code x d_a), and W is unpacked to fp16(code - 8) and
+// multiplied by its block's d_w in registers (mul.rn.f16x2: the exact
+// product rounded once). The MMAs then sum the whole K range into one set of
+// fp32 sums, one wgmma.m64n128k16 a K step for all 128 tokens, and the
+// rescale is gone: per 16 K, a thread spends on W 4 LOP3, 4 sub and 4 mul
+// f16x2 and two loads, shared by 128 tokens.
+//
+// The price is rounding: each operand carries a relative error of at most
+// 2^-11 (fp16's half ulp; a product of a code and a scale is never below
+// the scale, so never subnormal unless the scale is), where the other
+// variants are exact up to the fp32 rescale. Against float64 from the same
+// codes that is an NMSE near 1e-7 on random data (docs/numerics.md), inside
+// the GEMM contract of 1e-6, but not the other kernels' bits.
+//
+// Scales the fold cannot carry (non-finite ones, |d_a| > 256, |d_w| >
+// 4096: their products could leave fp16's range) are found on the way: the
+// re-layout pass marks A's in the stage's non-finite bytes and writes those
+// blocks' plain codes; the W unpacking keeps the largest |d_w| it met. A
+// tile that met one is recomputed exactly (recompute_exact), so Inf and NaN
+// follow the reference as in the other variants.
+
+// Block kB's folded fp16 fragments, rows `row` and row + 8 (load_w_f16's
+// registers, each pair times the row's d_w), and the largest scale
+// magnitude met, as fp16 bits, into worst.
+template <int kB>
+__device__ __forceinline__ void load_w_folded(uint32_t row, int t, uint32_t (&a)[8], uint32_t magic, uint32_t bias,
+                                              uint32_t& worst) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint32_t blk = w_block_addr<kB>(row, r);
+    const uint32_t dbits = lds_u16(blk);
+    const uint32_t q = load_w_code_word<kB>(blk, t);
+    worst = max(worst, dbits & 0x7FFFu);
+    const uint32_t d2 = __byte_perm(dbits, 0, 0x1010);  // d_w in both halves
+    const uint32_t pairs[4] = {f16_pair(q, magic, bias), f16_pair(q >> 8, magic, bias),
+                               f16_pair(q >> 4, magic, bias), f16_pair(q >> 12, magic, bias)};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(a[2 * i + r]) : "r"(pairs[i]), "r"(d2));
+  }
+}
+
+template <class C>
+struct FoldCtx {
+  float (&acc)[C::kUnits][C::kSums];
+  uint32_t (&a)[2][8];  // W fragments of blocks b % 2: live until their MMAs retire
+  uint32_t w_row, codes_desc;
+  int t;
+  uint32_t f16_magic, f16_bias;
+  uint32_t& worst;
+};
+
+// Block b: its two K steps' MMAs as one group, then (after the previous
+// block's group retires) the next block's W unpacked into the buffer that
+// group read, while this block's MMAs run.
+template <class C, int b>
+__device__ __forceinline__ void folded_block(FoldCtx<C>& c) {
+  constexpr uint32_t kB = (b / C::kBlocksPerRow) * C::kSubTileBytes + C::kBlockCodeBytes * (b % C::kBlocksPerRow);
+  wgmma::fence();
+  wgmma::mma_f16_rs_n128<kB, 0>(c.acc, c.a[b % 2], c.codes_desc);
+  wgmma::mma_f16_rs_n128<kB + 32, 4>(c.acc, c.a[b % 2], c.codes_desc);
+  wgmma::commit_group();
+  if constexpr (b + 1 < kBlocks) {
+    wgmma::wait_group<1>();
+    wgmma::fence_operands(c.a[(b + 1) % 2]);
+    load_w_folded<b + 1>(c.w_row, c.t, c.a[(b + 1) % 2], c.f16_magic, c.f16_bias, c.worst);
+  }
+}
+
+template <class C, int... B>
+__device__ __forceinline__ void folded_blocks(FoldCtx<C>& c, std::integer_sequence<int, B...>) {
+  (folded_block<C, B>(c), ...);
+}
+
+// One stage of the folded variant, straight-line and ending with nothing in
+// flight (consume_stage says why).
+template <class C>
+__device__ __forceinline__ void consume_stage_folded(FoldCtx<C>& c) {
+  load_w_folded<0>(c.w_row, c.t, c.a[0], c.f16_magic, c.f16_bias, c.worst);
+  folded_blocks<C>(c, std::make_integer_sequence<int, kBlocks>{});
+  wgmma::wait_group<0>();
+  wgmma::fence_operands(c.acc);
+  wgmma::fence_operands(c.a[0]);
+  wgmma::fence_operands(c.a[1]);
+}
+
+// Whether p holds in any consumer thread (all 256 must call it).
+__device__ __forceinline__ bool consumers_any(bool p) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, 1, %2, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<uint32_t>(p)), "n"(kConsumerThreads)
+      : "memory");
+  return r != 0;
+}
+
+// A folded tile that met a scale the fold cannot carry: this thread's sums
+// (rows m0 and m0 + 8, its tokens of the tile from n0) recomputed from the
+// integer codes over all of K, in block order, as the other variants'
+// non-finite path: acc += d_w * (d_a * isum). The codes come back from the
+// folded values exactly: fp16(c x d_a) / d_a is within 128 x 2^-11 of c.
+// Scalar and from global memory: slow, and only such tiles take it.
+template <class C>
+__device__ void recompute_exact(const Shape& s, float (&acc)[C::kUnits][C::kSums], int64_t m0, int64_t n0, int t) {
+#pragma unroll
+  for (int q = 0; q < C::kUnits; ++q)
+#pragma unroll
+    for (int i = 0; i < C::kSums; ++i) acc[q][i] = 0.0f;
+  for (int64_t b = 0; b < s.nb; ++b) {
+    int wc[2][32];
+    float dw[2];
+    for (int r = 0; r < 2; ++r) {
+      const int64_t row = m0 + 8 * r;
+      dw[r] = 0.0f;
+      for (int e = 0; e < 32; ++e) wc[r][e] = 0;
+      if (row >= s.m) continue;
+      const uint8_t* blk = s.w + row * s.w_row_stride + b * kQ4_0Bytes;
+      dw[r] = half_bits_to_float(static_cast<uint32_t>(blk[0]) | (static_cast<uint32_t>(blk[1]) << 8));
+      for (int j = 0; j < 16; ++j) {
+        wc[r][j] = (blk[2 + j] & 0x0F) - 8;
+        wc[r][j + 16] = (blk[2 + j] >> 4) - 8;
+      }
+    }
+    for (int q = 0; q < C::kUnits; ++q)
+      for (int j = 0; j < C::kUnitN / 8; ++j)
+        for (int l = 0; l < 2; ++l) {
+          const int64_t tok = n0 + q * C::kUnitN + 8 * j + 2 * t + l;
+          if (tok >= s.n) continue;
+          const float da = s.act_scales[b * s.scale_row_floats + (tok / 2) * 4 + tok % 2];
+          const bool folded = fold_carries(da);
+          const uint16_t* v = s.act + tok * s.k + b * 32;
+          int isum[2] = {0, 0};
+          for (int slot = 0; slot < 32; ++slot) {
+            // put_f16's order: K step st's slot 8h + 2u + l2 holds element 16 st + 4u + 2 l2 + h.
+            const int st = slot / 16, h = (slot / 8) % 2, u = (slot / 2) % 4, l2 = slot % 2;
+            const int e = 16 * st + 4 * u + 2 * l2 + h;
+            const float x = half_bits_to_float(v[slot]);
+            const int code = !folded ? static_cast<int>(x) : (da == 0.0f ? 0 : static_cast<int>(rintf(x / da)));
+            isum[0] += wc[0][e] * code;
+            isum[1] += wc[1][e] * code;
+          }
+          for (int r = 0; r < 2; ++r) {
+            float& out = acc[q][4 * j + 2 * r + l];
+            out = fmaf(dw[r], da * static_cast<float>(isum[r]), out);
+          }
+        }
+  }
+}
+
 // Stores a consumer warp's 16 W rows x BN tokens through its staging buffer
 // (32 tokens x kEpiPitch floats, one unit at a time): every store
 // instruction then covers 16 consecutive m (two tokens) or up to 32
@@ -676,9 +874,12 @@ __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams&
 // exactly the sums they hold, all of a split's loads issued before the first
 // add waits (one L2 round trip a split, not one a sum).
 // Called by the consumer threads of a CTA whose one tile is `tile`.
+// The folded variant passes `unsafe` (this split's verdict, the same in every
+// consumer thread): the last CTA gets back whether any split of the tile met
+// a scale the fold cannot carry.
 template <class C>
 __device__ __forceinline__ bool split_gather(const Shape& s, float (&acc)[C::kUnits][C::kSums], int64_t tile,
-                                             int rank, volatile int* last_flag) {
+                                             int rank, volatile int* last_flag, bool* unsafe = nullptr) {
   constexpr int kTileFloats = kBM * C::BN;
   const float* tile_parts = s.partials + tile * s.splits * kTileFloats + threadIdx.x;
   float* mine = s.partials + (tile * s.splits + rank) * kTileFloats + threadIdx.x;
@@ -686,6 +887,7 @@ __device__ __forceinline__ bool split_gather(const Shape& s, float (&acc)[C::kUn
   for (int q = 0; q < C::kUnits; ++q)
 #pragma unroll
     for (int i = 0; i < C::kSums; ++i) mine[(q * C::kSums + i) * kConsumerThreads] = acc[q][i];
+  if (unsafe && *unsafe && threadIdx.x == 0) atomicOr(&s.unsafe_marks[tile], 1u);
   // The partial is visible device-wide before the count says it is there
   // (the fence-then-count pattern of a last-block reduction).
   __threadfence();
@@ -694,6 +896,7 @@ __device__ __forceinline__ bool split_gather(const Shape& s, float (&acc)[C::kUn
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
   if (!*last_flag) return false;
   __threadfence();
+  if (unsafe) *unsafe = __ldcg(&s.unsafe_marks[tile]) != 0;
 #pragma unroll
   for (int q = 0; q < C::kUnits; ++q)
 #pragma unroll
@@ -766,7 +969,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
             tma::load_2d(dst + i * C::kSubTileBytes, &map_codes, kb * C::kBlockCodeBytes + i * kCodeRowBytes, n0,
                          &full[stage]);
           tma::load_2d(dst + C::kCodeBytes, &map_w, kb * kQ4_0Bytes, w0, &full[stage]);
-          tma::load_2d(dst + C::kCodeBytes + kWBytes, &map_scales, 2 * n0, kb, &full[stage]);
+          if constexpr (!C::kFold) tma::load_2d(dst + C::kCodeBytes + kWBytes, &map_scales, 2 * n0, kb, &full[stage]);
           tma::load_2d(stage_flags + stage * kFlagStride, &map_flags, static_cast<int32_t>(step * kFlagBytes),
                        n0 / kSplitTokens, &full[stage]);
         }
@@ -799,36 +1002,49 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       typename C::AReg a[C::kABufs][C::kARegs];
       float dw[C::kABufs][2];
       float4 sc[C::kUnitN / 8];
+      uint32_t fold_a[2][8];
+      uint32_t worst = 0;  // folded variant: the largest |d_w| met, as fp16 bits; kFoldMaxWBits + 1 for a marked A block
 
       for (int64_t ks = 0; ks < steps; ++ks, ++it) {
         const uint32_t stage = it % C::kStages, round = it / C::kStages;
         bulk::mbar_wait(&full[stage], round & 1);
         const uint32_t st = ring_u32 + stage * C::kStageBytes;
-        StageCtx<C> c{d,
-                      acc,
-                      a,
-                      dw,
-                      sc,
-                      st + C::kCodeBytes + w_row * kWRowBytes,
-                      st + C::kCodeBytes + kWBytes,
-                      static_cast<uint32_t>(wgmma::desc_k128_swizzled(st)),
-                      t,
-                      s.f16_magic,
-                      s.f16_bias};
-        if constexpr (C::kF16) {
-          consume_stage<C, true>(c);  // its rescale needs no case for non-finite scales
+        if constexpr (C::kFold) {
+          if (*reinterpret_cast<const uint64_t*>(stage_flags + stage * kFlagStride) != 0) worst = kFoldMaxWBits + 1;
+          FoldCtx<C> c{acc, fold_a, st + C::kCodeBytes + w_row * kWRowBytes,
+                       static_cast<uint32_t>(wgmma::desc_k128_swizzled(st)), t, s.f16_magic, s.f16_bias, worst};
+          consume_stage_folded<C>(c);
         } else {
-          // One branch a stage, so that the hot loop's code holds one rescale.
-          if (*reinterpret_cast<const uint64_t*>(stage_flags + stage * kFlagStride) == 0)
-            consume_stage<C, true>(c);
-          else
-            consume_stage<C, false>(c);
+          StageCtx<C> c{d,
+                        acc,
+                        a,
+                        dw,
+                        sc,
+                        st + C::kCodeBytes + w_row * kWRowBytes,
+                        st + C::kCodeBytes + kWBytes,
+                        static_cast<uint32_t>(wgmma::desc_k128_swizzled(st)),
+                        t,
+                        s.f16_magic,
+                        s.f16_bias};
+          if constexpr (C::kF16) {
+            consume_stage<C, true>(c);  // its rescale needs no case for non-finite scales
+          } else {
+            // One branch a stage, so that the hot loop's code holds one rescale.
+            if (*reinterpret_cast<const uint64_t*>(stage_flags + stage * kFlagStride) == 0)
+              consume_stage<C, true>(c);
+            else
+              consume_stage<C, false>(c);
+          }
         }
         if (lane == 0) bulk::mbar_arrive(&empty[stage]);
       }
 
-      if (splits == 1 || split_gather<C>(s, acc, tile, rank, last_flag)) {
+      bool unsafe = false;
+      if constexpr (C::kFold) unsafe = consumers_any(worst > kFoldMaxWBits);
+      if (splits == 1 || split_gather<C>(s, acc, tile, rank, last_flag, C::kFold ? &unsafe : nullptr)) {
         const int64_t m0 = tm * kBM + w_row - g, n0 = tn * C::BN;
+        if constexpr (C::kFold)
+          if (unsafe) recompute_exact<C>(s, acc, tm * kBM + w_row, n0, t);
         if (m0 < s.m) store_tile<C>(s, ep, acc, buf, m0, n0, lane);
       }
     }
@@ -877,8 +1093,9 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
   s.splits = static_cast<int>(splits);
   const int64_t grid = splits > 1 ? tiles * splits : std::min(tiles, slots);
 
-  const SplitLayout lay =
-      split_layout(n, k, C::kCodeElem, splits > 1 ? tiles * splits * kBM * C::BN : 0, splits > 1 ? tiles : 0);
+  // Split K: an arrival counter per tile, and for the folded variant an unsafe mark per tile after them.
+  const int64_t counters = splits > 1 ? tiles * (C::kFold ? 2 : 1) : 0;
+  const SplitLayout lay = split_layout(n, k, C::kCodeElem, splits > 1 ? tiles * splits * kBM * C::BN : 0, counters);
   Workspace ws(args.device.id, static_cast<size_t>(lay.bytes), cs);
   if (!ws.ok()) {  // no scratch memory: the kernel that needs none
     if (from_float)
@@ -891,8 +1108,15 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
   s.partials = reinterpret_cast<float*>(ws.bytes() + lay.partials);
   s.counters = reinterpret_cast<unsigned*>(ws.bytes() + lay.counters);
   const dim3 split_grid(static_cast<unsigned>(lay.flag_rows), static_cast<unsigned>(nb / kBlocks));
-  const int counters = splits > 1 ? static_cast<int>(tiles) : 0;
-  const SplitDst dst{codes, C::kCodeElem, scales, lay.scale_row_floats, flags, lay.flag_row, s.counters, counters, k};
+  s.unsafe_marks = s.counters + tiles;
+  s.w = static_cast<const uint8_t*>(args.a.data);
+  s.w_row_stride = args.a.row_stride;
+  s.act = reinterpret_cast<const uint16_t*>(codes);
+  s.act_scales = scales;
+  s.scale_row_floats = lay.scale_row_floats;
+  s.k = k;
+  const SplitDst dst{codes, C::kCodeElem, C::kFold, scales, lay.scale_row_floats, flags, lay.flag_row, s.counters,
+                     static_cast<int>(counters), k};
   if (from_float) {
     const QuantizeArgs& q = *from_float;
     const uint8_t* x = static_cast<const uint8_t*>(q.x);
@@ -965,16 +1189,20 @@ bool gemm_wgmma_f16_can_run(const GemmArgs& args, std::string* why_not) {
 
 namespace {
 
-// kF16: the fp16 variant's one tile; otherwise the narrowest int8 tile whose
-// tokens cover N (up to 128), so that few tokens do not pay for a wide
-// tile's zeros.
-template <bool kF16>
+enum class Variant { int8, f16, folded };
+
+// The fp16 and folded variants have one tile each; the int8 kernel takes the
+// narrowest tile whose tokens cover N (up to 128), so that few tokens do
+// not pay for a wide tile's zeros.
+template <Variant kV>
 Status run_any_tile(const GemmArgs& args, const QuantizeArgs* from_float, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status st = guard_status(guard, args.fn, args.device.id); !st.ok()) return st;
-  if constexpr (kF16) {
+  if constexpr (kV == Variant::f16) {
     return run_tiles<CfgWideF16>(args, from_float, stream);
+  } else if constexpr (kV == Variant::folded) {
+    return run_tiles<CfgFolded>(args, from_float, stream);
   } else {
     const int64_t n = args.b.rows;
     if (n <= Cfg16::BN) return run_tiles<Cfg16>(args, from_float, stream);
@@ -986,16 +1214,28 @@ Status run_any_tile(const GemmArgs& args, const QuantizeArgs* from_float, Stream
 
 }  // namespace
 
-Status gemm_wgmma_run(const GemmArgs& args, Stream stream) { return run_any_tile<false>(args, nullptr, stream); }
-
-Status gemm_wgmma_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream) {
-  return run_any_tile<false>(args, &from_float, stream);
+Status gemm_wgmma_run(const GemmArgs& args, Stream stream) {
+  return run_any_tile<Variant::int8>(args, nullptr, stream);
 }
 
-Status gemm_wgmma_f16_run(const GemmArgs& args, Stream stream) { return run_any_tile<true>(args, nullptr, stream); }
+Status gemm_wgmma_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream) {
+  return run_any_tile<Variant::int8>(args, &from_float, stream);
+}
+
+Status gemm_wgmma_f16_run(const GemmArgs& args, Stream stream) {
+  return run_any_tile<Variant::f16>(args, nullptr, stream);
+}
 
 Status gemm_wgmma_f16_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream) {
-  return run_any_tile<true>(args, &from_float, stream);
+  return run_any_tile<Variant::f16>(args, &from_float, stream);
+}
+
+Status gemm_wgmma_folded_run(const GemmArgs& args, Stream stream) {
+  return run_any_tile<Variant::folded>(args, nullptr, stream);
+}
+
+Status gemm_wgmma_folded_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream) {
+  return run_any_tile<Variant::folded>(args, &from_float, stream);
 }
 
 }  // namespace qg::detail::cuda

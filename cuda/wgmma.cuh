@@ -219,11 +219,52 @@ __device__ __forceinline__ void mma_f16_rs_n32(float (&d)[16], uint32_t (&a)[8],
 #endif
 }
 
+// d += A (64 x 16, in registers) * B^T (128 x 16, at the descriptor b_lo
+// advanced by kBytes), f16 x f16 -> f32: wgmma.m64n128k16 with A from
+// registers, its 64 sums a thread as four m64n32 units' (d[q] holds tokens
+// 32 q .. 32 q + 31, each laid out as mma_f16_rs_n32's d), so that one
+// instruction stands for four of those. a[kA .. kA + 3] is one K step's
+// fragment, as in mma_f16_rs_n32, tied to the instruction until its group is
+// waited. scale-d is always 1: the sums run on across blocks (the folded
+// kernel's scales are inside its operands), and a tile's first MMA adds
+// onto zeros.
+#define QG_FACC16(d, q)                                                                                        \
+  "+f"(d[q][0]), "+f"(d[q][1]), "+f"(d[q][2]), "+f"(d[q][3]), "+f"(d[q][4]), "+f"(d[q][5]), "+f"(d[q][6]),     \
+      "+f"(d[q][7]), "+f"(d[q][8]), "+f"(d[q][9]), "+f"(d[q][10]), "+f"(d[q][11]), "+f"(d[q][12]), "+f"(d[q][13]), \
+      "+f"(d[q][14]), "+f"(d[q][15])
+template <uint32_t kBytes, int kA>
+__device__ __forceinline__ void mma_f16_rs_n128(float (&d)[4][16], uint32_t (&a)[8], uint32_t b_lo) {
+#if QG_WGMMA_ENABLED
+  static_assert(kA == 0 || kA == 4, "a[kA .. kA + 3] is one K step's fragment");
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b32 lo, hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %69, 0;\n"
+      "add.u32 lo, %68, %70;\nmov.b32 hi, %71;\nmov.b64 desc, {lo, hi};\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, desc, p, 1, 1, 0;\n}\n"
+      : QG_FACC16(d, 0), QG_FACC16(d, 1), QG_FACC16(d, 2), QG_FACC16(d, 3), "+r"(a[kA]), "+r"(a[kA + 1]),
+        "+r"(a[kA + 2]), "+r"(a[kA + 3])
+      : "r"(b_lo), "r"(1), "n"(kBytes >> 4), "n"(kDescK128High));
+#else
+  __trap();
+#endif
+}
+#undef QG_FACC16
+
 // fence_operands for fp32 sums.
 template <int kRegs>
 __device__ __forceinline__ void fence_operands(float (&d)[kRegs]) {
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+template <int kRows, int kRegs>
+__device__ __forceinline__ void fence_operands(float (&d)[kRows][kRegs]) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) fence_operands(d[r]);
 }
 
 template <int kRegs>

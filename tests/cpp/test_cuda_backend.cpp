@@ -645,23 +645,24 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   const qg::detail::Registry& r = qg::detail::cuda::registry();
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cuda(0)), &r);
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
-            (std::vector<std::string>{"cuda_wgmma_f16", "cuda_wgmma", "cuda_mmvq", "cuda_mma", "cuda_dp4a_tiled",
-                                      "cuda_generic", "dispatch"}));
+            (std::vector<std::string>{"cuda_wgmma_f16", "cuda_wgmma_folded", "cuda_wgmma", "cuda_mmvq", "cuda_mma",
+                                      "cuda_dp4a_tiled", "cuda_generic", "dispatch"}));
   // The Q4_0 kernels come first (the integer family's follow: test_cuda_int*.cpp).
-  ASSERT_GE(r.gemm.size(), 6u);
-  for (int i = 0; i < 6; ++i) {
+  ASSERT_GE(r.gemm.size(), 7u);
+  for (int i = 0; i < 7; ++i) {
     const qg::detail::GemmKernel& k = r.gemm[i];
     SCOPED_TRACE(k.name);
     EXPECT_EQ(k.epilogue_caps, static_cast<uint32_t>(qg::detail::kEpiFloatAll));
     EXPECT_EQ(k.arch.cpu_features, 0u);
-    EXPECT_EQ(k.arch.arch_specific, i <= 1);  // wgmma: the sm_90a image only
+    EXPECT_EQ(k.arch.arch_specific, i <= 2);  // wgmma: the sm_90a image only
   }
   EXPECT_EQ(r.gemm[0].arch.min_cc, 90);  // wgmma, tensor copies
   EXPECT_EQ(r.gemm[1].arch.min_cc, 90);
-  EXPECT_EQ(r.gemm[2].arch.min_cc, 61);  // DP4A
-  EXPECT_EQ(r.gemm[3].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
-  EXPECT_EQ(r.gemm[4].arch.min_cc, 61);
-  EXPECT_EQ(r.gemm[5].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
+  EXPECT_EQ(r.gemm[2].arch.min_cc, 90);
+  EXPECT_EQ(r.gemm[3].arch.min_cc, 61);  // DP4A
+  EXPECT_EQ(r.gemm[4].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
+  EXPECT_EQ(r.gemm[5].arch.min_cc, 61);
+  EXPECT_EQ(r.gemm[6].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
   // quantize / dequantize: the ggml blocks' kernel first, then the integer family's.
   ASSERT_GE(r.quantize.size(), 1u);
   ASSERT_GE(r.dequantize.size(), 1u);
@@ -699,7 +700,7 @@ TEST_P(GemmCudaKernel, AdmitsWhatItsCanRunSays) {
   qgtest::GemmCase small = qgtest::random_case(rng, 9, 8, 64);
   qgtest::GemmCase wide = qgtest::random_case(rng, 9, 9, 64);
   qgtest::GemmCase odd = qgtest::random_case(rng, 9, 4, 64, /*a_pad=*/1, /*b_pad=*/2);
-  const bool warpgroup = name == "cuda_wgmma" || name == "cuda_wgmma_f16";  // M >= 128 only
+  const bool warpgroup = name.rfind("cuda_wgmma", 0) == 0;  // M >= 128 only
   EXPECT_EQ(tester().run_and_check(small), !warpgroup);
   EXPECT_EQ(tester().run_and_check(wide), name != "cuda_mmvq" && !warpgroup);
   EXPECT_EQ(tester().run_and_check(odd), name == "cuda_generic") << tester().refusals();

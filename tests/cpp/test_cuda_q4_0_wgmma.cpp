@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: MIT
-// test_cuda_q4_0_wgmma.cpp: the warpgroup Q4_0 x Q8_1 kernels (cuda_wgmma and
-// its fp16 variant cuda_wgmma_f16), each forced by name, on shapes inside
-// their scope (M >= 128, N >= 7, or N >= 65 for the fp16 variant, K a
-// multiple of 256, 16-byte-aligned rows), where the shared suite's small
-// shapes are refused. Against the float64 reference of test_util.h (NMSE <= 1e-6, NaN
-// and Inf exactly where the reference has them), C poisoned, so an element
-// left unwritten or written twice into a gap fails. Skips without an sm_90
-// device and an sm_90a image.
+// test_cuda_q4_0_wgmma.cpp: the warpgroup Q4_0 x Q8_1 kernels (cuda_wgmma,
+// its fp16 variant cuda_wgmma_f16 and its folded variant cuda_wgmma_folded),
+// each forced by name, on shapes inside their scope (M >= 128, N >= 7, or
+// N >= 65 for the fp16 and folded variants, K a multiple of 256,
+// 16-byte-aligned rows), where the shared suite's small shapes are refused.
+// Against the float64 reference of test_util.h (NMSE <= 1e-6, NaN and Inf
+// exactly where the reference has them; the folded variant's bound widened
+// by its operands' rounding, test_util.h's operand_rounding_of), C poisoned, so an element left unwritten or
+// written twice into a gap fails. Skips without an sm_90 device and an
+// sm_90a image.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -28,6 +32,7 @@ using Shape = qgtest::gemm_suite::Shape;
 
 constexpr const char* kInt8 = "cuda_wgmma";
 constexpr const char* kF16 = "cuda_wgmma_f16";
+constexpr const char* kFolded = "cuda_wgmma_folded";
 
 class CudaQ4Wgmma : public qgtest::CudaFixture<::testing::TestWithParam<std::string>> {
  protected:
@@ -40,8 +45,10 @@ class CudaQ4Wgmma : public qgtest::CudaFixture<::testing::TestWithParam<std::str
     if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why)) GTEST_SKIP() << GetParam() << ": " << why;
   }
   bool f16() const { return GetParam() == kF16; }
+  bool folded() const { return GetParam() == kFolded; }
+  bool wide_only() const { return f16() || folded(); }  // only the 128-token tile
   // The fewest tokens the kernel takes (its can_run says the same).
-  int64_t min_n() const { return f16() ? 65 : 7; }
+  int64_t min_n() const { return wide_only() ? 65 : 7; }
   // Runs c on the kernel and checks it; fails if the kernel refused it.
   void check(GemmCase& c) {
     SCOPED_TRACE(c.describe());
@@ -70,7 +77,7 @@ TEST_P(CudaQ4Wgmma, TailsOfEveryTile) {
 // or C with m contiguous (x @ W^T, whose split partial tile is [token][W
 // row]).
 TEST_P(CudaQ4Wgmma, NarrowTilesEveryTail) {
-  if (f16()) GTEST_SKIP() << "the fp16 variant has only the 128-token tile";
+  if (wide_only()) GTEST_SKIP() << GetParam() << " has only the 128-token tile";
   QG_SEEDED_RNG(rng, 8);
   for (int64_t n : {7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64}) {
     for (const Shape& s : {Shape{130, n, 256}, Shape{300, n, 4096}}) {
@@ -87,7 +94,7 @@ TEST_P(CudaQ4Wgmma, NarrowTilesEveryTail) {
 
 // The non-finite path of a narrow tile (a scale in the second stage).
 TEST_P(CudaQ4Wgmma, NarrowTileNonFiniteScale) {
-  if (f16()) GTEST_SKIP() << "the fp16 variant has only the 128-token tile";
+  if (wide_only()) GTEST_SKIP() << GetParam() << " has only the 128-token tile";
   QG_SEEDED_RNG(rng, 9);
   for (int64_t n : {12, 30, 50}) {
     GemmCase c = random_case(rng, 140, n, 768);
@@ -249,7 +256,7 @@ TEST_P(CudaQ4Wgmma, TensorMapsFollowTheShapeAtOneAddress) {
   QG_SEEDED_RNG(rng, 10);
   ArenaMemory arena;
   qgtest::GemmKernelTester same_addresses{qg::detail::cuda::registry(), GetParam(), arena};
-  const int64_t dn = f16() ? 64 : 0;  // the fp16 variant's tokens start at 65
+  const int64_t dn = wide_only() ? 64 : 0;  // the fp16 and folded variants' tokens start at 65
   for (const Shape& s : {Shape{256, 64, 512}, Shape{128, 64, 512}, Shape{256, 64, 256}, Shape{256, 32, 512},
                          Shape{256, 100, 1024}, Shape{256, 64, 512}}) {
     GemmCase c = random_case(rng, s.m, s.n + dn, s.k);
@@ -268,7 +275,7 @@ TEST_P(CudaQ4Wgmma, RefusesOutsideItsScope) {
   std::vector<Out> outs = {Out{127, 200, 256, 0, 0, "M=127"}, Out{200, 6, 256, 0, 0, "N=6"},
                            Out{200, 200, 288, 0, 0, "multiple of 256"}, Out{200, 200, 256, 2, 0, "16-byte"},
                            Out{200, 200, 256, 0, 4, "16-byte"}};
-  if (f16()) outs.push_back(Out{200, 64, 256, 0, 0, "N=64"});
+  if (wide_only()) outs.push_back(Out{200, 64, 256, 0, 0, "N=64"});
   for (const Out& o : outs) {
     GemmCase c = random_case(rng, o.m, o.n, o.k, o.a_pad, o.b_pad);
     qgtest::GemmKernelTester one{qg::detail::cuda::registry(), GetParam(), mem_};  // its own refusal text
@@ -302,7 +309,65 @@ TEST_P(CudaQ4Wgmma, Fp16VariantMatchesInt8BitForBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, CudaQ4Wgmma, ::testing::Values(std::string(kInt8), std::string(kF16)),
+// The folded variant's accuracy on a long K: its NMSE against float64 from
+// the same codes, printed, and within the GEMM contract's 1e-6 (check()).
+// Random codes and scales of one binade, so the sums cancel as real data's do.
+TEST_P(CudaQ4Wgmma, FoldedNmseOnLongK) {
+  if (!folded()) GTEST_SKIP() << "the folded variant's rounding";
+  QG_SEEDED_RNG(rng, 12);
+  for (const Shape& sh : {Shape{256, 256, 14336}, Shape{512, 128, 4096}}) {
+    GemmCase c = random_case(rng, sh.m, sh.n, sh.k, 0, 0, /*emin=*/-8, /*emax=*/-8);
+    check(c);
+    const qgtest::GemmReference ref = qgtest::gemm_reference(c);
+    std::vector<double> out(static_cast<size_t>(c.m * c.n));
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) out[i * c.n + j] = c.out(i, j);
+    const double e = qgtest::nmse(out, ref.value);
+    std::cout << "[  nmse    ] " << GetParam() << " " << c.describe() << ": " << e << "\n";
+    EXPECT_LE(e, 1e-6);
+    EXPECT_GT(e, 0.0) << "fp16 operands should round somewhere";
+  }
+}
+
+// Scales the folded operands cannot carry (|d_w| > 4096, |d_a| > 256, Inf):
+// the tiles that meet one are recomputed exactly, with a split K (the
+// splits' marks meet in the workspace) and without; the tiles that do not
+// stay folded. Each poisoned tile's elements then match the reference
+// within the exact kernels' bound.
+TEST_P(CudaQ4Wgmma, FoldedUnsafeScalesRecomputed) {
+  if (!folded()) GTEST_SKIP() << "the folded variant's fallback";
+  QG_SEEDED_RNG(rng, 13);
+  struct Poison {
+    bool w;
+    int64_t row, blk;
+    uint16_t bits;
+  };
+  for (const Shape& sh : {Shape{300, 257, 2048}, Shape{256, 128, 8192}}) {
+    for (const Poison& p : {Poison{true, 130, 7, 0x7000 /* 8192 */}, Poison{false, 200 % sh.n, 40, 0x5CB0 /* 300 */},
+                            Poison{false, 5, 3, 0xFC00 /* -Inf */}}) {
+      GemmCase c = random_case(rng, sh.m, sh.n, sh.k);
+      qgtest::store_u16(p.w ? c.w_block(p.row, p.blk) : c.a_block(p.row, p.blk), p.bits);
+      SCOPED_TRACE(std::string(p.w ? "W" : "A") + " row " + std::to_string(p.row) + " scale bits " +
+                   std::to_string(p.bits));
+      check(c);
+      // The poisoned row's tile row (or column) holds the exact kernels' values.
+      GemmCase exact = c;
+      exact.operand_rounding = 0.0;
+      const qgtest::GemmReference ref = qgtest::gemm_reference(exact);
+      int off = 0;
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          const bool in_tile = p.w ? i / 128 == p.row / 128 && j / 128 == 0 : j / 128 == p.row / 128 && i / 128 == 0;
+          const double want = ref.value[i * c.n + j], got = c.out(i, j);
+          if (in_tile && std::isfinite(want) && !(std::fabs(got - want) <= ref.bound[i * c.n + j]) && ++off <= 3)
+            ADD_FAILURE() << "C[" << i << "," << j << "] = " << got << ", exact " << want;
+        }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaQ4Wgmma,
+                         ::testing::Values(std::string(kInt8), std::string(kF16), std::string(kFolded)),
                          kernel_param_name);
 
 }  // namespace

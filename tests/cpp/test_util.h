@@ -300,6 +300,10 @@ struct GemmCase {
   std::vector<uint8_t> bias;                // empty: none
   qg::DType bias_dtype = qg::DType::f32;
   qg::Activation activation = qg::Activation::none;
+  // Relative error a kernel may put into each product term by rounding its
+  // operands (0: the operands are exact). cuda_wgmma_folded multiplies
+  // fp16(code x d_w) by fp16(code x d_a): kFoldedRounding.
+  double operand_rounding = 0.0;
   size_t a_offset = 0, b_offset = 0, c_offset = 0, bias_offset = 0, scale_offset = 0;  // misalignment
 
   int64_t elem_offset(int64_t i, int64_t j) const {  // byte offset of C[i, j] in the C buffer
@@ -393,6 +397,15 @@ inline void set_all_scales(GemmCase& c, uint16_t d) {
     for (int64_t blk = 0; blk < c.k / 32; ++blk) store_u16(c.a_block(r, blk), d);
 }
 
+// Two operands each rounded once to fp16: (1 + 2^-11)^2 - 1.
+constexpr double kFoldedRounding = 0x1p-10 + 0x1p-22;
+
+// The operand rounding of a kernel (GemmCase::operand_rounding): only the
+// folded warpgroup kernel rounds its operands.
+inline double operand_rounding_of(const std::string& kernel) {
+  return kernel == "cuda_wgmma_folded" ? kFoldedRounding : 0.0;
+}
+
 // ------------------------------------------------------------------ reference
 // value: ops.h's formula in float64 from the bytes,
 //   acc = sum_b fp16(d_w) * fp16(d_a) * sum_i (w_i - 8) * a_i   (integer part exact)
@@ -436,6 +449,7 @@ inline GemmReference gemm_reference(const GemmCase& c) {
       if (!c.row_scale.empty()) s *= c.row_scale[i];
       if (!c.col_scale.empty()) s *= c.col_scale[j];
       double v = acc * s, t = std::fabs(s) * mag;
+      const double operand_err = c.operand_rounding * t;
       if (c.beta != 0.0f) {
         const double old = static_cast<double>(c.beta) * c.in(i, j);
         v += old;
@@ -449,7 +463,7 @@ inline GemmReference gemm_reference(const GemmCase& c) {
       if (c.activation == qg::Activation::relu && v < 0) v = 0;
       const double f32_err = static_cast<double>(nb + 12) * 2 * eps * t;
       r.value[i * c.n + j] = v;
-      r.bound[i * c.n + j] = f32_err + half_ulp * (std::fabs(v) + f32_err) + tiny;
+      r.bound[i * c.n + j] = f32_err + operand_err + half_ulp * (std::fabs(v) + f32_err + operand_err) + tiny;
     }
   return r;
 }
@@ -606,6 +620,7 @@ class GemmKernelTester {
     }
     qg::Status s;
     if (kernel_) {
+      c.operand_rounding = operand_rounding_of(kernel_->name);
       std::string why;
       if (!gemm_kernel_admits(*kernel_, g, &why)) {
         if (++refused_ <= 3) refusals_ += (refusals_.empty() ? "" : "; ") + c.describe() + ": " + why;
