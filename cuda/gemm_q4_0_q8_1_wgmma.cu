@@ -86,7 +86,7 @@ using intfast::cached_fit;
 using intfast::KernelFit;
 using intfast::tile_coords;
 
-constexpr int kBM = 128;                  // W rows a tile: two consumer warpgroups x m64
+constexpr int kMinM = 128;                // W rows a tile at least: two consumer warpgroups x m64
 constexpr int kBlocks = 8;                // Q4_0 blocks (256 values of K) a stage
 // Two consumer warpgroups (warps 0..7: a warpgroup must start at a warp
 // index that is a multiple of 4) and a producer warpgroup (warps 8..11), one
@@ -101,13 +101,12 @@ constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 constexpr int kConsumerWarps = 8;
 constexpr int kCodeRowBytes = tma::kSwizzleBytes;                   // 4 blocks of codes a swizzled row
 constexpr int kWRowBytes = kBlocks * kQ4_0Bytes;                    // 144
-constexpr int kWBytes = kBM * kWRowBytes;
 constexpr int kEpiPitch = 20;  // floats a staged token column takes: fragment writes hit 32 banks
 constexpr int kEpilogueBytes = kConsumerWarps * 32 * kEpiPitch * 4;
 constexpr int kFlagBytes = 16;    // a stage's non-finite bytes (8 used): one 16-byte tensor copy
 constexpr int kFlagStride = 128;  // tensor copies land on 128-byte-aligned shared addresses
 constexpr int kSplitTokens = 128; // tokens a CTA of the re-layout pass takes (and a non-finite byte covers)
-static_assert(kWBytes % 1024 == 0 && kWRowBytes % 16 == 0, "W boxes: whole 16-byte rows, 1024-byte tiles");
+static_assert(kMinM * kWRowBytes % 1024 == 0 && kWRowBytes % 16 == 0, "W boxes: whole 16-byte rows, 1024-byte tiles");
 
 // A tile: BN = kUnits x kUnitN tokens, each unit one wgmma.m64n<kUnitN>k32
 // a block; kStages stages in the ring (narrow tiles stream W, so they take
@@ -120,11 +119,20 @@ static_assert(kWBytes % 1024 == 0 && kWRowBytes % 16 == 0, "W boxes: whole 16-by
 // kFold_: the folded variant (cuda_wgmma_folded, "The folded variant"
 // below): fp16 operands with the scales inside them, one m64n128k16 MMA a
 // K step, the sums running across blocks; no scale table in the stages.
-template <int kUnitN_, int kUnits_, int kStages_, bool kF16_ = false, int kInFlight_ = 2, bool kFold_ = false>
+// kMSlices_: m64 slices of W rows a consumer warpgroup takes (the folded
+// variant's tile is 256 rows, two slices, so that W's cheap bytes, not the
+// activations' fp16 ones, grow with the tile).
+template <int kUnitN_, int kUnits_, int kStages_, bool kF16_ = false, int kInFlight_ = 2, bool kFold_ = false,
+          int kMSlices_ = 1>
 struct Cfg {
   static constexpr int kUnitN = kUnitN_, kUnits = kUnits_, kStages = kStages_;
   static constexpr bool kF16 = kF16_, kFold = kFold_;
   static_assert(!kFold || (kF16 && kUnitN * kUnits == 128), "the folded variant: fp16, one n128 MMA");
+  static constexpr int kMSlices = kMSlices_;
+  static_assert(kMSlices == 1 || kFold, "several m64 slices: the folded variant's loop only");
+  static constexpr int kBM = kMinM * kMSlices;           // W rows a tile
+  static constexpr int kWBytes = kBM * kWRowBytes;
+  static constexpr int kAccRows = kMSlices * kUnits;     // acc[slice * kUnits + unit][sum]
   static constexpr int BN = kUnitN * kUnits;
   static constexpr int kSums = kUnitN / 2;              // int32 / fp32 sums a thread per unit
   static constexpr int kInFlight = kInFlight_;
@@ -147,6 +155,7 @@ struct Cfg {
   static constexpr int kPairs = BN / 2;
   static constexpr int kScaleBytes = kFold ? 0 : kBlocks * kPairs * 16;  // float4 per token pair and block
   static constexpr int kStageBytes = kCodeBytes + kWBytes + kScaleBytes;
+  static_assert(kWBytes % 1024 == 0, "code tiles after W start on the swizzle's period");
   static constexpr int kSmemBytes =
       kStages * kStageBytes + kStages * kFlagStride + 2 * kStages * 8 + kEpilogueBytes + 16 + 1024;
   static_assert(kCodeBytes % 1024 == 0 && kStageBytes % 1024 == 0, "code tiles start on the swizzle's period");
@@ -161,8 +170,10 @@ using Cfg16 = Cfg<16, 1, 8>;    // N <= 16
 // rescaled (measured on an H200, 4096 x 14336: 4 to 6 % faster than two at N = 128, 512, 4096;
 // four were slower than three; the int8 tiles gained nothing from three).
 using CfgWideF16 = Cfg<32, 4, 2, true, 3>;
-// The folded variant's tile: 128 tokens, two stages (82 KB each).
-using CfgFolded = Cfg<32, 4, 2, true, 1, true>;
+// The folded variant's tiles: 128 or 256 W rows (one or two m64 slices a
+// consumer warpgroup) x 128 tokens, two stages (82 or 100 KB each).
+using CfgFolded = Cfg<32, 4, 2, true, 1, true, 1>;
+using CfgFoldedTall = Cfg<32, 4, 2, true, 1, true, 2>;
 
 constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
 constexpr float kMagic = 12582912.0f;
@@ -722,28 +733,48 @@ __device__ __forceinline__ void load_w_folded(uint32_t row, int t, uint32_t (&a)
 
 template <class C>
 struct FoldCtx {
-  float (&acc)[C::kUnits][C::kSums];
-  uint32_t (&a)[2][8];  // W fragments of blocks b % 2: live until their MMAs retire
-  uint32_t w_row, codes_desc;
+  float (&acc)[C::kAccRows][C::kSums];
+  uint32_t (&a)[2][C::kMSlices][8];  // W fragments of blocks b % 2, per slice: live until their MMAs retire
+  uint32_t w_row, codes_desc;        // w_row: this thread's first W row of slice 0 in the stage (shared address)
   int t;
   uint32_t f16_magic, f16_bias;
   uint32_t& worst;
 };
 
-// Block b: its two K steps' MMAs as one group, then (after the previous
-// block's group retires) the next block's W unpacked into the buffer that
-// group read, while this block's MMAs run.
+// The sums of m64 slice sl: four n32 units, one n128 MMA's registers.
+template <class C>
+__device__ __forceinline__ float (&slice_acc(float (&acc)[C::kAccRows][C::kSums], int sl))[C::kUnits][C::kSums] {
+  return *reinterpret_cast<float(*)[C::kUnits][C::kSums]>(&acc[sl * C::kUnits]);
+}
+
+// Block kB's fragments of every slice of the stage whose first W row (slice
+// 0, this thread) is at w_row; slice sl's rows lie 64 sl rows further.
+template <class C, int kB>
+__device__ __forceinline__ void load_w_folded_slices(FoldCtx<C>& c, uint32_t w_row, uint32_t (&a)[C::kMSlices][8]) {
+#pragma unroll
+  for (int sl = 0; sl < C::kMSlices; ++sl)
+    load_w_folded<kB>(w_row + sl * 64 * kWRowBytes, c.t, a[sl], c.f16_magic, c.f16_bias, c.worst);
+}
+
+// Block b: its MMAs (two K steps x the slices, the slices alternating so
+// that consecutive MMAs add into different sums) as one group, then (after
+// the previous block's group retires) the next block's W unpacked into the
+// buffers that group read, while this block's MMAs run.
 template <class C, int b>
 __device__ __forceinline__ void folded_block(FoldCtx<C>& c) {
   constexpr uint32_t kB = (b / C::kBlocksPerRow) * C::kSubTileBytes + C::kBlockCodeBytes * (b % C::kBlocksPerRow);
   wgmma::fence();
-  wgmma::mma_f16_rs_n128<kB, 0>(c.acc, c.a[b % 2], c.codes_desc);
-  wgmma::mma_f16_rs_n128<kB + 32, 4>(c.acc, c.a[b % 2], c.codes_desc);
+#pragma unroll
+  for (int sl = 0; sl < C::kMSlices; ++sl) wgmma::mma_f16_rs_n128<kB, 0>(slice_acc<C>(c.acc, sl), c.a[b % 2][sl], c.codes_desc);
+#pragma unroll
+  for (int sl = 0; sl < C::kMSlices; ++sl)
+    wgmma::mma_f16_rs_n128<kB + 32, 4>(slice_acc<C>(c.acc, sl), c.a[b % 2][sl], c.codes_desc);
   wgmma::commit_group();
   if constexpr (b + 1 < kBlocks) {
     wgmma::wait_group<1>();
-    wgmma::fence_operands(c.a[(b + 1) % 2]);
-    load_w_folded<b + 1>(c.w_row, c.t, c.a[(b + 1) % 2], c.f16_magic, c.f16_bias, c.worst);
+#pragma unroll
+    for (int sl = 0; sl < C::kMSlices; ++sl) wgmma::fence_operands(c.a[(b + 1) % 2][sl]);
+    load_w_folded_slices<C, b + 1>(c, c.w_row, c.a[(b + 1) % 2]);
   }
 }
 
@@ -753,15 +784,22 @@ __device__ __forceinline__ void folded_blocks(FoldCtx<C>& c, std::integer_sequen
 }
 
 // One stage of the folded variant, straight-line and ending with nothing in
-// flight (consume_stage says why).
+// flight (consume_stage says why). Decoding the next stage's first block
+// while this one's last MMAs ran, which means waiting for the next stage's
+// data before releasing this one, was measured slower on an H200 (1.14-1.55x
+// the time at N = 128..4096): with two stages in the ring it holds back the
+// producer's next copy.
 template <class C>
 __device__ __forceinline__ void consume_stage_folded(FoldCtx<C>& c) {
-  load_w_folded<0>(c.w_row, c.t, c.a[0], c.f16_magic, c.f16_bias, c.worst);
+  load_w_folded_slices<C, 0>(c, c.w_row, c.a[0]);
   folded_blocks<C>(c, std::make_integer_sequence<int, kBlocks>{});
   wgmma::wait_group<0>();
   wgmma::fence_operands(c.acc);
-  wgmma::fence_operands(c.a[0]);
-  wgmma::fence_operands(c.a[1]);
+#pragma unroll
+  for (int sl = 0; sl < C::kMSlices; ++sl) {
+    wgmma::fence_operands(c.a[0][sl]);
+    wgmma::fence_operands(c.a[1][sl]);
+  }
 }
 
 // Whether p holds in any consumer thread (all 256 must call it).
@@ -783,10 +821,11 @@ __device__ __forceinline__ bool consumers_any(bool p) {
 // Scalar and from global memory: slow, and only such tiles take it.
 template <class C>
 __device__ void recompute_exact(const Shape& s, float (&acc)[C::kUnits][C::kSums], int64_t m0, int64_t n0, int t) {
-#pragma unroll
+  // The sums in local memory (indexed at run time), copied to acc at the
+  // end: acc stays in registers through the main loop.
+  float sums[C::kUnits][C::kSums];
   for (int q = 0; q < C::kUnits; ++q)
-#pragma unroll
-    for (int i = 0; i < C::kSums; ++i) acc[q][i] = 0.0f;
+    for (int i = 0; i < C::kSums; ++i) sums[q][i] = 0.0f;
   for (int64_t b = 0; b < s.nb; ++b) {
     int wc[2][32];
     float dw[2];
@@ -821,11 +860,15 @@ __device__ void recompute_exact(const Shape& s, float (&acc)[C::kUnits][C::kSums
             isum[1] += wc[1][e] * code;
           }
           for (int r = 0; r < 2; ++r) {
-            float& out = acc[q][4 * j + 2 * r + l];
+            float& out = sums[q][4 * j + 2 * r + l];
             out = fmaf(dw[r], da * static_cast<float>(isum[r]), out);
           }
         }
   }
+#pragma unroll
+  for (int q = 0; q < C::kUnits; ++q)
+#pragma unroll
+    for (int i = 0; i < C::kSums; ++i) acc[q][i] = sums[q][i];
 }
 
 // Stores a consumer warp's 16 W rows x BN tokens through its staging buffer
@@ -878,13 +921,13 @@ __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams&
 // consumer thread): the last CTA gets back whether any split of the tile met
 // a scale the fold cannot carry.
 template <class C>
-__device__ __forceinline__ bool split_gather(const Shape& s, float (&acc)[C::kUnits][C::kSums], int64_t tile,
+__device__ __forceinline__ bool split_gather(const Shape& s, float (&acc)[C::kAccRows][C::kSums], int64_t tile,
                                              int rank, volatile int* last_flag, bool* unsafe = nullptr) {
-  constexpr int kTileFloats = kBM * C::BN;
+  constexpr int kTileFloats = C::kBM * C::BN;
   const float* tile_parts = s.partials + tile * s.splits * kTileFloats + threadIdx.x;
   float* mine = s.partials + (tile * s.splits + rank) * kTileFloats + threadIdx.x;
 #pragma unroll
-  for (int q = 0; q < C::kUnits; ++q)
+  for (int q = 0; q < C::kAccRows; ++q)
 #pragma unroll
     for (int i = 0; i < C::kSums; ++i) mine[(q * C::kSums + i) * kConsumerThreads] = acc[q][i];
   if (unsafe && *unsafe && threadIdx.x == 0) atomicOr(&s.unsafe_marks[tile], 1u);
@@ -898,13 +941,13 @@ __device__ __forceinline__ bool split_gather(const Shape& s, float (&acc)[C::kUn
   __threadfence();
   if (unsafe) *unsafe = __ldcg(&s.unsafe_marks[tile]) != 0;
 #pragma unroll
-  for (int q = 0; q < C::kUnits; ++q)
+  for (int q = 0; q < C::kAccRows; ++q)
 #pragma unroll
     for (int i = 0; i < C::kSums; ++i) acc[q][i] = 0.0f;
   for (int c = 0; c < s.splits; ++c) {
     const float* part = tile_parts + c * kTileFloats;
 #pragma unroll
-    for (int q = 0; q < C::kUnits; ++q)
+    for (int q = 0; q < C::kAccRows; ++q)
 #pragma unroll
       for (int i = 0; i < C::kSums; ++i)  // __ldcg: from L2, where the other SMs' stores are
         acc[q][i] += __ldcg(part + (q * C::kSums + i) * kConsumerThreads);
@@ -956,7 +999,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       for (int64_t tile = first_tile; tile < tiles; tile += tile_step) {
         int64_t tm, tn;
         tile_coords(tile, s.tiles_m, s.tiles_n, &tm, &tn);
-        const int32_t w0 = static_cast<int32_t>(tm * kBM), n0 = static_cast<int32_t>(tn * C::BN);
+        const int32_t w0 = static_cast<int32_t>(tm * C::kBM), n0 = static_cast<int32_t>(tn * C::BN);
         for (int64_t ks = 0; ks < steps; ++ks, ++it) {
           const uint32_t stage = it % C::kStages, round = it / C::kStages;
           if (round > 0) bulk::mbar_wait(&empty[stage], (round - 1) & 1);  // its last readers are done
@@ -969,7 +1012,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
             tma::load_2d(dst + i * C::kSubTileBytes, &map_codes, kb * C::kBlockCodeBytes + i * kCodeRowBytes, n0,
                          &full[stage]);
           tma::load_2d(dst + C::kCodeBytes, &map_w, kb * kQ4_0Bytes, w0, &full[stage]);
-          if constexpr (!C::kFold) tma::load_2d(dst + C::kCodeBytes + kWBytes, &map_scales, 2 * n0, kb, &full[stage]);
+          if constexpr (!C::kFold) tma::load_2d(dst + C::kCodeBytes + C::kWBytes, &map_scales, 2 * n0, kb, &full[stage]);
           tma::load_2d(stage_flags + stage * kFlagStride, &map_flags, static_cast<int32_t>(step * kFlagBytes),
                        n0 / kSplitTokens, &full[stage]);
         }
@@ -978,7 +1021,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
   } else {
     wgmma::set_max_registers<true, kConsumerRegs>();
     const int wq = warp % 4, g = lane / 4, t = lane % 4;
-    const int w_row = warpgroup * 64 + wq * 16 + g;  // the stage's W row of a[0]
+    const int w_row = warpgroup * 64 * C::kMSlices + wq * 16 + g;  // the stage's W row of a[0] (slice 0)
     float* buf = staging + warp * 32 * kEpiPitch;
     const uint32_t ring_u32 = smem_u32(ring);
     uint32_t it = 0;
@@ -986,10 +1029,10 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       int64_t tm, tn;
       tile_coords(tile, s.tiles_m, s.tiles_n, &tm, &tn);
 
-      float acc[C::kUnits][C::kSums];
+      float acc[C::kAccRows][C::kSums];
       typename C::Sum d[C::kSets][C::kSums];
 #pragma unroll
-      for (int q = 0; q < C::kUnits; ++q)
+      for (int q = 0; q < C::kAccRows; ++q)
 #pragma unroll
         for (int i = 0; i < C::kSums; ++i) acc[q][i] = 0.0f;
 #pragma unroll
@@ -1002,7 +1045,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       typename C::AReg a[C::kABufs][C::kARegs];
       float dw[C::kABufs][2];
       float4 sc[C::kUnitN / 8];
-      uint32_t fold_a[2][8];
+      uint32_t fold_a[2][C::kMSlices][8];
       uint32_t worst = 0;  // folded variant: the largest |d_w| met, as fp16 bits; kFoldMaxWBits + 1 for a marked A block
 
       for (int64_t ks = 0; ks < steps; ++ks, ++it) {
@@ -1021,7 +1064,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
                         dw,
                         sc,
                         st + C::kCodeBytes + w_row * kWRowBytes,
-                        st + C::kCodeBytes + kWBytes,
+                        st + C::kCodeBytes + C::kWBytes,
                         static_cast<uint32_t>(wgmma::desc_k128_swizzled(st)),
                         t,
                         s.f16_magic,
@@ -1042,10 +1085,14 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       bool unsafe = false;
       if constexpr (C::kFold) unsafe = consumers_any(worst > kFoldMaxWBits);
       if (splits == 1 || split_gather<C>(s, acc, tile, rank, last_flag, C::kFold ? &unsafe : nullptr)) {
-        const int64_t m0 = tm * kBM + w_row - g, n0 = tn * C::BN;
-        if constexpr (C::kFold)
-          if (unsafe) recompute_exact<C>(s, acc, tm * kBM + w_row, n0, t);
-        if (m0 < s.m) store_tile<C>(s, ep, acc, buf, m0, n0, lane);
+        const int64_t n0 = tn * C::BN;
+#pragma unroll
+        for (int sl = 0; sl < C::kMSlices; ++sl) {
+          const int64_t row = tm * C::kBM + w_row + 64 * sl;  // this thread's first
+          if constexpr (C::kFold)
+            if (unsafe) recompute_exact<C>(s, slice_acc<C>(acc, sl), row, n0, t);
+          if (row - g < s.m) store_tile<C>(s, ep, slice_acc<C>(acc, sl), buf, row - g, n0, lane);
+        }
       }
     }
   }
@@ -1082,7 +1129,7 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
   s.m = m;
   s.n = n;
   s.nb = nb;
-  s.tiles_m = (m + kBM - 1) / kBM;
+  s.tiles_m = (m + C::kBM - 1) / C::kBM;
   s.tiles_n = (n + C::BN - 1) / C::BN;
   s.m_contiguous = args.ldc == 1;
   s.f16_magic = 0x64006400u;
@@ -1095,7 +1142,7 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
 
   // Split K: an arrival counter per tile, and for the folded variant an unsafe mark per tile after them.
   const int64_t counters = splits > 1 ? tiles * (C::kFold ? 2 : 1) : 0;
-  const SplitLayout lay = split_layout(n, k, C::kCodeElem, splits > 1 ? tiles * splits * kBM * C::BN : 0, counters);
+  const SplitLayout lay = split_layout(n, k, C::kCodeElem, splits > 1 ? tiles * splits * C::kBM * C::BN : 0, counters);
   Workspace ws(args.device.id, static_cast<size_t>(lay.bytes), cs);
   if (!ws.ok()) {  // no scratch memory: the kernel that needs none
     if (from_float)
@@ -1134,7 +1181,7 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
 
   CUtensorMap map_w, map_codes, map_scales, map_flags;
   if (!tma::encode_rows_plain(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a.data, m, nb * kQ4_0Bytes,
-                              args.a.row_stride, kWRowBytes, kBM) ||
+                              args.a.row_stride, kWRowBytes, C::kBM) ||
       !tma::encode_rows_k128(&map_codes, codes, n, k * C::kCodeElem, k * C::kCodeElem, C::BN) ||
       !tma::encode_rows_plain(&map_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, scales, nb, lay.scale_row_floats,
                               lay.scale_row_floats * 4, 2 * C::BN, kBlocks) ||
@@ -1154,9 +1201,9 @@ bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
     if (why_not) *why_not = "K=" + std::to_string(k) + " is not a positive multiple of 256 (whole 8-block stages)";
     return false;
   }
-  if (m < kBM || n < kMinN) {
+  if (m < kMinM || n < kMinN) {
     if (why_not)
-      *why_not = "M=" + std::to_string(m) + ", N=" + std::to_string(n) + ": needs M >= " + std::to_string(kBM) +
+      *why_not = "M=" + std::to_string(m) + ", N=" + std::to_string(n) + ": needs M >= " + std::to_string(kMinM) +
                  " and N >= " + std::to_string(kMinN) + " (128-row warpgroup tiles; cuda_mma and cuda_mmvq take the rest)";
     return false;
   }
@@ -1202,6 +1249,12 @@ Status run_any_tile(const GemmArgs& args, const QuantizeArgs* from_float, Stream
   if constexpr (kV == Variant::f16) {
     return run_tiles<CfgWideF16>(args, from_float, stream);
   } else if constexpr (kV == Variant::folded) {
+    // The 256-row tile where its tiles alone fill the SMs; otherwise the
+    // 128-row one, which needs a split K half as often (measured on an
+    // H200: docs/architecture.md, "The folded variant").
+    const int64_t tall_tiles = (args.a.rows + CfgFoldedTall::kBM - 1) / CfgFoldedTall::kBM *
+                               ((args.b.rows + CfgFoldedTall::BN - 1) / CfgFoldedTall::BN);
+    if (tall_tiles >= device_limits(args.device.id).sms) return run_tiles<CfgFoldedTall>(args, from_float, stream);
     return run_tiles<CfgFolded>(args, from_float, stream);
   } else {
     const int64_t n = args.b.rows;

@@ -645,7 +645,7 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   const qg::detail::Registry& r = qg::detail::cuda::registry();
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cuda(0)), &r);
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
-            (std::vector<std::string>{"cuda_wgmma_f16", "cuda_wgmma_folded", "cuda_wgmma", "cuda_mmvq", "cuda_mma",
+            (std::vector<std::string>{"cuda_wgmma_folded", "cuda_wgmma_f16", "cuda_wgmma", "cuda_mmvq", "cuda_mma",
                                       "cuda_dp4a_tiled", "cuda_generic", "dispatch"}));
   // The Q4_0 kernels come first (the integer family's follow: test_cuda_int*.cpp).
   ASSERT_GE(r.gemm.size(), 7u);

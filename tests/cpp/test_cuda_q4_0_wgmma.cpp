@@ -11,6 +11,7 @@
 // sm_90a image.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
 #include <qg/qg.h>
 
 #include "backend.h"
@@ -363,6 +365,25 @@ TEST_P(CudaQ4Wgmma, FoldedUnsafeScalesRecomputed) {
             ADD_FAILURE() << "C[" << i << "," << j << "] = " << got << ", exact " << want;
         }
     }
+  }
+}
+
+// The folded variant's 256-row tile (two m64 slices a warpgroup), taken
+// where its tiles alone cover the SMs: tails on both sides, C row-major and
+// transposed, and a W scale past what folds in a second slice's row (row
+// 230: warpgroup 1, slice 1), whose tiles are recomputed exactly.
+TEST_P(CudaQ4Wgmma, FoldedTallTile) {
+  if (!folded()) GTEST_SKIP() << "the folded variant's 256-row tile";
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  QG_SEEDED_RNG(rng, 14);
+  const int64_t m = 4200, n = std::max<int64_t>(1100, (sms + 16) / 17 * 128);  // >= sms tiles of 256 x 128
+  for (int layout = 0; layout < 3; ++layout) {
+    GemmCase c = random_case(rng, m, n, 256);
+    if (layout == 1) qgtest::set_c_layout(c, qg::DType::f32, 1, m + 3);
+    if (layout == 2) qgtest::store_u16(c.w_block(230, 5), 0x7000);  // 8192
+    SCOPED_TRACE("case " + std::to_string(layout));
+    check(c);
   }
 }
 
