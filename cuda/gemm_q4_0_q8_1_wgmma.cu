@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_q4_0_q8_1_wgmma.cu: Q4_0 x Q8_1 on Hopper's warpgroup MMAs
 // (sm_90a), from N = 7 (kMinN below); the decode GEMV takes fewer tokens.
-// Two registry entries: cuda_wgmma (int8 MMAs, every tile) and, from N = 65,
+// Three registry entries: cuda_wgmma (int8 MMAs, every tile); from N = 65
 // cuda_wgmma_f16 (the same kernel on fp16 codes, "The fp16 variant" below),
-// which gives the same bits.
+// which gives the same bits; and, tried first, from N = 33
+// cuda_wgmma_folded (the scales folded into fp16 operands, "The folded
+// variant" below), within the GEMM contract's NMSE but not those bits.
 //
 // What bounds a Q4_0 x Q8_1 GEMM on tensor cores is not the MMA but the
 // block-32 rescale: every output needs acc += d_w * d_a * isum once per 32
@@ -117,8 +119,9 @@ static_assert(kMinM * kWRowBytes % 1024 == 0 && kWRowBytes % 16 == 0, "W boxes: 
 // as fp16, two m64n32k16 MMAs a unit and block, fp32 sums.
 // kInFlight_: MMAs left queued while a unit is rescaled.
 // kFold_: the folded variant (cuda_wgmma_folded, "The folded variant"
-// below): fp16 operands with the scales inside them, one m64n128k16 MMA a
-// K step, the sums running across blocks; no scale table in the stages.
+// below): fp16 operands with the scales inside them, one m64n128k16 (or,
+// 64 tokens, m64n64k16) MMA a K step, the sums running across blocks; no
+// scale table in the stages.
 // kMSlices_: m64 slices of W rows a consumer warpgroup takes (the folded
 // variant's tile is 256 rows, two slices, so that W's cheap bytes, not the
 // activations' fp16 ones, grow with the tile).
@@ -127,7 +130,7 @@ template <int kUnitN_, int kUnits_, int kStages_, bool kF16_ = false, int kInFli
 struct Cfg {
   static constexpr int kUnitN = kUnitN_, kUnits = kUnits_, kStages = kStages_;
   static constexpr bool kF16 = kF16_, kFold = kFold_;
-  static_assert(!kFold || (kF16 && kUnitN * kUnits == 128), "the folded variant: fp16, one n128 MMA");
+  static_assert(!kFold || (kF16 && kUnitN == 32 && (kUnits == 2 || kUnits == 4)), "the folded variant: one n64 or n128 MMA");
   static constexpr int kMSlices = kMSlices_;
   static_assert(kMSlices == 1 || kFold, "several m64 slices: the folded variant's loop only");
   static constexpr int kBM = kMinM * kMSlices;           // W rows a tile
@@ -174,6 +177,7 @@ using CfgWideF16 = Cfg<32, 4, 2, true, 3>;
 // consumer warpgroup) x 128 tokens, two stages (82 or 100 KB each).
 using CfgFolded = Cfg<32, 4, 2, true, 1, true, 1>;
 using CfgFoldedTall = Cfg<32, 4, 2, true, 1, true, 2>;
+using CfgFolded64 = Cfg<32, 2, 4, true, 1, true, 1>;  // 64 tokens: four stages of 50 KB
 
 constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
 constexpr float kMagic = 12582912.0f;
@@ -187,6 +191,9 @@ constexpr int64_t kMinN = 7;
 // The fp16 variant (cuda_wgmma_f16) from this many tokens: it has only the
 // 128-token tile.
 constexpr int64_t kMinNF16 = 65;
+// The folded variant (cuda_wgmma_folded) from this many tokens: its tiles
+// are 64 and 128 tokens.
+constexpr int64_t kMinNFolded = 33;
 // The folded variant's operands are fp16(code x scale): exact products
 // rounded once. Scales up to these keep every such product below 2^15, far
 // inside fp16's range (65504): |d_a| <= 256 (|code| <= 128), |d_w| <= 4096
@@ -693,9 +700,10 @@ __device__ __forceinline__ void consume_stage(StageCtx<C>& c) {
 // activation as fp16(code x d_a), and W is unpacked to fp16(code - 8) and
 // multiplied by its block's d_w in registers (mul.rn.f16x2: the exact
 // product rounded once). The MMAs then sum the whole K range into one set of
-// fp32 sums, one wgmma.m64n128k16 a K step for all 128 tokens, and the
-// rescale is gone: per 16 K, a thread spends on W 4 LOP3, 4 sub and 4 mul
-// f16x2 and two loads, shared by 128 tokens.
+// fp32 sums, one wgmma.m64n128k16 a K step for all 128 tokens of the tile
+// (m64n64k16 for the 64-token tile of N <= 64), and the rescale is gone:
+// per 16 K, a thread spends on W 4 LOP3, 4 sub and 4 mul f16x2 and two
+// loads, shared by all the tile's tokens.
 //
 // The price is rounding: each operand carries a relative error of at most
 // 2^-11 (fp16's half ulp; a product of a code and a scale is never below
@@ -756,6 +764,13 @@ __device__ __forceinline__ void load_w_folded_slices(FoldCtx<C>& c, uint32_t w_r
     load_w_folded<kB>(w_row + sl * 64 * kWRowBytes, c.t, a[sl], c.f16_magic, c.f16_bias, c.worst);
 }
 
+// One K step of a slice: all the tile's tokens in one MMA.
+template <class C, uint32_t kB, int kA>
+__device__ __forceinline__ void folded_mma(float (&acc)[C::kUnits][C::kSums], uint32_t (&a)[8], uint32_t desc) {
+  if constexpr (C::kUnits == 4) wgmma::mma_f16_rs_n128<kB, kA>(acc, a, desc);
+  else wgmma::mma_f16_rs_n64<kB, kA>(acc, a, desc);
+}
+
 // Block b: its MMAs (two K steps x the slices, the slices alternating so
 // that consecutive MMAs add into different sums) as one group, then (after
 // the previous block's group retires) the next block's W unpacked into the
@@ -765,10 +780,10 @@ __device__ __forceinline__ void folded_block(FoldCtx<C>& c) {
   constexpr uint32_t kB = (b / C::kBlocksPerRow) * C::kSubTileBytes + C::kBlockCodeBytes * (b % C::kBlocksPerRow);
   wgmma::fence();
 #pragma unroll
-  for (int sl = 0; sl < C::kMSlices; ++sl) wgmma::mma_f16_rs_n128<kB, 0>(slice_acc<C>(c.acc, sl), c.a[b % 2][sl], c.codes_desc);
+  for (int sl = 0; sl < C::kMSlices; ++sl) folded_mma<C, kB, 0>(slice_acc<C>(c.acc, sl), c.a[b % 2][sl], c.codes_desc);
 #pragma unroll
   for (int sl = 0; sl < C::kMSlices; ++sl)
-    wgmma::mma_f16_rs_n128<kB + 32, 4>(slice_acc<C>(c.acc, sl), c.a[b % 2][sl], c.codes_desc);
+    folded_mma<C, kB + 32, 4>(slice_acc<C>(c.acc, sl), c.a[b % 2][sl], c.codes_desc);
   wgmma::commit_group();
   if constexpr (b + 1 < kBlocks) {
     wgmma::wait_group<1>();
@@ -1223,6 +1238,17 @@ bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
   return true;
 }
 
+bool gemm_wgmma_folded_can_run(const GemmArgs& args, std::string* why_not) {
+  if (!gemm_wgmma_can_run(args, why_not)) return false;
+  if (args.b.rows < kMinNFolded) {
+    if (why_not)
+      *why_not = "N=" + std::to_string(args.b.rows) + " < " + std::to_string(kMinNFolded) +
+                 " (its narrowest tile is 64 tokens; cuda_wgmma takes fewer)";
+    return false;
+  }
+  return true;
+}
+
 bool gemm_wgmma_f16_can_run(const GemmArgs& args, std::string* why_not) {
   if (!gemm_wgmma_can_run(args, why_not)) return false;
   if (args.b.rows < kMinNF16) {
@@ -1249,6 +1275,10 @@ Status run_any_tile(const GemmArgs& args, const QuantizeArgs* from_float, Stream
   if constexpr (kV == Variant::f16) {
     return run_tiles<CfgWideF16>(args, from_float, stream);
   } else if constexpr (kV == Variant::folded) {
+    // 64 tokens up to N = 64 (four stages of 50 KB); from N = 65 the
+    // 128-token tiles were faster (H200: 49.2 against 55.7 µs at N = 128,
+    // 4096 x 14336; docs/architecture.md).
+    if (args.b.rows <= CfgFolded64::BN) return run_tiles<CfgFolded64>(args, from_float, stream);
     // The 256-row tile where its tiles alone fill the SMs; otherwise the
     // 128-row one, which needs a split K half as often (measured on an
     // H200: docs/architecture.md, "The folded variant").

@@ -2,7 +2,7 @@
 // test_cuda_q4_0_wgmma.cpp: the warpgroup Q4_0 x Q8_1 kernels (cuda_wgmma,
 // its fp16 variant cuda_wgmma_f16 and its folded variant cuda_wgmma_folded),
 // each forced by name, on shapes inside their scope (M >= 128, N >= 7, or
-// N >= 65 for the fp16 and folded variants, K a multiple of 256,
+// N >= 65 for the fp16 variant, N >= 33 for the folded one, K a multiple of 256,
 // 16-byte-aligned rows), where the shared suite's small shapes are refused.
 // Against the float64 reference of test_util.h (NMSE <= 1e-6, NaN and Inf
 // exactly where the reference has them; the folded variant's bound widened
@@ -48,9 +48,8 @@ class CudaQ4Wgmma : public qgtest::CudaFixture<::testing::TestWithParam<std::str
   }
   bool f16() const { return GetParam() == kF16; }
   bool folded() const { return GetParam() == kFolded; }
-  bool wide_only() const { return f16() || folded(); }  // only the 128-token tile
   // The fewest tokens the kernel takes (its can_run says the same).
-  int64_t min_n() const { return wide_only() ? 65 : 7; }
+  int64_t min_n() const { return f16() ? 65 : folded() ? 33 : 7; }
   // Runs c on the kernel and checks it; fails if the kernel refused it.
   void check(GemmCase& c) {
     SCOPED_TRACE(c.describe());
@@ -79,9 +78,10 @@ TEST_P(CudaQ4Wgmma, TailsOfEveryTile) {
 // or C with m contiguous (x @ W^T, whose split partial tile is [token][W
 // row]).
 TEST_P(CudaQ4Wgmma, NarrowTilesEveryTail) {
-  if (wide_only()) GTEST_SKIP() << GetParam() << " has only the 128-token tile";
+  if (f16()) GTEST_SKIP() << GetParam() << " has only the 128-token tile";
   QG_SEEDED_RNG(rng, 8);
   for (int64_t n : {7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64}) {
+    if (n < min_n()) continue;  // the folded variant's narrowest tile is 64 tokens
     for (const Shape& s : {Shape{130, n, 256}, Shape{300, n, 4096}}) {
       for (int layout = 0; layout < 3; ++layout) {
         GemmCase c = random_case(rng, s.m, s.n, s.k);
@@ -96,9 +96,10 @@ TEST_P(CudaQ4Wgmma, NarrowTilesEveryTail) {
 
 // The non-finite path of a narrow tile (a scale in the second stage).
 TEST_P(CudaQ4Wgmma, NarrowTileNonFiniteScale) {
-  if (wide_only()) GTEST_SKIP() << GetParam() << " has only the 128-token tile";
+  if (f16()) GTEST_SKIP() << GetParam() << " has only the 128-token tile";
   QG_SEEDED_RNG(rng, 9);
   for (int64_t n : {12, 30, 50}) {
+    if (n < min_n()) continue;
     GemmCase c = random_case(rng, 140, n, 768);
     qgtest::store_u16(c.a_block(n - 2, 9), 0x7C00);
     qgtest::store_u16(c.w_block(3, 20), 0x7E00);
@@ -258,7 +259,7 @@ TEST_P(CudaQ4Wgmma, TensorMapsFollowTheShapeAtOneAddress) {
   QG_SEEDED_RNG(rng, 10);
   ArenaMemory arena;
   qgtest::GemmKernelTester same_addresses{qg::detail::cuda::registry(), GetParam(), arena};
-  const int64_t dn = wide_only() ? 64 : 0;  // the fp16 and folded variants' tokens start at 65
+  const int64_t dn = f16() ? 64 : folded() ? 32 : 0;  // the fp16 variant's tokens start at 65, the folded one's at 33
   for (const Shape& s : {Shape{256, 64, 512}, Shape{128, 64, 512}, Shape{256, 64, 256}, Shape{256, 32, 512},
                          Shape{256, 100, 1024}, Shape{256, 64, 512}}) {
     GemmCase c = random_case(rng, s.m, s.n + dn, s.k);
@@ -277,7 +278,8 @@ TEST_P(CudaQ4Wgmma, RefusesOutsideItsScope) {
   std::vector<Out> outs = {Out{127, 200, 256, 0, 0, "M=127"}, Out{200, 6, 256, 0, 0, "N=6"},
                            Out{200, 200, 288, 0, 0, "multiple of 256"}, Out{200, 200, 256, 2, 0, "16-byte"},
                            Out{200, 200, 256, 0, 4, "16-byte"}};
-  if (wide_only()) outs.push_back(Out{200, 64, 256, 0, 0, "N=64"});
+  if (f16()) outs.push_back(Out{200, 64, 256, 0, 0, "N=64"});
+  if (folded()) outs.push_back(Out{200, 32, 256, 0, 0, "N=32"});
   for (const Out& o : outs) {
     GemmCase c = random_case(rng, o.m, o.n, o.k, o.a_pad, o.b_pad);
     qgtest::GemmKernelTester one{qg::detail::cuda::registry(), GetParam(), mem_};  // its own refusal text
