@@ -65,6 +65,7 @@
 // (d = 0: they add nothing), and the epilogue stores only elements inside C.
 // K must be a multiple of 256 (whole stages; W rows 16-byte aligned).
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "bulk_copy.cuh"
@@ -1238,7 +1239,19 @@ bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
   return true;
 }
 
+// QG_CUDA_FOLDED=0 in the environment asks for the exact kernels: dispatch
+// then passes this one over (read at every call, so that a process can
+// switch; a getenv is far below a launch's cost).
+bool folded_turned_off() {
+  const char* v = std::getenv("QG_CUDA_FOLDED");
+  return v && v[0] == '0' && v[1] == '\0';
+}
+
 bool gemm_wgmma_folded_can_run(const GemmArgs& args, std::string* why_not) {
+  if (folded_turned_off()) {
+    if (why_not) *why_not = "QG_CUDA_FOLDED=0 in the environment asks for the exact kernels";
+    return false;
+  }
   if (!gemm_wgmma_can_run(args, why_not)) return false;
   if (args.b.rows < kMinNFolded) {
     if (why_not)

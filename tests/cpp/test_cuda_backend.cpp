@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -641,6 +642,29 @@ TEST_F(CudaBackend, DevicesReported) {
 // ------------------------------------------------------------ every CUDA kernel
 // The CUDA registry as data: which kernels serve q4_0 x q8_1, in dispatch
 // order, and the hardware each needs. Needs no GPU.
+// QG_CUDA_FOLDED=0 turns the folded kernel off (the exact ones then take its
+// shapes) and says so in its refusal; unset, it admits the same shape. Its
+// can_run judges the shape alone, so this needs no GPU.
+TEST(CudaRegistry, FoldedKernelTurnedOffByTheEnvironment) {
+  const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), "cuda_wgmma_folded");
+  ASSERT_NE(k, nullptr);
+  alignas(16) static uint8_t w[256 * 8 * 18], a[128 * 8 * 36];
+  qg::GemmArgs g;
+  g.a = {w, qg::Format::q4_0, 256, 256, 8 * 18, {}, {}};
+  g.b = {a, qg::Format::q8_1, 128, 256, 8 * 36, {}, {}};
+  g.fn = "qg.gemm";
+  std::string why;
+  ASSERT_EQ(unsetenv("QG_CUDA_FOLDED"), 0);
+  EXPECT_TRUE(k->can_run(g, &why)) << why;
+  ASSERT_EQ(setenv("QG_CUDA_FOLDED", "0", 1), 0);
+  why.clear();
+  EXPECT_FALSE(k->can_run(g, &why));
+  EXPECT_NE(why.find("QG_CUDA_FOLDED=0"), std::string::npos) << why;
+  ASSERT_EQ(setenv("QG_CUDA_FOLDED", "1", 1), 0);  // anything else leaves it on
+  EXPECT_TRUE(k->can_run(g, &why)) << why;
+  ASSERT_EQ(unsetenv("QG_CUDA_FOLDED"), 0);
+}
+
 TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   const qg::detail::Registry& r = qg::detail::cuda::registry();
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cuda(0)), &r);
