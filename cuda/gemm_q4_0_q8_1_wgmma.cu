@@ -1247,30 +1247,30 @@ bool folded_turned_off() {
   return v && v[0] == '0' && v[1] == '\0';
 }
 
+namespace {
+// cuda_wgmma's scope from min_n tokens; `tile` says why fewer are refused.
+bool can_run_from(const GemmArgs& args, std::string* why_not, int64_t min_n, const char* tile) {
+  if (!gemm_wgmma_can_run(args, why_not)) return false;
+  if (args.b.rows < min_n) {
+    if (why_not)
+      *why_not = "N=" + std::to_string(args.b.rows) + " < " + std::to_string(min_n) + " (" + tile +
+                 "; cuda_wgmma takes fewer)";
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
 bool gemm_wgmma_folded_can_run(const GemmArgs& args, std::string* why_not) {
   if (folded_turned_off()) {
     if (why_not) *why_not = "QG_CUDA_FOLDED=0 in the environment asks for the exact kernels";
     return false;
   }
-  if (!gemm_wgmma_can_run(args, why_not)) return false;
-  if (args.b.rows < kMinNFolded) {
-    if (why_not)
-      *why_not = "N=" + std::to_string(args.b.rows) + " < " + std::to_string(kMinNFolded) +
-                 " (its narrowest tile is 64 tokens; cuda_wgmma takes fewer)";
-    return false;
-  }
-  return true;
+  return can_run_from(args, why_not, kMinNFolded, "its narrowest tile is 64 tokens");
 }
 
 bool gemm_wgmma_f16_can_run(const GemmArgs& args, std::string* why_not) {
-  if (!gemm_wgmma_can_run(args, why_not)) return false;
-  if (args.b.rows < kMinNF16) {
-    if (why_not)
-      *why_not = "N=" + std::to_string(args.b.rows) + " < " + std::to_string(kMinNF16) +
-                 " (its one tile is 128 tokens; cuda_wgmma takes fewer)";
-    return false;
-  }
-  return true;
+  return can_run_from(args, why_not, kMinNF16, "its one tile is 128 tokens");
 }
 
 namespace {

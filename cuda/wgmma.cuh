@@ -228,36 +228,22 @@ __device__ __forceinline__ void mma_f16_rs_n32(float (&d)[16], uint32_t (&a)[8],
 // waited. scale-d is always 1: the sums run on across blocks (the folded
 // kernel's scales are inside its operands), and a tile's first MMA adds
 // onto zeros.
+// The asm prologue of an RS wgmma: predicate p = (operand P != 0) for
+// scale-d, and desc = {b_lo (operand LO) + the K step's offset (operand
+// OFF), the constant high word (operand HI)}.
+#define QG_DESC_PROLOGUE(P, LO, OFF, HI)                                          \
+  "{\n.reg .pred p;\n.reg .b32 lo, hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %" P ", 0;\n" \
+  "add.u32 lo, %" LO ", %" OFF ";\nmov.b32 hi, %" HI ";\nmov.b64 desc, {lo, hi};\n"
 #define QG_FACC16(d, q)                                                                                        \
   "+f"(d[q][0]), "+f"(d[q][1]), "+f"(d[q][2]), "+f"(d[q][3]), "+f"(d[q][4]), "+f"(d[q][5]), "+f"(d[q][6]),     \
       "+f"(d[q][7]), "+f"(d[q][8]), "+f"(d[q][9]), "+f"(d[q][10]), "+f"(d[q][11]), "+f"(d[q][12]), "+f"(d[q][13]), \
       "+f"(d[q][14]), "+f"(d[q][15])
-// The same with 64 tokens (two units' sums): wgmma.m64n64k16.
-template <uint32_t kBytes, int kA>
-__device__ __forceinline__ void mma_f16_rs_n64(float (&d)[2][16], uint32_t (&a)[8], uint32_t b_lo) {
-#if QG_WGMMA_ENABLED
-  static_assert(kA == 0 || kA == 4, "a[kA .. kA + 3] is one K step's fragment");
-  asm volatile(
-      "{\n.reg .pred p;\n.reg .b32 lo, hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %37, 0;\n"
-      "add.u32 lo, %36, %38;\nmov.b32 hi, %39;\nmov.b64 desc, {lo, hi};\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, desc, p, 1, 1, 0;\n}\n"
-      : QG_FACC16(d, 0), QG_FACC16(d, 1), "+r"(a[kA]), "+r"(a[kA + 1]), "+r"(a[kA + 2]), "+r"(a[kA + 3])
-      : "r"(b_lo), "r"(1), "n"(kBytes >> 4), "n"(kDescK128High));
-#else
-  __trap();
-#endif
-}
-
 template <uint32_t kBytes, int kA>
 __device__ __forceinline__ void mma_f16_rs_n128(float (&d)[4][16], uint32_t (&a)[8], uint32_t b_lo) {
 #if QG_WGMMA_ENABLED
   static_assert(kA == 0 || kA == 4, "a[kA .. kA + 3] is one K step's fragment");
   asm volatile(
-      "{\n.reg .pred p;\n.reg .b32 lo, hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %69, 0;\n"
-      "add.u32 lo, %68, %70;\nmov.b32 hi, %71;\nmov.b64 desc, {lo, hi};\n"
+      QG_DESC_PROLOGUE("69", "68", "70", "71")
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
@@ -271,7 +257,26 @@ __device__ __forceinline__ void mma_f16_rs_n128(float (&d)[4][16], uint32_t (&a)
   __trap();
 #endif
 }
+// The same with 64 tokens (two units' sums): wgmma.m64n64k16.
+template <uint32_t kBytes, int kA>
+__device__ __forceinline__ void mma_f16_rs_n64(float (&d)[2][16], uint32_t (&a)[8], uint32_t b_lo) {
+#if QG_WGMMA_ENABLED
+  static_assert(kA == 0 || kA == 4, "a[kA .. kA + 3] is one K step's fragment");
+  asm volatile(
+      QG_DESC_PROLOGUE("37", "36", "38", "39")
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, desc, p, 1, 1, 0;\n}\n"
+      : QG_FACC16(d, 0), QG_FACC16(d, 1), "+r"(a[kA]), "+r"(a[kA + 1]), "+r"(a[kA + 2]), "+r"(a[kA + 3])
+      : "r"(b_lo), "r"(1), "n"(kBytes >> 4), "n"(kDescK128High));
+#else
+  __trap();
+#endif
+}
+
 #undef QG_FACC16
+#undef QG_DESC_PROLOGUE
 
 // fence_operands for fp32 sums.
 template <int kRegs>
