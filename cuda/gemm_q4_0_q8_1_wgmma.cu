@@ -802,7 +802,7 @@ __device__ __forceinline__ void folded_blocks(FoldCtx<C>& c, std::integer_sequen
 // One stage of the folded variant, straight-line and ending with nothing in
 // flight (consume_stage says why). Decoding the next stage's first block
 // while this one's last MMAs ran, which means waiting for the next stage's
-// data before releasing this one, was measured slower on an H200 (1.14-1.55x
+// data before releasing this one, was measured slower on an H200 (1.15-1.41x
 // the time at N = 128..4096): with two stages in the ring it holds back the
 // producer's next copy.
 template <class C>
