@@ -703,8 +703,8 @@ __device__ __forceinline__ void consume_stage(StageCtx<C>& c) {
 // product rounded once). The MMAs then sum the whole K range into one set of
 // fp32 sums, one wgmma.m64n128k16 a K step for all 128 tokens of the tile
 // (m64n64k16 for the 64-token tile of N <= 64), and the rescale is gone:
-// per 16 K, a thread spends on W 4 LOP3, 4 sub and 4 mul f16x2 and two
-// loads, shared by all the tile's tokens.
+// per 16 K, a thread spends on W 4 LOP3, 4 sub and 4 mul f16x2 and two or
+// three shared loads, shared by all the tile's tokens.
 //
 // The price is rounding: each operand carries a relative error of at most
 // 2^-11 (fp16's half ulp; a product of a code and a scale is never below

@@ -147,6 +147,12 @@ __device__ __forceinline__ void mma_s8<256>(int (&d)[128], uint64_t a, uint64_t 
 #endif
 }
 
+// The asm prologue of an RS wgmma: predicate p = (operand P != 0) for
+// scale-d, and desc = {b_lo (operand LO) + the K step's offset (operand
+// OFF), the constant high word (operand HI)}.
+#define QG_DESC_PROLOGUE(P, LO, OFF, HI)                                          \
+  "{\n.reg .pred p;\n.reg .b32 lo, hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %" P ", 0;\n" \
+  "add.u32 lo, %" LO ", %" OFF ";\nmov.b32 hi, %" HI ";\nmov.b64 desc, {lo, hi};\n"
 // d += A (64 x 32, in registers) * B^T (N x 32, at the descriptor b_lo
 // advanced by kBytes), s8 x s8 -> s32, N / 2 sums a thread (n8 blocks j < N / 8).
 // N = 16 or 32. A's fragment is mma.sync.m16n8k32's, once per warp of the
@@ -167,8 +173,7 @@ __device__ __forceinline__ void mma_s8_rs(int (&d)[N / 2], int (&a)[4], uint32_t
   static_assert(N == 16 || N == 32, "m64n16k32 or m64n32k32");
   if constexpr (N == 32) {
     asm volatile(
-        "{\n.reg .pred p;\n.reg .b32 lo, hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %21, 0;\n"
-        "add.u32 lo, %20, %22;\nmov.b32 hi, %23;\nmov.b64 desc, {lo, hi};\n"
+        QG_DESC_PROLOGUE("21", "20", "22", "23")
         "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
         "}, {%16, %17, %18, %19}, desc, p;\n}\n"
@@ -176,8 +181,7 @@ __device__ __forceinline__ void mma_s8_rs(int (&d)[N / 2], int (&a)[4], uint32_t
         : "r"(b_lo), "r"(1), "n"(kBytes >> 4), "n"(kDescK128High));
   } else {
     asm volatile(
-        "{\n.reg .pred p;\n.reg .b32 lo, hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %13, 0;\n"
-        "add.u32 lo, %12, %14;\nmov.b32 hi, %15;\nmov.b64 desc, {lo, hi};\n"
+        QG_DESC_PROLOGUE("13", "12", "14", "15")
         "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 {"
         "%0, %1, %2, %3, %4, %5, %6, %7"
         "}, {%8, %9, %10, %11}, desc, p;\n}\n"
@@ -205,8 +209,7 @@ __device__ __forceinline__ void mma_f16_rs_n32(float (&d)[16], uint32_t (&a)[8],
 #if QG_WGMMA_ENABLED
   static_assert(kA == 0 || kA == 4, "a[kA .. kA + 3] is one K step's fragment");
   asm volatile(
-      "{\n.reg .pred p;\n.reg .b32 lo, hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %21, 0;\n"
-      "add.u32 lo, %20, %22;\nmov.b32 hi, %23;\nmov.b64 desc, {lo, hi};\n"
+      QG_DESC_PROLOGUE("21", "20", "22", "23")
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
       "}, {%16, %17, %18, %19}, desc, p, 1, 1, 0;\n}\n"
@@ -228,12 +231,6 @@ __device__ __forceinline__ void mma_f16_rs_n32(float (&d)[16], uint32_t (&a)[8],
 // waited. scale-d is always 1: the sums run on across blocks (the folded
 // kernel's scales are inside its operands), and a tile's first MMA adds
 // onto zeros.
-// The asm prologue of an RS wgmma: predicate p = (operand P != 0) for
-// scale-d, and desc = {b_lo (operand LO) + the K step's offset (operand
-// OFF), the constant high word (operand HI)}.
-#define QG_DESC_PROLOGUE(P, LO, OFF, HI)                                          \
-  "{\n.reg .pred p;\n.reg .b32 lo, hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %" P ", 0;\n" \
-  "add.u32 lo, %" LO ", %" OFF ";\nmov.b32 hi, %" HI ";\nmov.b64 desc, {lo, hi};\n"
 #define QG_FACC16(d, q)                                                                                        \
   "+f"(d[q][0]), "+f"(d[q][1]), "+f"(d[q][2]), "+f"(d[q][3]), "+f"(d[q][4]), "+f"(d[q][5]), "+f"(d[q][6]),     \
       "+f"(d[q][7]), "+f"(d[q][8]), "+f"(d[q][9]), "+f"(d[q][10]), "+f"(d[q][11]), "+f"(d[q][12]), "+f"(d[q][13]), \
