@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "backend.h"  // the kernel registries, for the JSON context
+#include "cpu/thread_pool.h"
 
 #ifndef QG_BENCH_CUDA
 #define QG_BENCH_CUDA 0
@@ -973,6 +974,25 @@ std::string gpu_read_floor(const void* p, int64_t bytes) {
 #else
 std::string gpu_read_floor(const void*, int64_t) { return "CUDA is not built"; }
 #endif
+
+std::string cpu_read_floor(const void* p, int64_t bytes) {
+  const auto* base = static_cast<const uint64_t*>(p);
+  const int64_t words = bytes / 8, tasks = g_cpu.threads;
+  std::atomic<uint64_t> sink{0};
+  qg::detail::cpu::ThreadPool::instance().parallel_for(tasks, [&](int64_t t) {
+    const int64_t lo = words * t / tasks, hi = words * (t + 1) / tasks;
+    uint64_t acc[8] = {};
+    int64_t i = lo;
+    for (; i + 8 <= hi; i += 8)  // one 64-byte line an iteration, eight independent chains
+      for (int j = 0; j < 8; ++j) acc[j] ^= base[i + j];
+    for (; i < hi; ++i) acc[0] ^= base[i];
+    uint64_t x = 0;
+    for (uint64_t a : acc) x ^= a;
+    sink.fetch_xor(x, std::memory_order_relaxed);
+  });
+  benchmark::DoNotOptimize(sink.load());
+  return {};
+}
 
 std::string qg_error(const char* what, const qg::Status& s) {
   if (s.ok()) return {};

@@ -238,12 +238,12 @@ std::vector<uint8_t> expected_buffer(const IntCase& c) {
 }
 
 // ------------------------------------------------------------------ kernels
-bool have_avx2() {
+bool cpu_has(uint32_t need) {
   qg::detail::DeviceCaps caps;
   if (!qg::detail::device_caps("qg.gemm", qg::Device::cpu(), &caps).ok()) return false;
-  const uint32_t need = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
   return (caps.cpu_features & need) == need;
 }
+bool have_avx2() { return cpu_has(qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c); }
 
 // Kernels serving (a, b), in registry order, then "dispatch" (qg::gemm).
 std::vector<const qg::detail::GemmKernel*> kernels_for(Format a, Format b) {
@@ -320,12 +320,15 @@ TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
   };
   EXPECT_EQ(order(Format::i8, Format::i8), (std::vector<std::string>{"cpu_i8_avx2", "cpu_int_reference", "dispatch"}));
   for (Format fb : {Format::f16, Format::bf16, Format::f32})
-    EXPECT_EQ(order(Format::i4, fb), (std::vector<std::string>{"cpu_wo_avx2", "cpu_wo_reference", "dispatch"}));
-  for (const qg::detail::GemmKernel& k : r.gemm)
-    if (std::string(k.name).find("avx2") != std::string::npos && k.a_format != Format::q4_0) {
-      const uint32_t avx2 = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
+    EXPECT_EQ(order(Format::i4, fb),
+              (std::vector<std::string>{"cpu_wo_avx512_vnni", "cpu_wo_avx2", "cpu_wo_reference", "dispatch"}));
+  const uint32_t avx2 = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
+  for (const qg::detail::GemmKernel& k : r.gemm) {
+    if (std::string(k.name).find("avx2") != std::string::npos && k.a_format != Format::q4_0)
       EXPECT_EQ(k.arch.cpu_features, avx2) << k.name;
-    }
+    if (std::string(k.name) == "cpu_wo_avx512_vnni")
+      EXPECT_EQ(k.arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni) << k.name;
+  }
 }
 
 TEST(CpuIntGemm, EveryPairAndShapeExactInt32) {
@@ -681,27 +684,153 @@ TEST(CpuWeightOnlyGemm, DeterministicAcrossThreadsAndPaths) {
     ASSERT_TRUE(k->run(wo_args(c, four), nullptr).ok());
     qg::set_cpu_threads(0);
     EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * 4), 0) << k->name;
+    // Column 2 alone (the N = 1 path) against the same column of the N = 5 call.
+    WoCase col = c;
+    col.n = 1;
+    const int64_t xs = qg::dtype_size(dtype_of(c.xf));
+    col.xbytes.assign(c.xbytes.begin() + 2 * c.w.k * xs, c.xbytes.begin() + 3 * c.w.k * xs);
+    std::vector<float> single;
+    ASSERT_TRUE(k->run(wo_args(col, single), nullptr).ok());
+    EXPECT_EQ(std::memcmp(single.data(), four.data() + 2 * c.w.rows, single.size() * 4), 0) << k->name;
   }
 }
 
-// cpu_wo_avx2 refuses K or groups not multiples of 32 (with the reason);
-// the reference serves those through dispatch.
-TEST(CpuWeightOnlyGemm, Avx2RefusesOddGroupsAndDispatchFallsBack) {
+const qg::detail::GemmKernel* wo_kernel(const char* name, Format xf) {
+  for (const qg::detail::GemmKernel* k : kernels_for(Format::i4, xf))
+    if (k && std::string(k->name) == name) return k;
+  ADD_FAILURE() << "no kernel " << name;
+  return nullptr;
+}
+
+// cpu_wo_avx2 refuses K or groups not multiples of 32, cpu_wo_avx512 also
+// groups other than 32, 64 and multiples of 128 (each with its reason);
+// dispatch falls back to the next kernel that takes the call.
+TEST(CpuWeightOnlyGemm, SimdKernelsRefuseGroupsTheyCannotLoadAndDispatchFallsBack) {
   QG_SEEDED_RNG(rng, 700);
-  WoCase c = make_wo(rng, Format::i4, Format::f32, 9, 2, 48, 16, DType::f32, true, DType::i32);
+  struct Case {
+    int64_t k, group;
+    bool avx2_takes;
+  };
+  for (const Case& cs : {Case{48, 16, false}, Case{192, 96, true}, Case{320, 160, true}}) {
+    SCOPED_TRACE("K=" + std::to_string(cs.k) + " group " + std::to_string(cs.group));
+    WoCase c = make_wo(rng, Format::i4, Format::f32, 9, 2, cs.k, cs.group, DType::f32, true, DType::i32);
+    const std::vector<double> ref = wo_reference(c);
+    std::vector<float> out;
+    qg::GemmArgs g = wo_args(c, out);
+    // can_run judges the shape whatever this CPU has (the ISA is the arch window's).
+    std::string why;
+    EXPECT_FALSE(wo_kernel("cpu_wo_avx512_vnni", Format::f32)->can_run(g, &why));
+    EXPECT_NE(why.find("group_size 32, 64 or a multiple of 128"), std::string::npos) << why;
+    why.clear();
+    EXPECT_EQ(wo_kernel("cpu_wo_avx2", Format::f32)->can_run(g, &why), cs.avx2_takes);
+    if (!cs.avx2_takes) EXPECT_NE(why.find("multiples of 32"), std::string::npos) << why;
+    qg::Explanation e;
+    ASSERT_TRUE(qg::explain(g, &e).ok());
+    EXPECT_EQ(e.chosen, cs.avx2_takes && have_avx2() ? "cpu_wo_avx2" : "cpu_wo_reference");
+    ASSERT_TRUE(qg::gemm(g).ok());
+    EXPECT_LE(qgtest::nmse(std::vector<double>(out.begin(), out.end()), ref), 1e-6);
+  }
+}
+
+// K past the last whole 128 codes (the AVX-512 kernel's masked last load,
+// its zero-padded activations and its partial groups of scales), groups of
+// 256 (two loads a group), every scale and zero-point dtype, on every kernel.
+TEST(CpuWeightOnlyGemm, KTailsAndLongGroups) {
+  uint64_t salt = 900;
+  struct Shape {
+    int64_t m, n, k, group;
+  };
+  for (Format xf : {Format::f32, Format::f16, Format::bf16})
+    for (const Shape& s : {Shape{5, 1, 32, 32}, Shape{67, 1, 96, 32}, Shape{9, 3, 160, 32}, Shape{7, 1, 192, 64},
+                           Shape{66, 5, 448, 64}, Shape{6, 1, 512, 256}, Shape{9, 2, 768, 256}, Shape{3, 1, 416, 32}})
+      for (int zp = 0; zp < 3; ++zp) {
+        QG_SEEDED_RNG(rng, ++salt);
+        const DType sdt = salt % 3 == 0 ? DType::f32 : salt % 3 == 1 ? DType::f16 : DType::bf16;
+        WoCase c = make_wo(rng, Format::i4, xf, s.m, s.n, s.k, s.group, sdt, zp != 0, zp == 2 ? DType::i32 : DType::i8);
+        const std::vector<double> ref = wo_reference(c);
+        SCOPED_TRACE(std::string(qg::format_traits(xf).name) + " group " + std::to_string(s.group) + " zp " +
+                     std::to_string(zp) + " M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) +
+                     " K=" + std::to_string(s.k));
+        for (const qg::detail::GemmKernel* k : kernels_for(Format::i4, xf)) {
+          std::vector<float> out;
+          qg::GemmArgs g = wo_args(c, out);
+          std::string why;
+          if (k && !qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) continue;
+          ASSERT_TRUE(!k || qgtest::gemm_kernel_admits(*k, g, &why)) << name_of(k) << ": " << why;
+          ASSERT_TRUE((k ? k->run(g, nullptr) : qg::gemm(g)).ok()) << name_of(k);
+          EXPECT_LE(qgtest::nmse(std::vector<double>(out.begin(), out.end()), ref), 1e-6) << name_of(k);
+          if (HasFailure()) return;
+        }
+      }
+}
+
+// Sets x[j][x] to v (rounded to the activations' dtype), in bytes and values.
+void set_x(WoCase& c, int64_t j, int64_t x, float v) {
+  const DType d = dtype_of(c.xf);
+  const int64_t i = j * c.w.k + x;
+  c.x[i] = qgtest::encode_float(&c.xbytes[i * qg::dtype_size(d)], d, v);
+}
+
+// cpu_wo_avx512_vnni carries each activation in block fixed point: within
+// 2^-21 of its 32-block's largest |x|. Activations spanning 2^-12..2^3 inside
+// each block (and one block 1e3 x larger, an outlier channel): every output
+// within that bound plus fp32 rounding, and the NMSE within the contract.
+TEST(CpuWeightOnlyGemm, Avx512VnniFixedPointWithinItsBound) {
+  const qg::detail::GemmKernel* k = wo_kernel("cpu_wo_avx512_vnni", Format::f32);
+  std::string why;
+  if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) GTEST_SKIP() << why;
+  uint64_t salt = 950;
+  for (Format xf : {Format::f32, Format::f16, Format::bf16}) {
+    QG_SEEDED_RNG(rng, ++salt);
+    WoCase c = make_wo(rng, Format::i4, xf, 37, 3, 1024, 128, DType::f16, true, DType::i8);
+    for (int64_t j = 0; j < c.n; ++j)
+      for (int64_t x = 0; x < c.w.k; ++x) {
+        const float mag = std::ldexp(1.0f, static_cast<int>(rng() % 15) - 12);  // f16 keeps all
+        set_x(c, j, x, (rng() % 2 ? mag : -mag) * qgtest::uniform(rng, 1.0f, 2.0f) * (x / 32 == 5 ? 1e3f : 1.0f));
+      }
+    const std::vector<double> ref = wo_reference(c);
+    std::vector<float> out;
+    ASSERT_TRUE(k->run(wo_args(c, out), nullptr).ok());
+    const int64_t m = c.w.rows, kk = c.w.k, groups = kk / c.group;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double bound = 0;
+        for (int64_t b = 0; b < kk / 32; ++b) {
+          double amax = 0;
+          for (int64_t x = 32 * b; x < 32 * b + 32; ++x) amax = std::max(amax, std::fabs(double(c.x[j * kk + x])));
+          for (int64_t x = 32 * b; x < 32 * b + 32; ++x) {
+            const int64_t gi = i * groups + x / c.group;
+            const double w = std::fabs(c.scale_values[gi] * (c.w.code(i, x) - c.zp_values[gi]));
+            bound += w * (std::ldexp(amax, -21) + 1e-6 * std::fabs(double(c.x[j * kk + x])));
+          }
+        }
+        EXPECT_LE(std::fabs(out[j * m + i] - ref[j * m + i]), bound)
+            << qg::format_traits(xf).name << " C[" << i << ", " << j << "]";
+        if (HasFailure()) return;
+      }
+    EXPECT_LE(qgtest::nmse(std::vector<double>(out.begin(), out.end()), ref), 1e-6) << qg::format_traits(xf).name;
+  }
+}
+
+// Activations holding Inf or NaN have no fixed-point form: the VNNI kernel
+// hands the call to the fp32 kernel, and every output is what the float64
+// reference gives (+-Inf, NaN, or finite where its row and column are).
+TEST(CpuWeightOnlyGemm, Avx512VnniNonFiniteActivationsMatchTheReference) {
+  const qg::detail::GemmKernel* k = wo_kernel("cpu_wo_avx512_vnni", Format::f16);
+  std::string why;
+  if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) GTEST_SKIP() << why;
+  QG_SEEDED_RNG(rng, 990);
+  WoCase c = make_wo(rng, Format::i4, Format::f16, 9, 4, 256, 64, DType::f32, false, DType::i8);
+  set_x(c, 1, 70, std::numeric_limits<float>::infinity());
+  set_x(c, 2, 3, std::numeric_limits<float>::quiet_NaN());
   const std::vector<double> ref = wo_reference(c);
   std::vector<float> out;
-  qg::GemmArgs g = wo_args(c, out);
-  if (have_avx2()) {
-    std::string why;
-    EXPECT_FALSE(qgtest::gemm_kernel_admits(*kernels_for(Format::i4, Format::f32)[0], g, &why));
-    EXPECT_NE(why.find("multiples of 32"), std::string::npos) << why;
+  ASSERT_TRUE(k->run(wo_args(c, out), nullptr).ok());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(ref[i])) EXPECT_TRUE(std::isnan(out[i])) << i;
+    else if (std::isinf(ref[i])) EXPECT_EQ(double(out[i]), ref[i]) << i;
+    else EXPECT_NEAR(out[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << i;
   }
-  qg::Explanation e;
-  ASSERT_TRUE(qg::explain(g, &e).ok());
-  EXPECT_EQ(e.chosen, "cpu_wo_reference");
-  ASSERT_TRUE(qg::gemm(g).ok());
-  EXPECT_LE(qgtest::nmse(std::vector<double>(out.begin(), out.end()), ref), 1e-6);
 }
 
 // ------------------------------------------------------------------ quantize rules

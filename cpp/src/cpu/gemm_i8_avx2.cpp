@@ -41,6 +41,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/call_scratch.h"
 #include "epilogue.h"
 
 namespace qg::detail::cpu {
@@ -152,15 +153,6 @@ void widen_rows(const uint8_t* B, int64_t row_stride, int64_t k, int64_t kp, int
   }
 }
 
-// The widened B rows (2 bytes a code) and B's sums. Up to kKeptBytes they
-// are kept per calling thread and only grown, so a stream of GEMV calls
-// allocates nothing; a larger buffer lives for its call only.
-constexpr size_t kKeptBytes = size_t{4} << 20;
-std::vector<uint8_t>& kept_buffer() {
-  thread_local std::vector<uint8_t> buf;
-  return buf;
-}
-
 }  // namespace
 
 Status gemm_i8_avx2(const GemmArgs& g) {
@@ -173,12 +165,10 @@ Status gemm_i8_avx2(const GemmArgs& g) {
   const int64_t kp = (k + 15) & ~int64_t{15};
 
   const size_t wide_bytes = static_cast<size_t>(n_rows * kp) * 2;
-  const size_t need = wide_bytes + static_cast<size_t>(n_rows) * 4 + 32;
-  std::vector<uint8_t> own;
-  std::vector<uint8_t>& buf = need <= kKeptBytes ? kept_buffer() : own;
-  if (buf.size() < need) buf.resize(need);
-  auto* wide = reinterpret_cast<int16_t*>(buf.data());
-  auto* sum_b = reinterpret_cast<int32_t*>(buf.data() + wide_bytes);
+  std::vector<uint8_t> own;  // the widened B rows (2 bytes a code) and B's sums
+  uint8_t* scratch = call_scratch(wide_bytes + static_cast<size_t>(n_rows) * 4, own);
+  auto* wide = reinterpret_cast<int16_t*>(scratch);
+  auto* sum_b = reinterpret_cast<int32_t*>(scratch + wide_bytes);
   {
     const int64_t per = 8;
     run_tiles((n_rows + per - 1) / per, n_rows * k * 8, [&](int64_t t) {

@@ -43,6 +43,8 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/call_scratch.h"
+#include "cpu/float_elem.h"
 #include "epilogue.h"
 
 namespace qg::detail::cpu {
@@ -55,52 +57,13 @@ constexpr int kStepRowsN1 = 4;  // measured best of 2, 3, 4 on Zen 3 (more spill
 constexpr int64_t kPrefetchBytes = 768;
 constexpr float kLoScale = 1.0f / 268435456.0f;  // 2^-28
 
-inline float load_f32(const uint8_t* p) {
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-inline uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-inline float bf16_value(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float v;
-  std::memcpy(&v, &u, 4);
-  return v;
-}
-
-// A float element of dtype d at p (activations, scales).
-inline float load_elem(const uint8_t* p, DType d) {
-  if (d == DType::f32) return load_f32(p);
-  if (d == DType::f16) return _cvtsh_ss(load_u16(p));
-  return bf16_value(load_u16(p));
-}
-
-// Group g's scale and zero point of W row m.
-inline float group_scale(const OutsideScales& s, int64_t m, int64_t g) {
-  const int64_t i = m * s.row_stride + g;
-  const auto* p = static_cast<const uint8_t*>(s.data);
-  return load_elem(p + i * (s.dtype == DType::f32 ? 4 : 2), s.dtype);
-}
-inline float group_zero_point(const OutsideScales& z, int64_t m, int64_t g) {
-  const int64_t i = m * z.row_stride + g;
-  const auto* p = static_cast<const uint8_t*>(z.data);
-  if (z.dtype == DType::i8) return static_cast<float>(static_cast<int8_t>(p[i]));
-  int32_t v;
-  std::memcpy(&v, p + 4 * i, 4);
-  return static_cast<float>(v);
-}
-
 // X rows n0..n1-1 rearranged (see the header) into xp ([n][k]) and, with zero
 // points, each group's per-lane sums of x into xs ([n][groups][8]).
 void prepare_x(const Operand& b, int64_t n0, int64_t n1, int64_t groups, int64_t chunks_per_group, float* xp,
                float* xs) {
   const int64_t k = b.k;
   const int64_t es = b.format == Format::f32 ? 4 : 2;
-  const DType d = b.format == Format::f32 ? DType::f32 : b.format == Format::f16 ? DType::f16 : DType::bf16;
+  const DType d = float_dtype(b.format);
   for (int64_t n = n0; n < n1; ++n) {
     const auto* src = static_cast<const uint8_t*>(b.data) + n * b.row_stride;
     float* dst = xp + n * k;
@@ -188,15 +151,6 @@ void tile(const uint8_t* const* w, const int64_t* rows, const float* const* xp, 
 using TileFn = void (*)(const uint8_t* const*, const int64_t*, const float* const*, const float* const*,
                         const OutsideScales&, const OutsideScales&, int64_t, int64_t, int64_t, float (*)[4]);
 
-// The per-call rearranged X (4 bytes a code) and group sums. Up to
-// kKeptBytes they are kept per calling thread and only grown, so a stream of
-// decode calls allocates nothing; a larger buffer lives for its call only.
-constexpr size_t kKeptBytes = size_t{4} << 20;
-std::vector<uint8_t>& kept_buffer() {
-  thread_local std::vector<uint8_t> buf;
-  return buf;
-}
-
 template <bool ZP>
 Status run(const GemmArgs& g) {
   const int64_t m_rows = g.a.rows, n_rows = g.b.rows, k = g.a.k;
@@ -206,12 +160,10 @@ Status run(const GemmArgs& g) {
   const auto* W = static_cast<const uint8_t*>(g.a.data);
 
   const size_t xp_bytes = static_cast<size_t>(n_rows * k) * 4;
-  const size_t need = xp_bytes + (ZP ? static_cast<size_t>(n_rows * groups) * 32 : 0) + 32;
-  std::vector<uint8_t> own;
-  std::vector<uint8_t>& buf = need <= kKeptBytes ? kept_buffer() : own;
-  if (buf.size() < need) buf.resize(need);
-  auto* xp = reinterpret_cast<float*>(buf.data());
-  float* xs = ZP ? reinterpret_cast<float*>(buf.data() + xp_bytes) : nullptr;
+  std::vector<uint8_t> own;  // the rearranged X (4 bytes a code) and its group sums
+  uint8_t* scratch = call_scratch(xp_bytes + (ZP ? static_cast<size_t>(n_rows * groups) * 32 : 0), own);
+  auto* xp = reinterpret_cast<float*>(scratch);
+  float* xs = ZP ? reinterpret_cast<float*>(scratch + xp_bytes) : nullptr;
   {
     const int64_t per = 8;
     run_tiles((n_rows + per - 1) / per, n_rows * k * 8, [&](int64_t t) {

@@ -23,6 +23,11 @@ Status gemm_i8_avx2(const GemmArgs& args);
 // i4 weights with group scales x f32/f16/bf16 activations, fp32 sums;
 // K and the group size multiples of 32, K-contiguous operands.
 Status gemm_wo_avx2(const GemmArgs& args);
+// The same with AVX-512 VNNI: integer products of the codes and the
+// activations in block fixed point (gemm_wo_avx512vnni.cpp says how exact);
+// callable only where cpu_features().avx512_vnni and the AVX2 features.
+// Groups of 32, 64 or a multiple of 128, K-contiguous operands.
+Status gemm_wo_avx512vnni(const GemmArgs& args);
 
 // The codes and scale of quant_block.h's quantize_codes_q8 for one block of
 // 32 finite floats, with AVX2 (callable only where cpu_features().avx2);

@@ -44,6 +44,20 @@ bool wo_avx2_can_run(const GemmArgs& g, std::string* why_not) {
   return k_contiguous(g, why_not);
 }
 
+// One 64-byte load holds 128 codes; every 8-code lane must lie in one group,
+// and a chunk's groups must be loadable together: groups of 32 or 64 codes,
+// or a multiple of 128.
+bool wo_avx512_can_run(const GemmArgs& g, std::string* why_not) {
+  const int64_t gs = g.a.scales.group_size;
+  if (g.a.k % 32 != 0 || !(gs == 32 || gs == 64 || (gs > 0 && gs % 128 == 0))) {
+    if (why_not)
+      *why_not = "needs K a multiple of 32 and group_size 32, 64 or a multiple of 128 (K=" + std::to_string(g.a.k) +
+                 ", group_size=" + std::to_string(gs) + ")";
+    return false;
+  }
+  return k_contiguous(g, why_not);
+}
+
 constexpr ArchWindow kAnyCpu{};
 constexpr ArchWindow kAvx2{0, 0, false, kCpuAvx2 | kCpuFma | kCpuF16c};
 // kCpuAvx512Vnni stands for AVX-512 F + BW + VL + VNNI with ZMM state saved by
@@ -64,6 +78,9 @@ Registry make_registry() {
   // with group scales times float activations (weight-only).
   r.gemm.push_back({"cpu_i8_avx2", Format::i8, Format::i8, kAvx2, kEpiAll, i8_avx2_can_run,
                     [](const GemmArgs& a, Stream) { return gemm_i8_avx2(a); }});
+  for (Format fb : {Format::f16, Format::bf16, Format::f32})
+    r.gemm.push_back({"cpu_wo_avx512_vnni", Format::i4, fb, kAvx512Vnni, kEpiFloatAll, wo_avx512_can_run,
+                      [](const GemmArgs& a, Stream) { return gemm_wo_avx512vnni(a); }});
   for (Format fb : {Format::f16, Format::bf16, Format::f32})
     r.gemm.push_back({"cpu_wo_avx2", Format::i4, fb, kAvx2, kEpiFloatAll, wo_avx2_can_run,
                       [](const GemmArgs& a, Stream) { return gemm_wo_avx2(a); }});

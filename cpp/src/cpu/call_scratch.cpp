@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: MIT
+// call_scratch.cpp: see call_scratch.h.
+#include "cpu/call_scratch.h"
+
+namespace qg::detail::cpu {
+
+uint8_t* call_scratch(size_t bytes, std::vector<uint8_t>& own) {
+  thread_local std::vector<uint8_t> kept;
+  std::vector<uint8_t>& buf = bytes <= kKeptScratchBytes ? kept : own;
+  // 63 spare bytes: the returned pointer is rounded up to a cache line, so
+  // the kernels' 64-byte vector loads of it never split lines.
+  if (buf.size() < bytes + 63) buf.resize(bytes + 63);
+  const auto p = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - (p & 63)) & 63);
+}
+
+}  // namespace qg::detail::cpu
