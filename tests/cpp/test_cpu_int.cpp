@@ -318,7 +318,8 @@ TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
     for (const qg::detail::GemmKernel* k : kernels_for(a, b)) names.push_back(name_of(k));
     return names;
   };
-  EXPECT_EQ(order(Format::i8, Format::i8), (std::vector<std::string>{"cpu_i8_avx2", "cpu_int_reference", "dispatch"}));
+  EXPECT_EQ(order(Format::i8, Format::i8),
+            (std::vector<std::string>{"cpu_i8_avx512_vnni", "cpu_i8_avx2", "cpu_int_reference", "dispatch"}));
   for (Format fb : {Format::f16, Format::bf16, Format::f32})
     EXPECT_EQ(order(Format::i4, fb),
               (std::vector<std::string>{"cpu_wo_avx512_vnni", "cpu_wo_avx2", "cpu_wo_reference", "dispatch"}));
@@ -326,8 +327,24 @@ TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
   for (const qg::detail::GemmKernel& k : r.gemm) {
     if (std::string(k.name).find("avx2") != std::string::npos && k.a_format != Format::q4_0)
       EXPECT_EQ(k.arch.cpu_features, avx2) << k.name;
-    if (std::string(k.name) == "cpu_wo_avx512_vnni")
+    if (std::string(k.name) == "cpu_wo_avx512_vnni" || std::string(k.name) == "cpu_i8_avx512_vnni")
       EXPECT_EQ(k.arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni) << k.name;
+  }
+}
+
+// The VNNI decode kernel takes N <= 4 and says why it refuses more;
+// dispatch then takes the AVX2 kernel (or the reference), with the same bits.
+TEST(CpuIntGemm, VnniDecodeKernelTakesUpToFourRowsOfB) {
+  QG_SEEDED_RNG(rng, 45);
+  const qg::detail::GemmKernel* vnni = kernels_for(Format::i8, Format::i8)[0];
+  ASSERT_STREQ(vnni->name, "cpu_i8_avx512_vnni");
+  for (int64_t n : {4, 5}) {
+    IntCase c = make_case(rng, Format::i8, Format::i8, 70, n, 200);
+    const qg::GemmArgs g = args_of(c);
+    std::string why;
+    EXPECT_EQ(vnni->can_run(g, &why), n <= 4) << why;
+    if (n > 4) EXPECT_NE(why.find("N=5 is above its 4"), std::string::npos) << why;
+    check_all_kernels(c);
   }
 }
 
@@ -418,12 +435,15 @@ TEST(CpuIntGemm, KMajorOperands) {
         EXPECT_GE(check_all_kernels(c), 1) << "no kernel took a K-major b";
         if (HasFailure()) return;
       }
-  if (!have_avx2()) return;
+  // can_run judges the layout whatever this CPU has (the ISA is the arch window's).
   IntCase c = make_case(rng, Format::i8, Format::i8, 4, 4, 64, true);
-  std::string why;
   const qg::GemmArgs g = args_of(c);
-  EXPECT_FALSE(qgtest::gemm_kernel_admits(*kernels_for(Format::i8, Format::i8)[0], g, &why));
-  EXPECT_NE(why.find("not contiguous along K"), std::string::npos) << why;
+  for (const qg::detail::GemmKernel* k : kernels_for(Format::i8, Format::i8)) {
+    if (!k || std::string(k->name) == "cpu_int_reference") continue;
+    std::string why;
+    EXPECT_FALSE(k->can_run(g, &why)) << k->name;
+    EXPECT_NE(why.find("not contiguous along K"), std::string::npos) << k->name << ": " << why;
+  }
 }
 
 // Every output dtype, row / column scales (per row and the one-element

@@ -33,6 +33,17 @@ bool k_contiguous(const GemmArgs& g, std::string* why_not) {
 
 bool i8_avx2_can_run(const GemmArgs& g, std::string* why_not) { return k_contiguous(g, why_not); }
 
+// The decode kernel streams A once against up to four rows of B held in
+// registers; wider calls go to cpu_i8_avx2's cache tiles.
+constexpr int64_t kI8VnniMaxN = 4;
+bool i8_avx512vnni_can_run(const GemmArgs& g, std::string* why_not) {
+  if (g.b.rows > kI8VnniMaxN) {
+    if (why_not) *why_not = "N=" + std::to_string(g.b.rows) + " is above its " + std::to_string(kI8VnniMaxN);
+    return false;
+  }
+  return k_contiguous(g, why_not);
+}
+
 // 32 codes (16 bytes) per step, and a group's sum made whole before its scale.
 bool wo_avx2_can_run(const GemmArgs& g, std::string* why_not) {
   if (g.a.k % 32 != 0 || g.a.scales.group_size % 32 != 0) {
@@ -76,6 +87,8 @@ Registry make_registry() {
   };
   // The integer family: every pair of integer formats, and integer weights
   // with group scales times float activations (weight-only).
+  r.gemm.push_back({"cpu_i8_avx512_vnni", Format::i8, Format::i8, kAvx512Vnni, kEpiAll, i8_avx512vnni_can_run,
+                    [](const GemmArgs& a, Stream) { return gemm_i8_avx512vnni(a); }});
   r.gemm.push_back({"cpu_i8_avx2", Format::i8, Format::i8, kAvx2, kEpiAll, i8_avx2_can_run,
                     [](const GemmArgs& a, Stream) { return gemm_i8_avx2(a); }});
   for (Format fb : {Format::f16, Format::bf16, Format::f32})
