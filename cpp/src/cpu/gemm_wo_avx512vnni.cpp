@@ -45,14 +45,18 @@
 // Activations holding Inf or NaN have no fixed-point form: such a call runs
 // on cpu_wo_avx2, whose fp32 products carry them as the reference does.
 //
-// N = 1 streams W as the AVX2 kernel does: four rows a step, 64-row tasks,
-// a software prefetch 4 KiB ahead on each row that runs on into the task's
-// next four rows. It prefetches into L2 (prefetcht1): on a 2-core Zen 4 VM,
-// interleaved over three rounds, 995-1054 us against 1087-1210 with
-// prefetcht0 at 4096 x 14336, and 1155-1293 against 1278-1413 at
-// 14336 x 4096 (distances of 2, 4 and 8 KiB were level within the noise).
-// N > 1: tasks of 16 W rows by 64 X rows, each W row's codes unpacked once
-// per four X rows.
+// Work split, one for every N: tasks of 64 W rows by up to 64 X rows. A
+// task steps through its W rows four at a time against four X rows at a
+// time (16 accumulators); the first four X rows stream W from memory with a
+// software prefetch 4 KiB ahead on each row that runs on into the next
+// four rows, and the further X rows find the task's W rows (64 x K / 2
+// bytes: 448 KB at K = 14336) in L2. The prefetch goes into L2
+// (prefetcht1): on a 2-core Zen 4 VM, interleaved over three rounds at
+// N = 1, 995-1054 us against 1087-1210 with prefetcht0 at 4096 x 14336, and
+// 1155-1293 against 1278-1413 at 14336 x 4096 (distances of 2, 4 and 8 KiB
+// were level within the noise). Streaming four X rows at once, rather than
+// one W row against tiles of X rows, took N = 2 from 3.7 to 1.9 ms and
+// N = 8 from 10.3 to 6.8 ms at 4096 x 14336.
 #include "cpu/kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
@@ -76,8 +80,9 @@ constexpr int64_t kChunkBytes = kChunk / 2;
 constexpr int64_t kLanes = 16;
 constexpr int64_t kBlock = 32;      // activations sharing one power of two
 constexpr int kMagnitudeBits = 20;  // |x_int| <= 2^20
-constexpr int64_t kRowsPerTaskN1 = 64;
-constexpr int kStepRowsN1 = 4;
+constexpr int kStepRows = 4;        // W rows a step, against up to four X rows
+constexpr int64_t kTaskRows = 64;   // W rows of a task: 64 x 7 KB stay in L2 between passes
+constexpr int64_t kTaskCols = 64;   // X rows of a task
 constexpr int64_t kPrefetchBytes = 4096;
 
 // What the loops need to know about K and the groups.
@@ -286,46 +291,36 @@ void run(const GemmArgs& g, const Layout& L, const XChunk* xc) {
   const int64_t m_rows = g.a.rows, n_rows = g.b.rows;
   const EpilogueParams ep = epilogue_params(g);
   const auto* W = static_cast<const uint8_t*>(g.a.data);
-
-  if (n_rows == 1) {
-    const int64_t tasks = (m_rows + kRowsPerTaskN1 - 1) / kRowsPerTaskN1;
-    run_tiles(tasks, m_rows * L.k, [&](int64_t t) {
-      const int64_t m0 = t * kRowsPerTaskN1, m1 = m0 + kRowsPerTaskN1 < m_rows ? m0 + kRowsPerTaskN1 : m_rows;
-      const XChunk* x[1] = {xc};
-      for (int64_t m = m0; m < m1; m += kStepRowsN1) {
-        const int rows = static_cast<int>(m1 - m < kStepRowsN1 ? m1 - m : kStepRowsN1);
-        const uint8_t* w[kStepRowsN1];
-        int64_t idx[kStepRowsN1];
-        for (int r = 0; r < kStepRowsN1; ++r) {
-          idx[r] = m + (r < rows ? r : rows - 1);
-          w[r] = W + idx[r] * g.a.row_stride;
-        }
-        float out[kStepRowsN1][4];
-        const int64_t next = m + kStepRowsN1 < m1 ? kStepRowsN1 * g.a.row_stride : 0;
-        tile<kStepRowsN1, 1, ZP, true>(w, idx, x, L, g.a.scales, g.a.zero_points, next, out);
-        for (int r = 0; r < rows; ++r) epilogue_store(ep, m + r, 0, out[r][0]);
-      }
-    });
-    return;
-  }
-
-  static constexpr TileFn kTiles[5] = {nullptr, tile<1, 1, ZP, false>, tile<1, 2, ZP, false>,
-                                       tile<1, 3, ZP, false>, tile<1, 4, ZP, false>};
-  const int64_t tiles_m = (m_rows + kTileM - 1) / kTileM;
-  const int64_t tiles_n = (n_rows + kTileN - 1) / kTileN;
+  // The first pass over a task's W rows streams them from memory (prefetched);
+  // the passes for further X rows find them in L2.
+  static constexpr TileFn kFirst[5] = {nullptr, tile<kStepRows, 1, ZP, true>, tile<kStepRows, 2, ZP, true>,
+                                       tile<kStepRows, 3, ZP, true>, tile<kStepRows, 4, ZP, true>};
+  static constexpr TileFn kAgain[5] = {nullptr, tile<kStepRows, 1, ZP, false>, tile<kStepRows, 2, ZP, false>,
+                                       tile<kStepRows, 3, ZP, false>, tile<kStepRows, 4, ZP, false>};
+  const int64_t tiles_m = (m_rows + kTaskRows - 1) / kTaskRows;
+  const int64_t tiles_n = (n_rows + kTaskCols - 1) / kTaskCols;
   run_tiles(tiles_m * tiles_n, m_rows * n_rows * L.k, [&](int64_t t) {
-    const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
-    const int64_t m1 = m0 + kTileM < m_rows ? m0 + kTileM : m_rows;
-    const int64_t n1 = n0 + kTileN < n_rows ? n0 + kTileN : n_rows;
+    const int64_t m0 = (t / tiles_n) * kTaskRows, n0 = (t % tiles_n) * kTaskCols;
+    const int64_t m1 = m0 + kTaskRows < m_rows ? m0 + kTaskRows : m_rows;
+    const int64_t n1 = n0 + kTaskCols < n_rows ? n0 + kTaskCols : n_rows;
     for (int64_t n = n0; n < n1; n += 4) {
       const int cols = static_cast<int>(n1 - n < 4 ? n1 - n : 4);
       const XChunk* x[4];
       for (int j = 0; j < 4; ++j) x[j] = xc + (n + (j < cols ? j : 0)) * L.chunks;
-      for (int64_t m = m0; m < m1; ++m) {
-        const uint8_t* w[1] = {W + m * g.a.row_stride};
-        float out[1][4];
-        kTiles[cols](w, &m, x, L, g.a.scales, g.a.zero_points, 0, out);
-        for (int j = 0; j < cols; ++j) epilogue_store(ep, m, n + j, out[0][j]);
+      const TileFn tile_fn = n == n0 ? kFirst[cols] : kAgain[cols];
+      for (int64_t m = m0; m < m1; m += kStepRows) {
+        const int rows = static_cast<int>(m1 - m < kStepRows ? m1 - m : kStepRows);
+        const uint8_t* w[kStepRows];
+        int64_t idx[kStepRows];
+        for (int r = 0; r < kStepRows; ++r) {
+          idx[r] = m + (r < rows ? r : rows - 1);
+          w[r] = W + idx[r] * g.a.row_stride;
+        }
+        float out[kStepRows][4];
+        const int64_t next = m + kStepRows < m1 ? kStepRows * g.a.row_stride : 0;
+        tile_fn(w, idx, x, L, g.a.scales, g.a.zero_points, next, out);
+        for (int r = 0; r < rows; ++r)
+          for (int j = 0; j < cols; ++j) epilogue_store(ep, m + r, n + j, out[r][j]);
       }
     }
   });
