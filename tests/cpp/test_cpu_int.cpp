@@ -325,10 +325,13 @@ TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
               (std::vector<std::string>{"cpu_wo_avx512_vnni", "cpu_wo_avx2", "cpu_wo_reference", "dispatch"}));
   const uint32_t avx2 = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
   for (const qg::detail::GemmKernel& k : r.gemm) {
-    if (std::string(k.name).find("avx2") != std::string::npos && k.a_format != Format::q4_0)
-      EXPECT_EQ(k.arch.cpu_features, avx2) << k.name;
-    if (std::string(k.name) == "cpu_wo_avx512_vnni" || std::string(k.name) == "cpu_i8_avx512_vnni")
-      EXPECT_EQ(k.arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni) << k.name;
+    const std::string name = k.name;
+    if (name.find("avx2") != std::string::npos && k.a_format != Format::q4_0) {
+      EXPECT_EQ(k.arch.cpu_features, avx2) << name;
+    }
+    if (name == "cpu_wo_avx512_vnni" || name == "cpu_i8_avx512_vnni") {
+      EXPECT_EQ(k.arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni) << name;
+    }
   }
 }
 
@@ -343,7 +346,9 @@ TEST(CpuIntGemm, VnniDecodeKernelTakesUpToFourRowsOfB) {
     const qg::GemmArgs g = args_of(c);
     std::string why;
     EXPECT_EQ(vnni->can_run(g, &why), n <= 4) << why;
-    if (n > 4) EXPECT_NE(why.find("N=5 is above its 4"), std::string::npos) << why;
+    if (n > 4) {
+      EXPECT_NE(why.find("N=5 is above its 4"), std::string::npos) << why;
+    }
     check_all_kernels(c);
   }
 }
@@ -743,7 +748,9 @@ TEST(CpuWeightOnlyGemm, SimdKernelsRefuseGroupsTheyCannotLoadAndDispatchFallsBac
     EXPECT_NE(why.find("group_size 32, 64 or a multiple of 128"), std::string::npos) << why;
     why.clear();
     EXPECT_EQ(wo_kernel("cpu_wo_avx2", Format::f32)->can_run(g, &why), cs.avx2_takes);
-    if (!cs.avx2_takes) EXPECT_NE(why.find("multiples of 32"), std::string::npos) << why;
+    if (!cs.avx2_takes) {
+      EXPECT_NE(why.find("multiples of 32"), std::string::npos) << why;
+    }
     qg::Explanation e;
     ASSERT_TRUE(qg::explain(g, &e).ok());
     EXPECT_EQ(e.chosen, cs.avx2_takes && have_avx2() ? "cpu_wo_avx2" : "cpu_wo_reference");
@@ -847,9 +854,13 @@ TEST(CpuWeightOnlyGemm, Avx512VnniNonFiniteActivationsMatchTheReference) {
   std::vector<float> out;
   ASSERT_TRUE(k->run(wo_args(c, out), nullptr).ok());
   for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isnan(ref[i])) EXPECT_TRUE(std::isnan(out[i])) << i;
-    else if (std::isinf(ref[i])) EXPECT_EQ(double(out[i]), ref[i]) << i;
-    else EXPECT_NEAR(out[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << i;
+    if (std::isnan(ref[i])) {
+      EXPECT_TRUE(std::isnan(out[i])) << i;
+    } else if (std::isinf(ref[i])) {
+      EXPECT_EQ(double(out[i]), ref[i]) << i;
+    } else {
+      EXPECT_NEAR(out[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << i;
+    }
   }
 }
 
