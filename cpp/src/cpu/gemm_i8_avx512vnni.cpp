@@ -44,6 +44,16 @@ inline __mmask64 tail_mask(int64_t k) {
   return rest == 0 ? ~__mmask64{0} : (__mmask64{1} << rest) - 1;
 }
 
+// The sum of the 16 lanes, modulo 2^32 (vector adds: the lanes wrap, as the
+// result may, without the signed overflow a scalar int sum would be).
+inline int32_t wrapping_sum(__m512i v) {
+  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0x4E));
+  q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0xB1));
+  return _mm_cvtsi128_si32(q);
+}
+
 // sum of row p's k codes (wrapping int32, as the reference's): vpdpbusd of
 // ones (unsigned) against the codes (signed).
 int32_t code_sum(const uint8_t* p, int64_t k) {
@@ -53,7 +63,7 @@ int32_t code_sum(const uint8_t* p, int64_t k) {
     const __mmask64 m = x + kStep <= k ? ~__mmask64{0} : tail_mask(k);
     acc = _mm512_dpbusd_epi32(acc, ones, _mm512_maskz_loadu_epi8(m, p + x));
   }
-  return _mm512_reduce_add_epi32(acc);
+  return wrapping_sum(acc);
 }
 
 // Rows a[0..3] of A against NR rows b[j] of B; out[r][j] = the int32 sum of
@@ -88,10 +98,10 @@ void rows_times_cols(const uint8_t* const* a, const uint8_t* const* b, const int
   const int64_t padded = (k + kStep - 1) / kStep * kStep;  // bytes counted in asum, each a + 128
   for (int r = 0; r < kRows; ++r) {
     for (int j = 0; j < NR; ++j)
-      out[r][j] = static_cast<int32_t>(static_cast<uint32_t>(_mm512_reduce_add_epi32(acc[r][j])) -
+      out[r][j] = static_cast<int32_t>(static_cast<uint32_t>(wrapping_sum(acc[r][j])) -
                                        static_cast<uint32_t>(b_offset[j]));
     if (ZP)
-      sum_a[r] = static_cast<int32_t>(static_cast<uint32_t>(_mm512_reduce_add_epi32(asum[r])) -
+      sum_a[r] = static_cast<int32_t>(static_cast<uint32_t>(wrapping_sum(asum[r])) -
                                       static_cast<uint32_t>(128 * padded));
   }
 }

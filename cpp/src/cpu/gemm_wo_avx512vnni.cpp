@@ -155,7 +155,7 @@ inline __m512 chunk_zero_points(const OutsideScales& z, const Layout& L, int64_t
 
 // 16 activations of dtype d from p (zero past `count`) as floats.
 inline __m512 load16(const uint8_t* p, DType d, int64_t count) {
-  const auto mask = static_cast<__mmask16>(count >= 16 ? 0xFFFF : (1u << count) - 1);
+  const auto mask = static_cast<__mmask16>(count >= 16 ? 0xFFFF : count <= 0 ? 0 : (1u << count) - 1);
   if (d == DType::f32) return _mm512_maskz_loadu_ps(mask, p);
   const __m256i h = _mm256_maskz_loadu_epi16(mask, p);
   if (d == DType::f16) return _mm512_cvtph_ps(h);
