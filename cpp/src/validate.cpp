@@ -63,6 +63,10 @@ Status check_operand(const char* fn, const char* arg, const Operand& op) {
     return s;
   if (Status s = check_outside(fn, arg, "zero points", op.zero_points, t, t.has_zero_point, op); !s.ok())
     return s;
+  // A zero point belongs to its scale: every kernel reads both by one group index.
+  if (op.zero_points.data && op.scales.data && op.zero_points.group_size != op.scales.group_size)
+    return invalid(fn, std::string(arg) + " zero points: group_size=" + num(op.zero_points.group_size) +
+                           " must equal the scales' group_size=" + num(op.scales.group_size));
   if (op.rows == 0 || op.k == 0) return {};
   if (op.data == nullptr) return invalid(fn, std::string(arg) + " must not be null");
   const int64_t rb = row_bytes(t, op.k);

@@ -727,6 +727,21 @@ const qg::detail::GemmKernel* wo_kernel(const char* name, Format xf) {
   return nullptr;
 }
 
+// Zero points grouped differently from their scales are refused by name
+// (every kernel reads a scale and its zero point by one group index).
+TEST(CpuWeightOnlyGemm, ZeroPointGroupsMustMatchTheScales) {
+  QG_SEEDED_RNG(rng, 720);
+  WoCase c = make_wo(rng, Format::i4, Format::f16, 5, 1, 256, 64, DType::f16, true, DType::i8);
+  std::vector<float> out;
+  qg::GemmArgs g = wo_args(c, out);
+  g.a.zero_points.group_size = 128;
+  g.a.zero_points.row_stride = 2;
+  const qg::Status s = qg::gemm(g);
+  EXPECT_EQ(s.code(), qg::StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("group_size=128 must equal the scales' group_size=64"), std::string::npos) << s.message();
+  for (float v : out) EXPECT_EQ(f2u(v), f2u(qgtest::poison())) << "C was written";
+}
+
 // cpu_wo_avx2 refuses K or groups not multiples of 32, cpu_wo_avx512 also
 // groups other than 32, 64 and multiples of 128 (each with its reason);
 // dispatch falls back to the next kernel that takes the call.
