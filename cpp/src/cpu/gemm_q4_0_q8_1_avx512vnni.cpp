@@ -124,10 +124,10 @@ void four_rows_times_cols(const uint8_t* const* w, const uint8_t* const* a, cons
     if (PF) {
       // One prefetch per row and block (18 bytes): no 64-byte line is missed.
       if (b == b_switch) pf = next + kPrefetchBytes - row_bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(p0 + pf), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p1 + pf), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p2 + pf), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p3 + pf), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p0 + pf), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(p1 + pf), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(p2 + pf), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(p3 + pf), _MM_HINT_T1);
     }
     const __m512i q = load_codes4(p0, p1, p2, p3);
     const __m512i lo = _mm512_and_si512(q, low4);
@@ -178,7 +178,7 @@ void four_rows_times_one(const uint8_t* const* w0, int64_t next, const uint8_t* 
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
     if (b == b_switch) pf = next + kPrefetchBytes - row_bytes;
-    for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T0);
+    for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T1);
     acc = four_rows_block(w, a + b * kQ8Bytes, corr + b * 4, da + b, acc);
     for (int r = 0; r < 4; ++r) w[r] += kQ4Bytes;
     acc = four_rows_block(w, a + (b + 1) * kQ8Bytes, corr + (b + 1) * 4, da + b + 1, acc);
