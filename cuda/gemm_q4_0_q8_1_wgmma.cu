@@ -159,9 +159,15 @@ struct Cfg {
   static constexpr int kPairs = BN / 2;
   static constexpr int kScaleBytes = kFold ? 0 : kBlocks * kPairs * 16;  // float4 per token pair and block
   static constexpr int kStageBytes = kCodeBytes + kWBytes + kScaleBytes;
+  // A stage arrives and is handed back in parts, each with its own full and
+  // empty barrier: the code sub-tiles (parts 0 .. kSubTiles - 1), then W with
+  // the scale table and the non-finite flags (part kWPart). The folded
+  // variant hands each part back as soon as its last MMA has retired, so the
+  // producer refills a stage piece by piece instead of all at once.
+  static constexpr int kWPart = kSubTiles, kParts = kSubTiles + 1;
   static_assert(kWBytes % 1024 == 0, "code tiles after W start on the swizzle's period");
   static constexpr int kSmemBytes =
-      kStages * kStageBytes + kStages * kFlagStride + 2 * kStages * 8 + kEpilogueBytes + 16 + 1024;
+      kStages * kStageBytes + kStages * kFlagStride + 2 * kStages * kParts * 8 + kEpilogueBytes + 16 + 1024;
   static_assert(kCodeBytes % 1024 == 0 && kStageBytes % 1024 == 0, "code tiles start on the swizzle's period");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 SM's shared memory");
 };
@@ -748,6 +754,10 @@ struct FoldCtx {
   int t;
   uint32_t f16_magic, f16_bias;
   uint32_t& worst;
+  uint64_t* full;   // the stage's part barriers (C::kParts each)
+  uint64_t* empty;
+  uint32_t parity;  // of this use of the stage
+  bool arriver;     // this thread hands parts back for its warp
 };
 
 // The sums of m64 slice sl: four n32 units, one n128 MMA's registers.
@@ -779,6 +789,7 @@ __device__ __forceinline__ void folded_mma(float (&acc)[C::kUnits][C::kSums], ui
 template <class C, int b>
 __device__ __forceinline__ void folded_block(FoldCtx<C>& c) {
   constexpr uint32_t kB = (b / C::kBlocksPerRow) * C::kSubTileBytes + C::kBlockCodeBytes * (b % C::kBlocksPerRow);
+  if constexpr (b % C::kBlocksPerRow == 0) bulk::mbar_wait(&c.full[b / C::kBlocksPerRow], c.parity);
   wgmma::fence();
 #pragma unroll
   for (int sl = 0; sl < C::kMSlices; ++sl) folded_mma<C, kB, 0>(slice_acc<C>(c.acc, sl), c.a[b % 2][sl], c.codes_desc);
@@ -788,9 +799,15 @@ __device__ __forceinline__ void folded_block(FoldCtx<C>& c) {
   wgmma::commit_group();
   if constexpr (b + 1 < kBlocks) {
     wgmma::wait_group<1>();
+    // Blocks up to b - 1 have retired: the sub-tile that ended with b - 1 is free.
+    if constexpr (b > 0 && b % C::kBlocksPerRow == 0)
+      if (c.arriver) bulk::mbar_arrive(&c.empty[b / C::kBlocksPerRow - 1]);
 #pragma unroll
     for (int sl = 0; sl < C::kMSlices; ++sl) wgmma::fence_operands(c.a[(b + 1) % 2][sl]);
     load_w_folded_slices<C, b + 1>(c, c.w_row, c.a[(b + 1) % 2]);
+    // The last block's W is in registers (the unpacking used the loads): W's part is free.
+    if constexpr (b + 2 == kBlocks)
+      if (c.arriver) bulk::mbar_arrive(&c.empty[C::kWPart]);
   }
 }
 
@@ -800,7 +817,10 @@ __device__ __forceinline__ void folded_blocks(FoldCtx<C>& c, std::integer_sequen
 }
 
 // One stage of the folded variant, straight-line and ending with nothing in
-// flight (consume_stage says why). Decoding the next stage's first block
+// flight (consume_stage says why). Its parts are waited for and handed back
+// one by one inside (folded_block): code sub-tile i before block
+// kBlocksPerRow * i and after that block pair's MMAs retire, W once the last
+// block's W is in registers (docs/architecture.md, "Stages in parts"). Decoding the next stage's first block
 // while this one's last MMAs ran, which means waiting for the next stage's
 // data before releasing this one, was measured slower on an H200 (1.15-1.41x
 // the time at N = 128..4096): with two stages in the ring it holds back the
@@ -810,6 +830,7 @@ __device__ __forceinline__ void consume_stage_folded(FoldCtx<C>& c) {
   load_w_folded_slices<C, 0>(c, c.w_row, c.a[0]);
   folded_blocks<C>(c, std::make_integer_sequence<int, kBlocks>{});
   wgmma::wait_group<0>();
+  if (c.arriver) bulk::mbar_arrive(&c.empty[C::kSubTiles - 1]);
   wgmma::fence_operands(c.acc);
 #pragma unroll
   for (int sl = 0; sl < C::kMSlices; ++sl) {
@@ -982,14 +1003,14 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
   // Each stage's non-finite bytes arrive by tensor copy with the stage, so
   // they are ordered by the same full/empty barriers as its other data.
   uint8_t* stage_flags = ring + C::kStages * C::kStageBytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(stage_flags + C::kStages * kFlagStride);
-  uint64_t* empty = full + C::kStages;
-  float* staging = reinterpret_cast<float*>(empty + C::kStages);
+  uint64_t* full = reinterpret_cast<uint64_t*>(stage_flags + C::kStages * kFlagStride);  // [stage][part]
+  uint64_t* empty = full + C::kStages * C::kParts;
+  float* staging = reinterpret_cast<float*>(empty + C::kStages * C::kParts);
   volatile int* last_flag = reinterpret_cast<volatile int*>(staging + kEpilogueBytes / 4);  // split K's verdict
 
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < C::kStages; ++i) {
+    for (int i = 0; i < C::kStages * C::kParts; ++i) {
       bulk::mbar_init(&full[i], 1);
       bulk::mbar_init(&empty[i], kConsumerWarps);
     }
@@ -1018,19 +1039,30 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
         const int32_t w0 = static_cast<int32_t>(tm * C::kBM), n0 = static_cast<int32_t>(tn * C::BN);
         for (int64_t ks = 0; ks < steps; ++ks, ++it) {
           const uint32_t stage = it % C::kStages, round = it / C::kStages;
-          if (round > 0) bulk::mbar_wait(&empty[stage], (round - 1) & 1);  // its last readers are done
+          uint64_t* pfull = full + stage * C::kParts;
+          uint64_t* pempty = empty + stage * C::kParts;
           const int64_t step = first_step + ks;
           uint8_t* dst = ring + stage * C::kStageBytes;
-          bulk::mbar_arrive_expect(&full[stage], C::kStageBytes + kFlagBytes);
           const int32_t kb = static_cast<int32_t>(step * kBlocks);
+          // Each part once its last readers are done, in the order the
+          // folded consumers hand them back: the sub-tiles but the last, W,
+          // the last sub-tile.
 #pragma unroll
-          for (int i = 0; i < C::kSubTiles; ++i)
+          for (int i = 0; i < C::kSubTiles; ++i) {
+            if (i == C::kSubTiles - 1) {
+              if (round > 0) bulk::mbar_wait(&pempty[C::kWPart], (round - 1) & 1);
+              bulk::mbar_arrive_expect(&pfull[C::kWPart], C::kWBytes + C::kScaleBytes + kFlagBytes);
+              tma::load_2d(dst + C::kCodeBytes, &map_w, kb * kQ4_0Bytes, w0, &pfull[C::kWPart]);
+              if constexpr (!C::kFold)
+                tma::load_2d(dst + C::kCodeBytes + C::kWBytes, &map_scales, 2 * n0, kb, &pfull[C::kWPart]);
+              tma::load_2d(stage_flags + stage * kFlagStride, &map_flags, static_cast<int32_t>(step * kFlagBytes),
+                           n0 / kSplitTokens, &pfull[C::kWPart]);
+            }
+            if (round > 0) bulk::mbar_wait(&pempty[i], (round - 1) & 1);
+            bulk::mbar_arrive_expect(&pfull[i], C::kSubTileBytes);
             tma::load_2d(dst + i * C::kSubTileBytes, &map_codes, kb * C::kBlockCodeBytes + i * kCodeRowBytes, n0,
-                         &full[stage]);
-          tma::load_2d(dst + C::kCodeBytes, &map_w, kb * kQ4_0Bytes, w0, &full[stage]);
-          if constexpr (!C::kFold) tma::load_2d(dst + C::kCodeBytes + C::kWBytes, &map_scales, 2 * n0, kb, &full[stage]);
-          tma::load_2d(stage_flags + stage * kFlagStride, &map_flags, static_cast<int32_t>(step * kFlagBytes),
-                       n0 / kSplitTokens, &full[stage]);
+                         &pfull[i]);
+          }
         }
       }
     }
@@ -1066,14 +1098,20 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
 
       for (int64_t ks = 0; ks < steps; ++ks, ++it) {
         const uint32_t stage = it % C::kStages, round = it / C::kStages;
-        bulk::mbar_wait(&full[stage], round & 1);
+        uint64_t* pfull = full + stage * C::kParts;
+        uint64_t* pempty = empty + stage * C::kParts;
         const uint32_t st = ring_u32 + stage * C::kStageBytes;
         if constexpr (C::kFold) {
+          // W and the flags first; each code sub-tile is waited for before its first block.
+          bulk::mbar_wait(&pfull[C::kWPart], round & 1);
           if (*reinterpret_cast<const uint64_t*>(stage_flags + stage * kFlagStride) != 0) worst = kFoldMaxWBits + 1;
-          FoldCtx<C> c{acc, fold_a, st + C::kCodeBytes + w_row * kWRowBytes,
-                       static_cast<uint32_t>(wgmma::desc_k128_swizzled(st)), t, s.f16_magic, s.f16_bias, worst};
+          FoldCtx<C> c{acc,        fold_a,     st + C::kCodeBytes + w_row * kWRowBytes,
+                       static_cast<uint32_t>(wgmma::desc_k128_swizzled(st)),
+                       t,          s.f16_magic, s.f16_bias, worst, pfull, pempty, round & 1, lane == 0};
           consume_stage_folded<C>(c);
         } else {
+#pragma unroll
+          for (int p = 0; p < C::kParts; ++p) bulk::mbar_wait(&pfull[p], round & 1);
           StageCtx<C> c{d,
                         acc,
                         a,
@@ -1095,7 +1133,12 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
               consume_stage<C, false>(c);
           }
         }
-        if (lane == 0) bulk::mbar_arrive(&empty[stage]);
+        if constexpr (!C::kFold) {
+          if (lane == 0) {
+#pragma unroll
+            for (int p = 0; p < C::kParts; ++p) bulk::mbar_arrive(&pempty[p]);
+          }
+        }
       }
 
       bool unsafe = false;
