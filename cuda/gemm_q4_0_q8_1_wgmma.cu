@@ -69,6 +69,7 @@
 #include <type_traits>
 
 #include "bulk_copy.cuh"
+#include "folded_tiles.h"
 #include "gemm_int_fast.cuh"
 #include "gemm_q4_0_q8_1.cuh"
 #include "quantize.cuh"
@@ -1335,12 +1336,12 @@ Status run_any_tile(const GemmArgs& args, const QuantizeArgs* from_float, Stream
     // 128-token tiles were faster (H200: 49.2 against 55.7 µs at N = 128,
     // 4096 x 14336; docs/architecture.md).
     if (args.b.rows <= CfgFolded64::BN) return run_tiles<CfgFolded64>(args, from_float, stream);
-    // The 256-row tile where its tiles alone fill the SMs; otherwise the
-    // 128-row one, which needs a split K half as often (measured on an
-    // H200: docs/architecture.md, "The folded variant").
-    const int64_t tall_tiles = (args.a.rows + CfgFoldedTall::kBM - 1) / CfgFoldedTall::kBM *
-                               ((args.b.rows + CfgFoldedTall::BN - 1) / CfgFoldedTall::BN);
-    if (tall_tiles >= device_limits(args.device.id).sms) return run_tiles<CfgFoldedTall>(args, from_float, stream);
+    // 256 or 128 rows by waves of tiles (folded_tiles.h).
+    static_assert(CfgFoldedTall::kBM == kFoldedTallRows && CfgFolded::kBM == kFoldedRows &&
+                      CfgFoldedTall::BN == kFoldedTokens && CfgFolded::BN == kFoldedTokens,
+                  "folded_tiles.h describes these tiles");
+    if (folded_tall_tile(args.a.rows, args.b.rows, device_limits(args.device.id).sms))
+      return run_tiles<CfgFoldedTall>(args, from_float, stream);
     return run_tiles<CfgFolded>(args, from_float, stream);
   } else {
     const int64_t n = args.b.rows;

@@ -23,6 +23,7 @@
 #include <qg/qg.h>
 
 #include "backend.h"
+#include "folded_tiles.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
 
@@ -379,7 +380,9 @@ TEST_P(CudaQ4Wgmma, FoldedTallTile) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   QG_SEEDED_RNG(rng, 14);
-  const int64_t m = 4200, n = std::max<int64_t>(1100, (sms + 16) / 17 * 128);  // >= sms tiles of 256 x 128
+  const int64_t m = 4200;  // 17 row tiles, the last one partial
+  int64_t n = 1001;        // the first N from here that the kernel runs on the 256-row tile
+  while (!qg::detail::cuda::folded_tall_tile(m, n, sms)) n += 37;
   for (int layout = 0; layout < 3; ++layout) {
     GemmCase c = random_case(rng, m, n, 256);
     if (layout == 1) qgtest::set_c_layout(c, qg::DType::f32, 1, m + 3);
