@@ -814,7 +814,7 @@ void set_x(WoCase& c, int64_t j, int64_t x, float v) {
 }
 
 // cpu_wo_avx512_vnni carries each activation in block fixed point: within
-// 2^-21 of its 32-block's largest |x|. Activations spanning 2^-12..2^3 inside
+// 2^-20 of its 32-block's largest |x| (half a unit of its integer). Activations spanning 2^-12..2^3 inside
 // each block (and one block 1e3 x larger, an outlier channel): every output
 // within that bound plus fp32 rounding, and the NMSE within the contract.
 TEST(CpuWeightOnlyGemm, Avx512VnniFixedPointWithinItsBound) {
@@ -843,7 +843,7 @@ TEST(CpuWeightOnlyGemm, Avx512VnniFixedPointWithinItsBound) {
           for (int64_t x = 32 * b; x < 32 * b + 32; ++x) {
             const int64_t gi = i * groups + x / c.group;
             const double w = std::fabs(c.scale_values[gi] * (c.w.code(i, x) - c.zp_values[gi]));
-            bound += w * (std::ldexp(amax, -21) + 1e-6 * std::fabs(double(c.x[j * kk + x])));
+            bound += w * (std::ldexp(amax, -20) + 1e-6 * std::fabs(double(c.x[j * kk + x])));
           }
         }
         EXPECT_LE(std::fabs(out[j * m + i] - ref[j * m + i]), bound)
@@ -851,6 +851,55 @@ TEST(CpuWeightOnlyGemm, Avx512VnniFixedPointWithinItsBound) {
         if (HasFailure()) return;
       }
     EXPECT_LE(qgtest::nmse(std::vector<double>(out.begin(), out.end()), ref), 1e-6) << qg::format_traits(xf).name;
+  }
+}
+
+// The fixed-point rule itself, output by output: W row r holds code 1 at
+// K position r and 0 elsewhere (scale 1), so C[r] is x[r] as the kernel
+// carries it, with no sum to hide a rounding. Each 32-block's power of two
+// is the one docs/numerics.md states (2^(ex - 20), amax = m 2^ex, m in
+// [0.5, 1)), x_int rounds half to even, and an f16 x of at least 2^-9 of its
+// block's largest comes back exactly.
+TEST(CpuWeightOnlyGemm, Avx512VnniFixedPointRule) {
+  const qg::detail::GemmKernel* k = wo_kernel("cpu_wo_avx512_vnni", Format::f32);
+  std::string why;
+  if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) GTEST_SKIP() << why;
+  for (Format xf : {Format::f32, Format::f16}) {
+    QG_SEEDED_RNG(rng, xf == Format::f32 ? 980 : 981);
+    const int64_t kk = 128;
+    WoCase c = make_wo(rng, Format::i4, xf, kk, 1, kk, 32, DType::f32, false, DType::i8);
+    fill_codes(c.w, 0);
+    for (int64_t r = 0; r < kk; ++r) {
+      c.w.codes[r * kk + r] = 1;
+      write_unit(c.w, r, r / 2, &c.w.bytes[r * c.w.row_stride + r / 2]);
+    }
+    for (auto& v : c.scale_values) v = 1.0f;
+    for (int64_t i = 0; i < static_cast<int64_t>(c.scale_values.size()); ++i)
+      qgtest::encode_float(&c.scales[i * 4], DType::f32, 1.0f);
+    for (int64_t x = 0; x < kk; ++x) {
+      // Every block's largest is 12 (ex = 4: a unit of x_int is 2^-16).
+      float v = x % 32 == 0 ? 12.0f : std::ldexp(qgtest::uniform(rng, 1.0f, 2.0f), static_cast<int>(rng() % 13) - 10);
+      // f32: some values exactly half a unit off a whole one (ties to even).
+      if (xf == Format::f32 && x % 5 == 1) v = std::ldexp(static_cast<float>(2 * (rng() % 1000) + 1), -17);
+      set_x(c, 0, x, rng() % 2 ? v : -v);
+    }
+    std::vector<float> out;
+    ASSERT_TRUE(k->run(wo_args(c, out), nullptr).ok());
+    for (int64_t b = 0; b < kk / 32; ++b) {
+      double amax = 0;
+      for (int64_t x = 32 * b; x < 32 * b + 32; ++x) amax = std::max(amax, std::fabs(double(c.x[x])));
+      int ex = 0;
+      std::frexp(amax, &ex);
+      const int e = ex - 20;
+      for (int64_t x = 32 * b; x < 32 * b + 32; ++x) {
+        const double want = std::ldexp(std::nearbyint(std::ldexp(double(c.x[x]), -e)), e);
+        EXPECT_EQ(double(out[x]), want) << qg::format_traits(xf).name << " x[" << x << "] = " << c.x[x];
+        if (xf == Format::f16 && std::fabs(double(c.x[x])) >= std::ldexp(amax, -9)) {
+          EXPECT_EQ(out[x], c.x[x]) << "f16 x[" << x << "] within 2^-9 of its block's largest";
+        }
+      }
+    }
+    if (HasFailure()) return;
   }
 }
 

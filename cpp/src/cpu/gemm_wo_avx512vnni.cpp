@@ -16,9 +16,10 @@
 // The activations become integers once per call, in block fixed point: each
 // 32 consecutive x of a row share one power of two 2^e, chosen from their
 // largest |x| so that x_int = rint(x * 2^-e) has |x_int| <= 2^20, and
-// x ~= x_int * 2^e. An x within 2^10 (f16 has 11 significant bits, bf16 8)
-// of its block's largest is exact; any x is within 2^-21 of that largest
-// (half a unit of x_int), the price of this kernel (docs/numerics.md). x_int
+// x ~= x_int * 2^e. An f16 x of at least 2^-9 of its block's largest |x| is
+// exact (11 significant bits), a bf16 one of at least 2^-12 (8 bits); any x
+// is within half a unit of x_int, 2^-20 of that largest, the price of this
+// kernel (docs/numerics.md). x_int
 // is split into three base-128 digits, d0 + 128 d1 + 16384 d2 (d0, d1 in
 // 0..127, d2 in -64..64), each a signed byte for vpdpbusd.
 //
