@@ -928,6 +928,40 @@ TEST(CpuWeightOnlyGemm, Avx512VnniNonFiniteActivationsMatchTheReference) {
   }
 }
 
+// A scale is read by its own row only. The VNNI kernel keeps a step's scales
+// in an fp32 table, and a K that ends inside a chunk leaves lanes past the
+// last group, which must read zeros, not the next row's first scale (an Inf
+// times their zero sums would be a NaN). Every odd row's first scale here
+// is Inf, K ends inside the chunk, and every even row must still come out
+// finite and equal to the reference. (The odd rows themselves are not
+// checked: an Inf scale times a zero code is NaN element by element in the
+// reference, and Inf or NaN by its group's sum in the kernels.)
+TEST(CpuWeightOnlyGemm, Avx512VnniScalesStayInTheirRow) {
+  const qg::detail::GemmKernel* k = wo_kernel("cpu_wo_avx512_vnni", Format::f16);
+  std::string why;
+  if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) GTEST_SKIP() << why;
+  QG_SEEDED_RNG(rng, 995);
+  for (int64_t group : {32, 64}) {
+    SCOPED_TRACE("group " + std::to_string(group));
+    const int64_t m = 9, k_len = group == 32 ? 96 : 64, groups = k_len / group;
+    WoCase c = make_wo(rng, Format::i4, Format::f16, m, 3, k_len, group, DType::f32, false, DType::i8);
+    for (int64_t i = 1; i < m; i += 2) {
+      c.scale_values[i * groups] = std::numeric_limits<float>::infinity();
+      std::memcpy(&c.scales[4 * i * groups], &c.scale_values[i * groups], 4);
+    }
+    const std::vector<double> ref = wo_reference(c);
+    std::vector<float> out;
+    qg::GemmArgs g = wo_args(c, out);
+    ASSERT_TRUE(qgtest::gemm_kernel_admits(*k, g, &why)) << why;
+    ASSERT_TRUE(k->run(g, nullptr).ok());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      if ((i % m) % 2) continue;
+      ASSERT_TRUE(std::isfinite(ref[i])) << i;
+      EXPECT_NEAR(out[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << "row " << i % m << " column " << i / m;
+    }
+  }
+}
+
 // ------------------------------------------------------------------ quantize rules
 struct Quantized {
   std::vector<uint8_t> codes;
