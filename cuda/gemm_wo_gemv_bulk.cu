@@ -122,8 +122,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
   // macro steps the warp takes in stage `item`: loaded a stage ahead, since
   // they come from memory as W does but one at a time, and a wait on each
   // would stall every stage.
-  struct StageScales {
-    float s[kPerWarp][2], z[kPerWarp][2];
+  struct StageScales {  // as loaded (scale_from_bits / float(z) at the use)
+    uint32_t s[kPerWarp][2];
+    int z[kPerWarp][2];
   };
   auto load_scales = [&](int64_t it, StageScales& out) {
     if (it >= items) return;
@@ -135,8 +136,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t row = min64(grp * kGroupRows + g + 8 * h, p.m - 1);
-        out.s[jj][h] = load_scale(p, p.scales + row * p.s_stride, kk >> p.s_shift);
-        if constexpr (kZP) out.z[jj][h] = load_zero(p, p.zeros + row * p.z_stride, kk >> p.z_shift);
+        out.s[jj][h] = load_scale_bits(p, p.scales + row * p.s_stride, kk >> p.s_shift);
+        if constexpr (kZP) out.z[jj][h] = load_zero_int(p, p.zeros + row * p.z_stride, kk >> p.z_shift);
       }
     }
   };
@@ -164,7 +165,11 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
       const int64_t ms0 = si * kStageMacros + kPerWarp * warp;
       // The activations and the next stage's scales do not depend on W:
       // requested before the wait for it.
-      uint4 xv[kNT][4];
+      // With one n8 tile the next macro step's activations are requested
+      // before this one's mmas too (16 more registers; two tiles would
+      // need 32 and spill).
+      constexpr bool kXAhead = kNT == 1;
+      uint4 xv[kNT][4], xn[kNT][4];
       load_x(ms0, xv);
       load_scales(item + 1, next);
       bulk::mbar_wait(&full[slot], static_cast<uint32_t>((item / kStages) & 1));
@@ -172,7 +177,16 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
       for (int jj = 0; jj < kPerWarp; ++jj) {
         const int64_t ms = ms0 + jj;
         if (ms >= macros) break;
-        if (jj > 0) load_x(ms, xv);
+        if (kXAhead) {
+          if (jj > 0)
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) xv[nt][i] = xn[nt][i];
+          if (jj + 1 < kPerWarp) load_x(ms + 1, xn);
+        } else if (jj > 0) {
+          load_x(ms, xv);
+        }
         const uint8_t* ws = stage_mem + slot * kStageBytes + g * kPitch + (kPerWarp * warp + jj) * kMacroBytes + 16 * t;
         const uint4 w0 = *reinterpret_cast<const uint4*>(ws);
         const uint4 w1 = *reinterpret_cast<const uint4*>(ws + 8 * kPitch);
@@ -214,8 +228,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int h = e / 2;
-            const float v = kZP ? fmaf(-cur.z[jj][h], sx[nt][e], d[nt][e]) : d[nt][e];
-            out[nt][e] = fmaf(cur.s[jj][h], v, out[nt][e]);
+            const float v = kZP ? fmaf(-static_cast<float>(cur.z[jj][h]), sx[nt][e], d[nt][e]) : d[nt][e];
+            out[nt][e] = fmaf(scale_from_bits(p, cur.s[jj][h]), v, out[nt][e]);
           }
       }
       cur = next;

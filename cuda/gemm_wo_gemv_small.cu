@@ -94,24 +94,6 @@ __device__ __forceinline__ uint4 ld_stream(const uint8_t* p) {
   return v;
 }
 
-// Raw bits of a scale (converted only where used, so the load's latency
-// stays off the issuing path).
-__device__ __forceinline__ uint32_t load_scale_bits(const Params& p, const uint8_t* row, int64_t group) {
-  if (p.scale_type == 0) return __ldg(reinterpret_cast<const unsigned int*>(row) + group);
-  return __ldg(reinterpret_cast<const unsigned short*>(row) + group);
-}
-
-__device__ __forceinline__ float scale_of(const Params& p, uint32_t bits) {
-  if (p.scale_type == 0) return __uint_as_float(bits);
-  if (p.scale_type == 1) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-  return __uint_as_float(bits << 16);
-}
-
-__device__ __forceinline__ int load_zero(const Params& p, const uint8_t* row, int64_t group) {
-  return p.zero_i32 ? __ldg(reinterpret_cast<const int*>(row) + group)
-                    : static_cast<int>(__ldg(reinterpret_cast<const signed char*>(row) + group));
-}
-
 // 8 activations (16 bytes) as floats, exact.
 template <bool kBf16>
 __device__ __forceinline__ void x_to_float(const uint4& v, float (&f)[8]) {
@@ -166,11 +148,11 @@ __device__ __forceinline__ void load_step(Step<kRows, kZP>& st, const Params& p,
   for (int r = 0; r < kRows; ++r) st.w[r] = ld_stream(wrow[r] + 16 * chunk);
   const int64_t sg = (chunk * 32) >> p.s_shift;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) st.s[r] = load_scale_bits(p, srow[r], sg);
+  for (int r = 0; r < kRows; ++r) st.s[r] = wo::load_scale_bits(p, srow[r], sg);
   if constexpr (kZP) {
     const int64_t zg = (chunk * 32) >> p.z_shift;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) st.z[r] = load_zero(p, zrow[r], zg);
+    for (int r = 0; r < kRows; ++r) st.z[r] = wo::load_zero_int(p, zrow[r], zg);
   }
 }
 
@@ -224,7 +206,7 @@ __device__ __forceinline__ void use_step(float (&out)[kRows][kN], const Step<kRo
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const float s = scale_of(p, st.s[r]);
+    const float s = wo::scale_from_bits(p, st.s[r]);
 #pragma unroll
     for (int n = 0; n < kN; ++n) out[r][n] = fmaf(s, acc[r][n], out[r][n]);
   }

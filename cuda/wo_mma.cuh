@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: MIT
 // cuda/wo_mma.cuh: what the tensor-core weight-only GEMVs (cuda_wo_gemv,
 // cuda_wo_gemv_bulk) share: their parameters, the exact unpacking of i4
-// nibble pairs into fp16 / bf16 codes, the m16n8k16 mma, and the loads of
-// group scales and zero points.
+// nibble pairs into fp16 / bf16 codes and the m16n8k16 mma.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,6 +10,7 @@
 #include <cstdint>
 
 #include "common.cuh"
+#include "wo_params.cuh"
 
 namespace qg::detail::cuda::wo {
 
@@ -79,19 +79,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 #else
   __trap();
 #endif
-}
-
-// Group g of a row of scales / zero points starting at `row`.
-__device__ __forceinline__ float load_scale(const Params& p, const uint8_t* row, int64_t group) {
-  if (p.scale_type == 0) return __ldg(reinterpret_cast<const float*>(row) + group);
-  const unsigned short h = __ldg(reinterpret_cast<const unsigned short*>(row) + group);
-  return p.scale_type == 1 ? __half2float(__ushort_as_half(h)) : __uint_as_float(static_cast<uint32_t>(h) << 16);
-}
-
-__device__ __forceinline__ float load_zero(const Params& p, const uint8_t* row, int64_t group) {
-  const int z = p.zero_i32 ? __ldg(reinterpret_cast<const int*>(row) + group)
-                           : static_cast<int>(static_cast<int8_t>(__ldg(row + group)));
-  return static_cast<float>(z);  // |z| > 2^24 rounds, as the reference's float(code - z) would
 }
 
 }  // namespace qg::detail::cuda::wo

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
-// cuda/wo_params.cuh: what both weight-only GEMV kernels (gemm_wo_gemv.cu,
-// gemm_wo_gemv_small.cu) take from the arguments as they are: W and the
-// activations as bytes, the group scales and zero points with their row
-// strides in bytes and their group sizes as shifts.
+// cuda/wo_params.cuh: what the weight-only GEMV kernels (gemm_wo_gemv*.cu)
+// take from the arguments as they are: W and the activations as bytes, the
+// group scales and zero points with their row strides in bytes and their
+// group sizes as shifts; and the loads of one scale or zero point.
 #pragma once
+
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -38,6 +40,41 @@ void set_operand_params(Params& p, const GemmArgs& args) {
   p.z_shift = p.zeros ? log2_of(args.a.zero_points.group_size) : 0;
   p.scale_type = args.a.scales.dtype == DType::f32 ? 0 : (args.a.scales.dtype == DType::f16 ? 1 : 2);
   p.zero_i32 = args.a.zero_points.dtype == DType::i32 ? 1 : 0;
+}
+
+// Group `group` of a row of scales / zero points starting at `row`. The
+// _bits / _int forms return what was loaded, unconverted: a kernel that
+// loads them ahead keeps those and converts at the use. A conversion next
+// to the load makes the warp wait for the load right there (the scales come
+// from DRAM, about a microsecond away), which defeats loading ahead.
+template <class Params>
+__device__ __forceinline__ uint32_t load_scale_bits(const Params& p, const uint8_t* row, int64_t group) {
+  if (p.scale_type == 0) return __ldg(reinterpret_cast<const unsigned int*>(row) + group);
+  return __ldg(reinterpret_cast<const unsigned short*>(row) + group);
+}
+
+template <class Params>
+__device__ __forceinline__ float scale_from_bits(const Params& p, uint32_t bits) {
+  if (p.scale_type == 0) return __uint_as_float(bits);
+  if (p.scale_type == 1) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  return __uint_as_float(bits << 16);
+}
+
+template <class Params>
+__device__ __forceinline__ int load_zero_int(const Params& p, const uint8_t* row, int64_t group) {
+  return p.zero_i32 ? __ldg(reinterpret_cast<const int*>(row) + group)
+                    : static_cast<int>(__ldg(reinterpret_cast<const signed char*>(row) + group));
+}
+
+template <class Params>
+__device__ __forceinline__ float load_scale(const Params& p, const uint8_t* row, int64_t group) {
+  return scale_from_bits(p, load_scale_bits(p, row, group));
+}
+
+// |z| > 2^24 rounds, as the reference's float(code - z) would.
+template <class Params>
+__device__ __forceinline__ float load_zero(const Params& p, const uint8_t* row, int64_t group) {
+  return static_cast<float>(load_zero_int(p, row, group));
 }
 
 }  // namespace qg::detail::cuda::wo
