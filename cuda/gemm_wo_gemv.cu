@@ -85,8 +85,8 @@ constexpr int kSmemBytes = kWarps * kWarpRingBytes > (kPartialFloats + kCtaRows 
 template <int kNT, bool kZP>
 struct SegmentIn {
   uint4 x[kNT];
-  float s[kRowTiles][2];
-  float z[kRowTiles][2];
+  uint32_t s[kRowTiles][2];  // as loaded: converted at the use (wo_params.cuh says why)
+  int z[kRowTiles][2];
 };
 
 template <int kNT, bool kZP>
@@ -100,13 +100,13 @@ __device__ __forceinline__ void load_segment(SegmentIn<kNT, kZP>& in, const Para
 #pragma unroll
   for (int r = 0; r < kRowTiles; ++r)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) in.s[r][h] = load_scale(p, srow[r][h], sg);
+    for (int h = 0; h < 2; ++h) in.s[r][h] = load_scale_bits(p, srow[r][h], sg);
   if constexpr (kZP) {
     const int64_t zg = kseg >> p.z_shift;
 #pragma unroll
     for (int r = 0; r < kRowTiles; ++r)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) in.z[r][h] = load_zero(p, zrow[r][h], zg);
+      for (int h = 0; h < 2; ++h) in.z[r][h] = load_zero_int(p, zrow[r][h], zg);
   }
 }
 
@@ -114,7 +114,7 @@ __device__ __forceinline__ void load_segment(SegmentIn<kNT, kZP>& in, const Para
 // tile: kNT x (2 + kZP ? 2 : 0) mmas per row tile, fp32 rescale.
 template <int kNT, bool kBf16, bool kZP>
 __device__ __forceinline__ void segment(float (&out)[kRowTiles][kNT][4], const SegmentIn<kNT, kZP>& in,
-                                        const uint8_t* slot, int j, int g, int t, uint32_t bits) {
+                                        const Params& p, const uint8_t* slot, int j, int g, int t, uint32_t bits) {
   // The activations paired as the W nibbles are: (x0, x4), (x1, x5) for
   // step 0, (x2, x6), (x3, x7) for step 1.
   uint32_t b[kNT][4];
@@ -153,8 +153,8 @@ __device__ __forceinline__ void segment(float (&out)[kRowTiles][kNT][4], const S
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float v = d[e];
-        if constexpr (kZP) v = fmaf(-in.z[r][e >> 1], sx[nt][e], v);
-        out[r][nt][e] = fmaf(in.s[r][e >> 1], v, out[r][nt][e]);
+        if constexpr (kZP) v = fmaf(-static_cast<float>(in.z[r][e >> 1]), sx[nt][e], v);
+        out[r][nt][e] = fmaf(scale_from_bits(p, in.s[r][e >> 1]), v, out[r][nt][e]);
       }
     }
   }
@@ -243,7 +243,7 @@ gemm_wo_gemv_kernel(Params p, EpilogueParams ep) {
         if (ms * kMacroK + 32 * j < p.k) load_segment<kNT, kZP>(in[j], p, xptr, srow, zrow, ms * kMacroK + 32 * j);
 #pragma unroll
       for (int j = 0; j < kMacroK / 32; ++j)
-        if (ms * kMacroK + 32 * j < p.k) segment<kNT, kBf16, kZP>(out, in[j], slot, j, g, t, bits);
+        if (ms * kMacroK + 32 * j < p.k) segment<kNT, kBf16, kZP>(out, in[j], p, slot, j, g, t, bits);
     }
     cp_async_wait<0>();
     __syncthreads();  // every warp is done with its ring: it becomes the partial sums

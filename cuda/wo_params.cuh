@@ -66,15 +66,4 @@ __device__ __forceinline__ int load_zero_int(const Params& p, const uint8_t* row
                     : static_cast<int>(__ldg(reinterpret_cast<const signed char*>(row) + group));
 }
 
-template <class Params>
-__device__ __forceinline__ float load_scale(const Params& p, const uint8_t* row, int64_t group) {
-  return scale_from_bits(p, load_scale_bits(p, row, group));
-}
-
-// |z| > 2^24 rounds, as the reference's float(code - z) would.
-template <class Params>
-__device__ __forceinline__ float load_zero(const Params& p, const uint8_t* row, int64_t group) {
-  return static_cast<float>(load_zero_int(p, row, group));
-}
-
 }  // namespace qg::detail::cuda::wo
