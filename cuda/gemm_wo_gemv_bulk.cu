@@ -18,16 +18,18 @@
 // through the ring, double-buffered scales and activations did not move it
 // (docs/architecture.md lists what was tried).
 //
-// Fragment order, for loads of 16 contiguous bytes. A 128-value "macro step"
-// of a row is 64 bytes; lane (g, t) of a quad reads bytes 16t .. 16t + 15 of
-// rows g and g + 8 (32 codes each, K = 32t .. 32t + 31 of the step). The mma
-// m16n8k16 step (i, h), i = 0..3 (word i of the 16 bytes), h = 0..1, takes
-// from lane t the nibble pairs (2h, 2h + 4) and (2h + 1, 2h + 5) of word i:
-// K slots 2t, 2t + 1, 2t + 8, 2t + 9 hold K = 32t + 8i + {2h, 2h + 4, 2h + 1,
-// 2h + 5}. Any permutation of K applied to both operands leaves the dot
-// product unchanged; the activations of lane (g', t') (column g' of the n8
-// tile) are the same K, one 16-byte load of x[32t' + 8i ..] and two PRMTs per
-// step. A step thus mixes the 4 segments (32 values) of one macro step,
+// Fragment order. A 128-value "macro step" of a row is 64 bytes, 16 words;
+// lane (g, t) of a quad takes words t, t + 4, t + 8, t + 12 of rows g and
+// g + 8 (32 codes each). The mma m16n8k16 step (i, h), i = 0..3 (word
+// 4i + t), h = 0..1, takes from lane t the nibble pairs (2h, 2h + 4) and
+// (2h + 1, 2h + 5) of that word: K slots 2t, 2t + 1, 2t + 8, 2t + 9 hold
+// K = 8(4i + t) + {2h, 2h + 4, 2h + 1, 2h + 5}. Any permutation of K applied
+// to both operands leaves the dot product unchanged; the activations of
+// lane (g', t') (column g' of the n8 tile) are the same K, one 16-byte load
+// of x[8(4i + t') ..] and two PRMTs per step. Words rather than 16 bytes a
+// lane so that the four lanes of a quad read 64 contiguous bytes of x per
+// load (with 16-byte pieces 64 bytes apart, each load touched twice the
+// sectors, and the activation loads were the kernel's largest stall). A step thus mixes the 4 segments (32 values) of one macro step,
 // which lie in one group when groups are 128 or more: so the group scale is
 // still applied once per macro step in fp32 after exact mma sums, as in
 // cuda_wo_gemv (wo_mma.cuh has the shared unpacking, exact in fp16 and bf16:
@@ -37,9 +39,9 @@
 // Work split: a row group is one m16 tile; a CTA (8 warps) owns groups
 // blockIdx.x, + gridDim.x, ... and streams them as one sequence of stages (16
 // rows x 32 macro steps), so the pipeline runs on across groups. Warp w takes
-// macro steps 4w .. 4w + 3 of each stage. Shared rows are 2112 bytes apart
-// (2048 + 64): the 8 lanes of a 16-byte-load phase (rows g, g + 1; t = 0..3)
-// fall in 8 different bank groups. The warps' partial tiles are added in
+// macro steps 4w .. 4w + 3 of each stage. Shared rows are 2064 bytes (516
+// words, 4 mod 32) apart: a warp's 32-bit loads (rows g = 0..7, words
+// 4i + t) hit 32 different banks. The warps' partial tiles are added in
 // shared memory in warp order: deterministic. Rows past M are read from row
 // M - 1 and never stored; columns past N read column N - 1.
 #include <cuda_bf16.h>
@@ -68,10 +70,10 @@ constexpr int kMacroBytes = kMacroK / 2;                   // 64
 constexpr int kPerWarp = 4;                                // macro steps of a warp per stage
 constexpr int kStageMacros = kPerWarp * kWarps;            // 32: 4096 values of K per stage
 constexpr int kStageRowBytes = kStageMacros * kMacroBytes; // 2048
-constexpr int kPitch = kStageRowBytes + 64;                // 2112 = 132 x 16: 132 = 4 mod 8
-constexpr int kStageBytes = kGroupRows * kPitch;           // 33792
+constexpr int kPitch = kStageRowBytes + 16;                // 2064 bytes = 516 words: 516 = 4 mod 32
+constexpr int kStageBytes = kGroupRows * kPitch;           // 33024
 constexpr int kStages = 3;
-constexpr int kSmemBytes = kStages * kStageBytes;          // 101376
+constexpr int kSmemBytes = kStages * kStageBytes;          // 99072
 constexpr int kMaxCols = 16;
 constexpr int kMinGroup = kMacroK;
 
@@ -116,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
   // This lane's activations: column nt * 8 + g, K = 32t + .. of each macro step.
   const uint8_t* xp[kNT];
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) xp[nt] = p.x + min64(nt * 8 + g, p.n - 1) * p.ldx + 64 * t;
+  for (int nt = 0; nt < kNT; ++nt) xp[nt] = p.x + min64(nt * 8 + g, p.n - 1) * p.ldx + 16 * t;
 
   // The scales (and zero points) of this lane's rows g, g + 8 for the two
   // macro steps the warp takes in stage `item`: loaded a stage ahead, since
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        xv[nt][i] = __ldg(reinterpret_cast<const uint4*>(xp[nt] + min64(ms, macros - 1) * (2 * kMacroK) + 16 * i));
+        xv[nt][i] = __ldg(reinterpret_cast<const uint4*>(xp[nt] + min64(ms, macros - 1) * (2 * kMacroK) + 64 * i));
   };
 
   StageScales cur{}, next{};
@@ -187,15 +189,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
         } else if (jj > 0) {
           load_x(ms, xv);
         }
-        const uint8_t* ws = stage_mem + slot * kStageBytes + g * kPitch + (kPerWarp * warp + jj) * kMacroBytes + 16 * t;
-        const uint4 w0 = *reinterpret_cast<const uint4*>(ws);
-        const uint4 w1 = *reinterpret_cast<const uint4*>(ws + 8 * kPitch);
+        const uint8_t* ws = stage_mem + slot * kStageBytes + g * kPitch + (kPerWarp * warp + jj) * kMacroBytes + 4 * t;
+        const uint32_t* w0 = reinterpret_cast<const uint32_t*>(ws);
+        const uint32_t* w1 = reinterpret_cast<const uint32_t*>(ws + 8 * kPitch);
         float d[kNT][4], sx[kNT][4];
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) d[nt][e] = 0.0f, sx[nt][e] = 0.0f;
-        const uint32_t wg[4] = {w0.x, w0.y, w0.z, w0.w}, w8[4] = {w1.x, w1.y, w1.z, w1.w};
+        const uint32_t wg[4] = {w0[0], w0[4], w0[8], w0[12]}, w8[4] = {w1[0], w1[4], w1[8], w1[12]};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
 #pragma unroll
