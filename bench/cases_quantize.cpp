@@ -110,6 +110,26 @@ void bm_dequantize(benchmark::State& st, Backend be, qg::Format f, const Kernel<
              &qg::DequantizeArgs::xq);
 }
 
+// The quantizer's floor on the GPU: the same input rotation and output
+// buffer, moved by a plain kernel (read_floor.cu) that reads the fp32 rows
+// and writes the packed bytes' count, timed the same way:
+//   move_<fmt>/cuda/<cold|hot>/K:<K>/N:<N>/manual_time
+void bm_move(benchmark::State& st, qg::Format f, int64_t k, int64_t n, bool cold) {
+  RotationPtr x, y;
+  const int64_t out_bytes = packed_bytes(f, n, k);
+  std::string err = f32_rows(Backend::cuda, n, k, &x);
+  if (err.empty()) err = output_buffer(Backend::cuda, out_bytes, &y);
+  if (err.empty()) err = x->prepare(cold);
+  if (err.empty()) err = y->prepare(false);
+  if (!err.empty()) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  const Work work{0.0, 4.0 * n * k + double(out_bytes)};
+  run_timed(st, Backend::cuda, work, warmups_for(Backend::cuda, *x, cold),
+            [&]() { return gpu_move_floor(x->take(cold), 4 * n * k, y->slot(0), out_bytes); });
+}
+
 template <class Args, class Bench, class MakeArgs>
 void add_family(CaseList& cases, const char* verb, Backend be, const std::vector<Kernel<Args>>& table, Bench bench,
                 MakeArgs make_args) {
@@ -145,6 +165,21 @@ void add_family(CaseList& cases, const char* verb, Backend be, const std::vector
 }  // namespace
 
 void add_quantize_cases(CaseList& cases) {
+  if (!qg::detail::cuda::registry().quantize.empty())  // CUDA built
+    for (int fi = 0; fi < qg::kFormatCount; ++fi) {
+      const qg::Format f = static_cast<qg::Format>(fi);
+      const qg::FormatTraits& t = qg::format_traits(f);
+      if (!t.quantizable || t.scale_place == qg::ScalePlace::outside) continue;  // as add_family
+      bool has_kernel = false;
+      for (const Kernel<qg::QuantizeArgs>& kern : qg::detail::cuda::registry().quantize)
+        has_kernel = has_kernel || (kern.formats & qg::detail::format_bit(f));
+      if (!has_kernel) continue;
+      for (int64_t k : distinct_k())
+        for (int64_t n : n_list(Backend::cuda))
+          for (bool cold : {true, false})
+            cases.push_back({case_name(std::string("move_") + t.name, Backend::cuda, cold, 0, k, n), Backend::cuda,
+                             [=](benchmark::State& st) { bm_move(st, f, k, n, cold); }, nullptr});
+    }
   for (Backend be : {Backend::cuda, Backend::cpu}) {
     const qg::detail::Registry& reg = registry_of(be);
     add_family<qg::QuantizeArgs>(cases, "quantize", be, reg.quantize, bm_quantize, quantize_args);

@@ -971,8 +971,14 @@ std::string gpu_read_floor(const void* p, int64_t bytes) {
   }
   return gpu_read_bytes(p, bytes, g_gpu.sms, sink, g_gpu.stream);
 }
+std::string gpu_move_bytes(const void* in, int64_t in_bytes, void* out, int64_t out_bytes, int sms,
+                           cudaStream_t stream);  // read_floor.cu
+std::string gpu_move_floor(const void* in, int64_t in_bytes, void* out, int64_t out_bytes) {
+  return gpu_move_bytes(in, in_bytes, out, out_bytes, g_gpu.sms, g_gpu.stream);
+}
 #else
 std::string gpu_read_floor(const void*, int64_t) { return "CUDA is not built"; }
+std::string gpu_move_floor(const void*, int64_t, void*, int64_t) { return "CUDA is not built"; }
 #endif
 
 std::string cpu_read_floor(const void* p, int64_t bytes) {

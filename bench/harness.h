@@ -199,6 +199,9 @@ std::string cublas_gemm_i8(int64_t m, int64_t n, int64_t k, const void* w, const
 // Reads `bytes` at p (16-byte aligned) and nothing else, on the bench's CUDA
 // stream: the floor of a GEMM that must read them (read_floor.cu).
 std::string gpu_read_floor(const void* p, int64_t bytes);
+// Reads in_bytes at `in` and writes out_bytes (<= in_bytes) at `out`, the
+// writes spread through the reads: the floor of a quantizer moving them.
+std::string gpu_move_floor(const void* in, int64_t in_bytes, void* out, int64_t out_bytes);
 // The same on the CPU: the GEMMs' thread pool reads the bytes (one
 // contiguous slice a thread) and nothing else.
 std::string cpu_read_floor(const void* p, int64_t bytes);

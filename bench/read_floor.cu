@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // bench/read_floor.cu: the achievable floor of a memory-bound GEMM: a kernel
 // that only reads the same bytes, timed the same way (one call between its
-// own event pair, cold or hot). A 33 MB cold read on an H200 takes about
+// own event pair, cold or hot); and of a quantizer, a kernel that reads and
+// writes as many bytes as it does. A 33 MB cold read on an H200 takes about
 // 12 us this way, not the 7.8 us that bytes / copy bandwidth says: the launch
 // and the ramp up and down of a few-microsecond kernel are a fixed cost no
 // GEMM can avoid, so the decode cases are judged against this.
@@ -44,7 +45,47 @@ __global__ void __launch_bounds__(kThreads) read_bytes_kernel(const int4* __rest
   if (x == 0x7A5C3E1F) *sink = x;
 }
 
+// The move floor of a quantizer: reads n_in 16-byte words and writes n_out
+// (< n_in) of them, the writes spread evenly through the reads as a
+// quantizer's are: word i of the input is stored at output word
+// floor(i * n_out / n_in) when that index is new (ratio as 32-bit fixed
+// point, no division per word).
+__global__ void __launch_bounds__(kThreads) move_bytes_kernel(const int4* __restrict__ in, int64_t n_in,
+                                                              int4* __restrict__ out, int64_t n_out, uint64_t ratio) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + (kInFlight - 1) * stride < n_in; i += kInFlight * stride) {
+    int4 v[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) v[u] = __ldg(in + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int64_t w = i + u * stride;
+      const int64_t j = static_cast<int64_t>((static_cast<uint64_t>(w) * ratio) >> 32);
+      if ((w == 0 || j != static_cast<int64_t>((static_cast<uint64_t>(w - 1) * ratio) >> 32)) && j < n_out) out[j] = v[u];
+    }
+  }
+  for (; i < n_in; i += stride) {
+    const int4 v = __ldg(in + i);
+    const int64_t j = static_cast<int64_t>((static_cast<uint64_t>(i) * ratio) >> 32);
+    if ((i == 0 || j != static_cast<int64_t>((static_cast<uint64_t>(i - 1) * ratio) >> 32)) && j < n_out) out[j] = v;
+  }
+}
+
 }  // namespace
+
+// Reads in_bytes at in and writes out_bytes (at most in_bytes) at out, both
+// 16-byte aligned, on `stream`; "" or the error.
+std::string gpu_move_bytes(const void* in, int64_t in_bytes, void* out, int64_t out_bytes, int sms,
+                           cudaStream_t stream) {
+  const int64_t n_in = in_bytes / 16, n_out = out_bytes / 16;
+  if (n_in == 0 || n_out > n_in) return "move_floor: needs 0 < out_bytes <= in_bytes";
+  const uint64_t ratio = static_cast<uint64_t>((static_cast<unsigned __int128>(n_out) << 32) / n_in);
+  move_bytes_kernel<<<sms * (2048 / kThreads), kThreads, 0, stream>>>(static_cast<const int4*>(in), n_in,
+                                                                      static_cast<int4*>(out), n_out, ratio);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? std::string() : std::string("move_floor: ") + cudaGetErrorString(e);
+}
 
 // Reads `bytes` at p (16-byte aligned) on `stream`; "" or the error.
 std::string gpu_read_bytes(const void* p, int64_t bytes, int sms, int* sink, cudaStream_t stream) {
