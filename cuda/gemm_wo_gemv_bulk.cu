@@ -12,11 +12,11 @@
 // latency-bound. Here one bulk copy per row and stage
 // moves 2 KB of a row (4096 values of K) into shared memory, three stages
 // deep (2 CTAs x 3 x 33 KB per SM requested ahead), and each lane reads its
-// share of W with two 16-byte shared loads per 128 values of K. Measured
-// (docs/architecture.md): faster than cuda_wo_gemv at every N, but slower
-// than cuda_wo_gemv_small at N <= 2, and nearly flat in N; activations
-// through the ring, double-buffered scales and activations did not move it
-// (docs/architecture.md lists what was tried).
+// share of W with eight 32-bit shared loads per 128 values of K. Measured
+// (docs/architecture.md, which lists what was tried): faster than
+// cuda_wo_gemv at every N, slower than cuda_wo_gemv_small at N = 1 and
+// level at N = 2; what held it back longest was a scale conversion beside
+// its load (below, StageScales).
 //
 // Fragment order. A 128-value "macro step" of a row is 64 bytes, 16 words;
 // lane (g, t) of a quad takes words t, t + 4, t + 8, t + 12 of rows g and
@@ -29,8 +29,9 @@
 // of x[8(4i + t') ..] and two PRMTs per step. Words rather than 16 bytes a
 // lane so that the four lanes of a quad read 64 contiguous bytes of x per
 // load (with 16-byte pieces 64 bytes apart, each load touched twice the
-// sectors, and the activation loads were the kernel's largest stall). A step thus mixes the 4 segments (32 values) of one macro step,
-// which lie in one group when groups are 128 or more: so the group scale is
+// sectors, and the activation loads were the kernel's largest stall). A
+// step thus mixes the 4 segments (32 values) of one macro step, which lie
+// in one group when groups are 128 or more: so the group scale is
 // still applied once per macro step in fp32 after exact mma sums, as in
 // cuda_wo_gemv (wo_mma.cuh has the shared unpacking, exact in fp16 and bf16:
 // one shift, one LOP3 and one HSUB2 per pair of codes). Zero points: D - z S,
@@ -115,15 +116,16 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
   if (warp == 0)
     for (int64_t i = 0; i < min64(items, kStages); ++i) issue(i);
 
-  // This lane's activations: column nt * 8 + g, K = 32t + .. of each macro step.
+  // This lane's activations: column nt * 8 + g, K = 8(4i + t) .. of each macro step.
   const uint8_t* xp[kNT];
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) xp[nt] = p.x + min64(nt * 8 + g, p.n - 1) * p.ldx + 16 * t;
 
-  // The scales (and zero points) of this lane's rows g, g + 8 for the two
+  // The scales (and zero points) of this lane's rows g, g + 8 for the
   // macro steps the warp takes in stage `item`: loaded a stage ahead, since
   // they come from memory as W does but one at a time, and a wait on each
-  // would stall every stage.
+  // would stall every stage. Kept as loaded and converted at the use: a
+  // conversion here would make the warp wait for the load right here.
   struct StageScales {  // as loaded (scale_from_bits / float(z) at the use)
     uint32_t s[kPerWarp][2];
     int z[kPerWarp][2];
