@@ -335,6 +335,7 @@ void run(const GemmArgs& g, const Layout& L, const XChunk* xc) {
     const int64_t m0 = (t / tiles_n) * kTaskRows, n0 = (t % tiles_n) * kTaskCols;
     const int64_t m1 = m0 + kTaskRows < m_rows ? m0 + kTaskRows : m_rows;
     const int64_t n1 = n0 + kTaskCols < n_rows ? n0 + kTaskCols : n_rows;
+    StepScales ss;  // one allocation a task, reused by its steps
     for (int64_t n = n0; n < n1; n += 4) {
       const int cols = static_cast<int>(n1 - n < 4 ? n1 - n : 4);
       const XChunk* x[4];
@@ -350,7 +351,6 @@ void run(const GemmArgs& g, const Layout& L, const XChunk* xc) {
         }
         // One step's scales for each pass over its rows: the same few
         // hundred bytes again, against the 28 KB of codes the pass reads.
-        thread_local StepScales ss;
         convert_step_scales(g.a.scales, g.a.zero_points, L, idx, ss);
         float out[kStepRows][4];
         const int64_t next = m + kStepRows < m1 ? kStepRows * g.a.row_stride : 0;
