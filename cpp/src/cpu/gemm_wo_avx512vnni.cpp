@@ -47,7 +47,7 @@
 // shift; per X row the six digit vectors loaded once for all four W rows;
 // per (row, X row) six vpdpbusd with two shifts between them (T accumulated
 // as one chain, the digits summed so far shifted in place), a subtract, a
-// convert, a multiply and an FMA: 11 vector instructions, with the group
+// convert, a multiply and an FMA: 12 vector instructions, with the group
 // scale a broadcast from a per-step fp32 table. The earlier form (digits as
 // memory operands of every vpdpbusd, three sums recombined by two shifts
 // and two adds, the scales loaded, converted and permuted per row and
