@@ -47,8 +47,10 @@
 // shift; per X row the six digit vectors loaded once for all four W rows;
 // per (row, X row) six vpdpbusd with two shifts between them (T accumulated
 // as one chain, the digits summed so far shifted in place), a subtract, a
-// convert, a multiply and an FMA: 12 vector instructions, with the group
-// scale a broadcast from a per-step fp32 table. The earlier form (digits as
+// convert, a multiply and an FMA: 12 vector instructions (and register
+// copies, about 5 a row: vpdpbusd adds into its destination), with the
+// group scale a broadcast from a per-step fp32 table (counted in the
+// object file, tile<4, 1>). The earlier form (digits as
 // memory operands of every vpdpbusd, three sums recombined by two shifts
 // and two adds, the scales loaded, converted and permuted per row and
 // chunk) took 14 % longer per W row at N = 1 and 20 % at N = 4 on a Zen 4
