@@ -1258,7 +1258,9 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext(
       "case_names",
       "<op>/<cpu|cuda>/<cold|hot|graph>[/M:<M>]/K:<K>/N:<N>[/kernel:<name>]: without /kernel: the public call "
-      "(the dispatcher's choice is the label); with it, that registry entry run directly");
+      "(the dispatcher's choice is the label); with it, that registry entry run directly. Floors: "
+      "read_<fmt>/<dev>/<mode>/M:<M>/K:<K> reads a GEMM's weight bytes only; move_<fmt>/cuda/<mode>/K:<K>/N:<N> "
+      "reads a quantizer's input and writes its output's byte count, both with a plain kernel on the same buffers");
   benchmark::AddCustomContext(
       "cold_rule",
       "cold: each call reads the next of several input buffers totalling > 2x the last-level "
