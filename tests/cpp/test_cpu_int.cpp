@@ -335,19 +335,22 @@ TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
   }
 }
 
-// The VNNI decode kernel takes N <= 4 and says why it refuses more;
-// dispatch then takes the AVX2 kernel (or the reference), with the same bits.
-TEST(CpuIntGemm, VnniDecodeKernelTakesUpToFourRowsOfB) {
+// The VNNI decode kernel takes N <= 16 (four rows of B a pass over A, the
+// later passes from L2) and says why it refuses more; dispatch then takes
+// the AVX2 kernel (or the reference), with the same bits. N = 5..16 cover
+// every width of a last group of columns.
+TEST(CpuIntGemm, VnniDecodeKernelTakesUpToSixteenRowsOfB) {
   QG_SEEDED_RNG(rng, 45);
   const qg::detail::GemmKernel* vnni = kernels_for(Format::i8, Format::i8)[0];
   ASSERT_STREQ(vnni->name, "cpu_i8_avx512_vnni");
-  for (int64_t n : {4, 5}) {
+  for (int64_t n : {4, 5, 6, 7, 8, 13, 16, 17}) {
+    SCOPED_TRACE("N=" + std::to_string(n));
     IntCase c = make_case(rng, Format::i8, Format::i8, 70, n, 200);
     const qg::GemmArgs g = args_of(c);
     std::string why;
-    EXPECT_EQ(vnni->can_run(g, &why), n <= 4) << why;
-    if (n > 4) {
-      EXPECT_NE(why.find("N=5 is above its 4"), std::string::npos) << why;
+    EXPECT_EQ(vnni->can_run(g, &why), n <= 16) << why;
+    if (n > 16) {
+      EXPECT_NE(why.find("N=17 is above its 16"), std::string::npos) << why;
     }
     check_all_kernels(c);
   }

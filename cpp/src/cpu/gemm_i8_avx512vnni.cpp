@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 // gemm_i8_avx512vnni.cpp: int8 x int8 decode GEMM with AVX-512 VNNI
-// (cpu_i8_avx512_vnni, N <= 4), compiled with -mavx512f -mavx512bw
+// (cpu_i8_avx512_vnni, N <= 16), compiled with -mavx512f -mavx512bw
 // -mavx512vl -mavx512vnni -mfma -mf16c and registered with an arch window
 // that needs those. C = A . B^T, both operands int8 rows along K; the int32
 // sums (and, with zero points, the rows' code sums) go to epilogue_store_int,
 // so every output dtype gives the same bits as cpu_int_reference and
-// cpu_i8_avx2 (which takes N > 4).
+// cpu_i8_avx2 (which takes N > 16).
 //
 // At N = 1 cpu_i8_avx2 spends a vpmovsxbw and a vpmaddwd on every 16 codes
 // of A. vpdpbusd multiplies 64 unsigned bytes by 64 signed bytes and adds
@@ -19,9 +19,11 @@
 //
 // The operands are read where they lie: 64 bytes a step, the last K % 64
 // through masked loads (zeros: u = 128 against b = 0), so nothing is copied
-// per call. A streams four rows a step in 64-row tasks, with the same
-// software prefetch as the weight-only kernel (4 KiB ahead into L2, running
-// on into the task's next four rows); the up to four rows of B stay in cache.
+// per call. A streams four rows a step in tasks of 32 rows against up to
+// four rows of B, with the same software prefetch as the weight-only kernel
+// (4 KiB ahead into L2, running on into the task's next four rows); further
+// groups of four B rows pass over the task's A rows again, from L2 (32 x
+// 14336 bytes = 448 KB), without prefetch. One order per output whatever N.
 #include "cpu/kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
@@ -36,7 +38,8 @@ namespace {
 
 constexpr int64_t kStep = 64;  // codes per load
 constexpr int kRows = 4;       // rows of A a step
-constexpr int64_t kRowsPerTask = 64;
+constexpr int64_t kRowsPerTask = 32;  // their A rows stay in L2 between the passes of a task
+constexpr int kCols = 4;              // rows of B a pass
 constexpr int64_t kPrefetchBytes = 4096;
 
 inline __mmask64 tail_mask(int64_t k) {
@@ -68,9 +71,10 @@ int32_t code_sum(const uint8_t* p, int64_t k) {
 
 // Rows a[0..3] of A against NR rows b[j] of B; out[r][j] = the int32 sum of
 // row r and column j, with 128 * sum b[j] (b_offset[j]) taken back out. With
-// ZP, sum_a[r] = row r's code sum. Each row is prefetched kPrefetchBytes
-// ahead, and past its end the row `next` bytes further on (0: none).
-template <int NR, bool ZP>
+// ZP, sum_a[r] = row r's code sum. With PF, each row is prefetched
+// kPrefetchBytes ahead, and past its end the row `next` bytes further on
+// (0: none).
+template <int NR, bool ZP, bool PF>
 void rows_times_cols(const uint8_t* const* a, const uint8_t* const* b, const int32_t* b_offset, int64_t k,
                      int64_t next, int32_t (*out)[4], int32_t* sum_a) {
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -81,9 +85,11 @@ void rows_times_cols(const uint8_t* const* a, const uint8_t* const* b, const int
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_si512();
   }
   for (int64_t x = 0; x < k; x += kStep) {
-    const int64_t ahead = x + kPrefetchBytes;
-    const int64_t pf = ahead < k || next == 0 ? ahead : next + ahead - k;
-    for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(a[r] + pf), _MM_HINT_T1);
+    if (PF) {
+      const int64_t ahead = x + kPrefetchBytes;
+      const int64_t pf = ahead < k || next == 0 ? ahead : next + ahead - k;
+      for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(a[r] + pf), _MM_HINT_T1);
+    }
     const __mmask64 m = x + kStep <= k ? ~__mmask64{0} : tail_mask(k);
     __m512i bv[NR];
     for (int j = 0; j < NR; ++j) bv[j] = _mm512_maskz_loadu_epi8(m, b[j] + x);
@@ -115,27 +121,34 @@ void run(const GemmArgs& g) {
   const EpilogueParams ep = epilogue_params(g);
   const auto* A = static_cast<const uint8_t*>(g.a.data);
   const auto* B = static_cast<const uint8_t*>(g.b.data);
-  const uint8_t* b[4];
-  int32_t sum_b[4] = {}, b_offset[4] = {};
-  for (int j = 0; j < 4; ++j) {
-    b[j] = B + (j < n_rows ? j : 0) * g.b.row_stride;
+  const uint8_t* b[kI8VnniMaxN];
+  int32_t sum_b[kI8VnniMaxN] = {}, b_offset[kI8VnniMaxN] = {};
+  for (int64_t j = 0; j < n_rows; ++j) {
+    b[j] = B + j * g.b.row_stride;
     sum_b[j] = code_sum(b[j], k);
     b_offset[j] = static_cast<int32_t>(128u * static_cast<uint32_t>(sum_b[j]));
   }
-  static constexpr TileFn kTiles[5] = {nullptr, rows_times_cols<1, ZP>, rows_times_cols<2, ZP>,
-                                       rows_times_cols<3, ZP>, rows_times_cols<4, ZP>};
-  const TileFn tile = kTiles[n_rows];
+  // The first pass over a task's A rows streams them from memory
+  // (prefetched); the passes for further rows of B find them in L2.
+  static constexpr TileFn kFirst[kCols + 1] = {nullptr, rows_times_cols<1, ZP, true>, rows_times_cols<2, ZP, true>,
+                                              rows_times_cols<3, ZP, true>, rows_times_cols<4, ZP, true>};
+  static constexpr TileFn kAgain[kCols + 1] = {nullptr, rows_times_cols<1, ZP, false>, rows_times_cols<2, ZP, false>,
+                                              rows_times_cols<3, ZP, false>, rows_times_cols<4, ZP, false>};
   const int64_t tasks = (m_rows + kRowsPerTask - 1) / kRowsPerTask;
   run_tiles(tasks, m_rows * n_rows * k, [&](int64_t t) {
     const int64_t m0 = t * kRowsPerTask, m1 = m0 + kRowsPerTask < m_rows ? m0 + kRowsPerTask : m_rows;
-    for (int64_t m = m0; m < m1; m += kRows) {
-      const int rows = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
-      const uint8_t* a[kRows];
-      for (int r = 0; r < kRows; ++r) a[r] = A + (m + (r < rows ? r : rows - 1)) * g.a.row_stride;
-      int32_t out[kRows][4], sum_a[kRows] = {};
-      tile(a, b, b_offset, k, m + kRows < m1 ? kRows * g.a.row_stride : 0, out, sum_a);
-      for (int r = 0; r < rows; ++r)
-        for (int j = 0; j < n_rows; ++j) epilogue_store_int(ep, m + r, j, out[r][j], sum_a[r], sum_b[j]);
+    for (int64_t n = 0; n < n_rows; n += kCols) {
+      const int cols = static_cast<int>(n_rows - n < kCols ? n_rows - n : kCols);
+      const TileFn tile = n == 0 ? kFirst[cols] : kAgain[cols];
+      for (int64_t m = m0; m < m1; m += kRows) {
+        const int rows = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
+        const uint8_t* a[kRows];
+        for (int r = 0; r < kRows; ++r) a[r] = A + (m + (r < rows ? r : rows - 1)) * g.a.row_stride;
+        int32_t out[kRows][4], sum_a[kRows] = {};
+        tile(a, b + n, b_offset + n, k, m + kRows < m1 ? kRows * g.a.row_stride : 0, out, sum_a);
+        for (int r = 0; r < rows; ++r)
+          for (int j = 0; j < cols; ++j) epilogue_store_int(ep, m + r, n + j, out[r][j], sum_a[r], sum_b[n + j]);
+      }
     }
   });
 }

@@ -20,9 +20,11 @@ Status gemm_weight_only_reference(const GemmArgs& args);
 // AVX2 + FMA + F16C; callable only where cpu_features() has them.
 // i8 x i8, exact int32 (the reference's bits), K-contiguous operands.
 Status gemm_i8_avx2(const GemmArgs& args);
-// The same bits for N <= 4 (decode) with AVX-512 VNNI (vpdpbusd on a ^ 0x80);
+// The same bits for N <= kI8VnniMaxN (decode) with AVX-512 VNNI (vpdpbusd on a ^ 0x80);
 // callable only where cpu_features().avx512_vnni and the AVX2 features.
 Status gemm_i8_avx512vnni(const GemmArgs& args);
+// The most rows of B it takes (its can_run refuses more).
+constexpr int64_t kI8VnniMaxN = 16;
 // i4 weights with group scales x f32/f16/bf16 activations, fp32 sums;
 // K and the group size multiples of 32, K-contiguous operands.
 Status gemm_wo_avx2(const GemmArgs& args);

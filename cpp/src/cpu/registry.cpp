@@ -34,8 +34,8 @@ bool k_contiguous(const GemmArgs& g, std::string* why_not) {
 bool i8_avx2_can_run(const GemmArgs& g, std::string* why_not) { return k_contiguous(g, why_not); }
 
 // The decode kernel streams A once against up to four rows of B held in
-// registers; wider calls go to cpu_i8_avx2's cache tiles.
-constexpr int64_t kI8VnniMaxN = 4;
+// registers and passes over it again from L2 for each further four, up to
+// kI8VnniMaxN (kernels.h); wider calls go to cpu_i8_avx2's cache tiles.
 bool i8_avx512vnni_can_run(const GemmArgs& g, std::string* why_not) {
   if (g.b.rows > kI8VnniMaxN) {
     if (why_not) *why_not = "N=" + std::to_string(g.b.rows) + " is above its " + std::to_string(kI8VnniMaxN);
