@@ -78,17 +78,22 @@ void bm_convert(benchmark::State& st, Backend be, Args args, const Kernel<Args>*
   });
 }
 
+// A quantizer's buffers: fp32 [N, K] rows (rotating when cold) and one
+// output of the packed bytes. False (the case skipped) on an error.
+bool quantize_buffers(benchmark::State& st, Backend be, qg::Format f, int64_t k, int64_t n, bool cold, RotationPtr* x,
+                      RotationPtr* y) {
+  std::string err = f32_rows(be, n, k, x);
+  if (err.empty()) err = output_buffer(be, packed_bytes(f, n, k), y);
+  if (err.empty()) err = (*x)->prepare(cold);
+  if (err.empty()) err = (*y)->prepare(false);
+  if (!err.empty()) st.SkipWithError(err.c_str());
+  return err.empty();
+}
+
 void bm_quantize(benchmark::State& st, Backend be, qg::Format f, const Kernel<qg::QuantizeArgs>* kernel, int64_t k,
                  int64_t n, bool cold) {
   RotationPtr x, y;
-  std::string err = f32_rows(be, n, k, &x);
-  if (err.empty()) err = output_buffer(be, packed_bytes(f, n, k), &y);
-  if (err.empty()) err = x->prepare(cold);
-  if (err.empty()) err = y->prepare(false);
-  if (!err.empty()) {
-    st.SkipWithError(err.c_str());
-    return;
-  }
+  if (!quantize_buffers(st, be, f, k, n, cold, &x, &y)) return;
   const Work work{0.0, 4.0 * n * k + double(packed_bytes(f, n, k))};
   bm_convert(st, be, quantize_args(be, f, n, k, x->slot(0), y->slot(0)), kernel, *x, work, cold,
              &qg::QuantizeArgs::x);
@@ -116,15 +121,8 @@ void bm_dequantize(benchmark::State& st, Backend be, qg::Format f, const Kernel<
 //   move_<fmt>/cuda/<cold|hot>/K:<K>/N:<N>/manual_time
 void bm_move(benchmark::State& st, qg::Format f, int64_t k, int64_t n, bool cold) {
   RotationPtr x, y;
+  if (!quantize_buffers(st, Backend::cuda, f, k, n, cold, &x, &y)) return;
   const int64_t out_bytes = packed_bytes(f, n, k);
-  std::string err = f32_rows(Backend::cuda, n, k, &x);
-  if (err.empty()) err = output_buffer(Backend::cuda, out_bytes, &y);
-  if (err.empty()) err = x->prepare(cold);
-  if (err.empty()) err = y->prepare(false);
-  if (!err.empty()) {
-    st.SkipWithError(err.c_str());
-    return;
-  }
   const Work work{0.0, 4.0 * n * k + double(out_bytes)};
   run_timed(st, Backend::cuda, work, warmups_for(Backend::cuda, *x, cold),
             [&]() { return gpu_move_floor(x->take(cold), 4 * n * k, y->slot(0), out_bytes); });

@@ -87,7 +87,7 @@ void rows_times_cols(const uint8_t* const* a, const uint8_t* const* b, const int
   for (int64_t x = 0; x < k; x += kStep) {
     if (PF) {
       const int64_t ahead = x + kPrefetchBytes;
-      const int64_t pf = ahead < k || next == 0 ? ahead : next + ahead - k;
+      const int64_t pf = prefetch_offset(ahead, k, next);
       for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(a[r] + pf), _MM_HINT_T1);
     }
     const __mmask64 m = x + kStep <= k ? ~__mmask64{0} : tail_mask(k);
@@ -129,14 +129,18 @@ void run(const GemmArgs& g) {
     b_offset[j] = static_cast<int32_t>(128u * static_cast<uint32_t>(sum_b[j]));
   }
   // The first pass over a task's A rows streams them from memory
-  // (prefetched); the passes for further rows of B find them in L2.
+  // (prefetched) and, with zero points, sums their codes; the passes for
+  // further rows of B find the rows in L2 and the sums in sum_a.
   static constexpr TileFn kFirst[kCols + 1] = {nullptr, rows_times_cols<1, ZP, true>, rows_times_cols<2, ZP, true>,
                                               rows_times_cols<3, ZP, true>, rows_times_cols<4, ZP, true>};
-  static constexpr TileFn kAgain[kCols + 1] = {nullptr, rows_times_cols<1, ZP, false>, rows_times_cols<2, ZP, false>,
-                                              rows_times_cols<3, ZP, false>, rows_times_cols<4, ZP, false>};
+  static constexpr TileFn kAgain[kCols + 1] = {nullptr, rows_times_cols<1, false, false>,
+                                              rows_times_cols<2, false, false>, rows_times_cols<3, false, false>,
+                                              rows_times_cols<4, false, false>};
+  static_assert(kRowsPerTask % kRows == 0, "a task's steps fill sum_a exactly");
   const int64_t tasks = (m_rows + kRowsPerTask - 1) / kRowsPerTask;
   run_tiles(tasks, m_rows * n_rows * k, [&](int64_t t) {
     const int64_t m0 = t * kRowsPerTask, m1 = m0 + kRowsPerTask < m_rows ? m0 + kRowsPerTask : m_rows;
+    int32_t sum_a[kRowsPerTask] = {};  // the task's rows' code sums (zero points only)
     for (int64_t n = 0; n < n_rows; n += kCols) {
       const int cols = static_cast<int>(n_rows - n < kCols ? n_rows - n : kCols);
       const TileFn tile = n == 0 ? kFirst[cols] : kAgain[cols];
@@ -144,10 +148,11 @@ void run(const GemmArgs& g) {
         const int rows = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
         const uint8_t* a[kRows];
         for (int r = 0; r < kRows; ++r) a[r] = A + (m + (r < rows ? r : rows - 1)) * g.a.row_stride;
-        int32_t out[kRows][4], sum_a[kRows] = {};
-        tile(a, b + n, b_offset + n, k, m + kRows < m1 ? kRows * g.a.row_stride : 0, out, sum_a);
+        int32_t out[kRows][4];
+        tile(a, b + n, b_offset + n, k, m + kRows < m1 ? kRows * g.a.row_stride : 0, out, sum_a + (m - m0));
         for (int r = 0; r < rows; ++r)
-          for (int j = 0; j < cols; ++j) epilogue_store_int(ep, m + r, n + j, out[r][j], sum_a[r], sum_b[n + j]);
+          for (int j = 0; j < cols; ++j)
+            epilogue_store_int(ep, m + r, n + j, out[r][j], sum_a[m - m0 + r], sum_b[n + j]);
       }
     }
   });

@@ -116,7 +116,7 @@ void tile(const uint8_t* const* w, const int64_t* rows, const float* const* xp, 
       if (PF && (c & 3) == 0)
         for (int r = 0; r < R; ++r) {
           const int64_t ahead = c * 16 + kPrefetchBytes;
-          const uint8_t* p = ahead < row_bytes || next_step == 0 ? w[r] + ahead : w[r] + next_step + (ahead - row_bytes);
+          const uint8_t* p = w[r] + prefetch_offset(ahead, row_bytes, next_step);
           _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
         }
       for (int r = 0; r < R; ++r) {

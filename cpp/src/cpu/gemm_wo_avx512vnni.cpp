@@ -48,7 +48,7 @@
 // per (row, X row) six vpdpbusd with two shifts between them (T accumulated
 // as one chain, the digits summed so far shifted in place), a subtract, a
 // convert, a multiply and an FMA: 12 vector instructions (and register
-// copies, about 5 a row: vpdpbusd adds into its destination), with the
+// copies: vpdpbusd adds into its destination), with the
 // group scale a broadcast from a per-step fp32 table (counted in the
 // object file, tile<4, 1>). The earlier form (digits as
 // memory operands of every vpdpbusd, three sums recombined by two shifts
@@ -266,7 +266,7 @@ void tile(const uint8_t* const* w, const StepScales& ss, const XChunk* const* x,
     if (PF)
       for (int r = 0; r < R; ++r) {
         const int64_t ahead = c * kChunkBytes + kPrefetchBytes;
-        const uint8_t* p = ahead < row_bytes || next_step == 0 ? w[r] + ahead : w[r] + next_step + (ahead - row_bytes);
+        const uint8_t* p = w[r] + prefetch_offset(ahead, row_bytes, next_step);
         _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
       }
     const __mmask64 mask = c + 1 < L.chunks ? ~__mmask64{0} : L.tail_mask;

@@ -57,6 +57,13 @@ constexpr int64_t kTileN = 64;
 // the calling thread: waking the pool costs more than the work it would share.
 constexpr int64_t kParallelMinMacs = int64_t{1} << 20;
 
+// Where the decode kernels' software prefetch points: `ahead` bytes into a
+// row of row_bytes, and past its end into the row `next` bytes further on
+// (a step's next rows; 0: none, stay in the row).
+inline int64_t prefetch_offset(int64_t ahead, int64_t row_bytes, int64_t next) {
+  return ahead < row_bytes || next == 0 ? ahead : next + ahead - row_bytes;
+}
+
 // Runs body(t) for t in [0, tasks): on the pool, or inline for small work.
 template <class Body>
 void run_tiles(int64_t tasks, int64_t macs, const Body& body) {
