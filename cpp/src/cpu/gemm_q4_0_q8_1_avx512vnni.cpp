@@ -193,7 +193,98 @@ void four_rows_times_one(const uint8_t* const* w0, int64_t next, const uint8_t* 
   _mm_storeu_ps(out, _mm512_castps512_ps128(firsts));
 }
 
+// ---- the panel path (gemm_q4_0_q8_1_simd.h, PanelKernels) ----
+
+// Rows w[0..15]'s blocks, rearranged so that each int32 lane is one row:
+// four load_codes4 vectors hold rows 4q..4q+3, dword c of row 4q+r' in lane
+// 4r'+c; two vpermt2d per pair of them gather dwords 0 and 1 (2 and 3) of
+// eight rows, and vshufi64x2 joins the two halves, so T_c holds dword c of
+// all sixteen rows (8 shuffles a block, where scalar 4-byte loads would take
+// 64). The nibbles are split here, once per panel, so the passes over the
+// panel only load.
+void pack_panel(const uint8_t* const* w0, int64_t nb, uint8_t* panel) {
+  const uint8_t* w[kPanelRows];
+  for (int r = 0; r < kPanelRows; ++r) w[r] = w0[r];
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i even = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+  const __m512i odd = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+  for (int64_t b = 0; b < nb; ++b, panel += kPanelBlockBytes) {
+    // One prefetch per row every two blocks (36 bytes: no line skipped).
+    if ((b & 1) == 0)
+      for (int r = 0; r < kPanelRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + kPrefetchBytes), _MM_HINT_T1);
+    const __m512i z0 = load_codes4(w[0], w[1], w[2], w[3]);
+    const __m512i z1 = load_codes4(w[4], w[5], w[6], w[7]);
+    const __m512i z2 = load_codes4(w[8], w[9], w[10], w[11]);
+    const __m512i z3 = load_codes4(w[12], w[13], w[14], w[15]);
+    const __m512i u01 = _mm512_permutex2var_epi32(z0, even, z1);  // dword 0 | dword 1 of rows 0..7
+    const __m512i v01 = _mm512_permutex2var_epi32(z0, odd, z1);   // dword 2 | dword 3
+    const __m512i u23 = _mm512_permutex2var_epi32(z2, even, z3);  // the same for rows 8..15
+    const __m512i v23 = _mm512_permutex2var_epi32(z2, odd, z3);
+    const __m512i t[4] = {_mm512_shuffle_i64x2(u01, u23, 0x44), _mm512_shuffle_i64x2(u01, u23, 0xEE),
+                          _mm512_shuffle_i64x2(v01, v23, 0x44), _mm512_shuffle_i64x2(v01, v23, 0xEE)};
+    for (int c = 0; c < 4; ++c) {
+      _mm512_store_si512(panel + c * 64, _mm512_and_si512(t[c], low4));
+      _mm512_store_si512(panel + (4 + c) * 64, _mm512_and_si512(_mm512_srli_epi16(t[c], 4), low4));
+    }
+    // (vinsertf64x4 of float bits: AVX-512 F, where vinsertf32x8 needs DQ.)
+    const __m256 d_lo = _mm256_set_m128(scales4(w[4], w[5], w[6], w[7]), scales4(w[0], w[1], w[2], w[3]));
+    const __m256 d_hi = _mm256_set_m128(scales4(w[12], w[13], w[14], w[15]), scales4(w[8], w[9], w[10], w[11]));
+    const __m512d d = _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(d_lo)), _mm256_castps_pd(d_hi), 1);
+    _mm512_store_pd(reinterpret_cast<double*>(panel + 512), d);
+    for (int r = 0; r < kPanelRows; ++r) w[r] += kQ4Bytes;
+  }
+}
+
+int32_t load_i32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+float load_f32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The panel against NC rows of an A group. Per block and A row: the integer
+// sum starts at -8 * sum a (the nibbles enter unsigned, as in the tiles),
+// eight vpdpbusd add the block's 32 products for all 16 W rows, each against
+// four A codes broadcast from memory ({1to16}: no shuffle, no register), then
+// one convert and one FMA with d_w * d_a. The block's integer sum is below
+// 2^15, so its conversion is exact. Every A operand sits at a fixed offset
+// from `group` (the interleaved layout), so the unrolled loop needs no
+// pointer per row; NC accumulators, the eight panel vectors and the scales
+// take 25 of the 32 zmm registers at NC = 16.
+template <int NC>
+void panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]) {
+  __m512 acc[NC];
+  for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, panel += kPanelBlockBytes, group += kPanelGroupBlockBytes) {
+    __m512i wv[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) wv[c] = _mm512_load_si512(panel + c * 64);
+    const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(panel + 512));
+#pragma GCC unroll 16
+    for (int j = 0; j < NC; ++j) {
+      __m512i s = _mm512_set1_epi32(load_i32(group + kPanelCols * 32 + 4 * j));
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) s = _mm512_dpbusd_epi32(s, wv[c], _mm512_set1_epi32(load_i32(group + 32 * j + 4 * c)));
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(load_f32(group + kPanelCols * 36 + 4 * j)));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[j]);
+    }
+  }
+  for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], acc[j]);
+}
+
 }  // namespace
+
+extern const PanelKernels kAvx512VnniPanel = {
+    pack_panel,
+    {nullptr, panel_times_cols<1>, panel_times_cols<2>, panel_times_cols<3>, panel_times_cols<4>,
+     panel_times_cols<5>, panel_times_cols<6>, panel_times_cols<7>, panel_times_cols<8>, panel_times_cols<9>,
+     panel_times_cols<10>, panel_times_cols<11>, panel_times_cols<12>, panel_times_cols<13>, panel_times_cols<14>,
+     panel_times_cols<15>, panel_times_cols<16>}};
 
 extern const TileKernels kAvx512VnniTiles = {
     4,
@@ -210,6 +301,7 @@ extern const TileKernels kAvx512VnniTiles = {
 
 namespace qg::detail::cpu::q4q8 {
 extern const TileKernels kAvx512VnniTiles = {};
+extern const PanelKernels kAvx512VnniPanel = {};
 }  // namespace qg::detail::cpu::q4q8
 
 #endif

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/call_scratch.h"
 #include "cpu/thread_pool.h"
 #include "epilogue.h"
 #include "quant_block.h"
@@ -47,26 +48,53 @@ constexpr int64_t kColsPerTask = 64;
 // still balance when one is briefly disturbed.
 constexpr int64_t kRowsPerTaskN1 = 64;
 
+// -8 * the sums of four consecutive codes of a Q8_1 block ab, in the tiles'
+// lane layout: [0..3 + 16..19, 4..7 + 20..23, 8..11 + 24..27, 12..15 + 28..31].
+__m128i block_corr_lanes(const uint8_t* ab) {
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab + 4));
+  // Sums of four consecutive codes: [0..3, .., 12..15 | 16..19, .., 28..31].
+  const __m256i quads = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+  const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(quads), _mm256_extracti128_si256(quads, 1));
+  return _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(s, 3));
+}
+
+float block_scale(const uint8_t* ab) {
+  uint16_t h;
+  std::memcpy(&h, ab, 2);
+  return _cvtsh_ss(h);
+}
+
 // corr and d_a (gemm_q4_0_q8_1_simd.h) for A rows n0..n1-1.
 void prepare_a_rows(const uint8_t* A, int64_t row_stride, int64_t nb, int64_t n0, int64_t n1, int32_t* corr,
                     float* d) {
-  const __m256i ones8 = _mm256_set1_epi8(1);
-  const __m256i ones16 = _mm256_set1_epi16(1);
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* ab = A + n * row_stride;
     int32_t* cn = corr + n * nb * 4;
     float* dn = d + n * nb;
     for (int64_t b = 0; b < nb; ++b, ab += kQ8Bytes) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab + 4));
-      // Sums of four consecutive codes: [0..3, .., 12..15 | 16..19, .., 28..31].
-      const __m256i quads = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
-      const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(quads), _mm256_extracti128_si256(quads, 1));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(cn + b * 4), _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(s, 3)));
-      uint16_t h;
-      std::memcpy(&h, ab, 2);
-      dn[b] = _cvtsh_ss(h);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(cn + b * 4), block_corr_lanes(ab));
+      dn[b] = block_scale(ab);
     }
   }
+}
+
+// The panel path's A group (gemm_q4_0_q8_1_simd.h): rows a0 .. a0 + cols - 1
+// of A, interleaved block by block; rows past cols stay unwritten (no pass
+// reads them).
+void prepare_a_group(const uint8_t* a0, int64_t row_stride, int64_t nb, int cols, uint8_t* group) {
+  for (int64_t b = 0; b < nb; ++b, group += kPanelGroupBlockBytes)
+    for (int j = 0; j < cols; ++j) {
+      const uint8_t* ab = a0 + j * row_stride + b * kQ8Bytes;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(group + 32 * j),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab + 4)));
+      __m128i c = block_corr_lanes(ab);
+      c = _mm_add_epi32(c, _mm_shuffle_epi32(c, 0x4E));
+      c = _mm_add_epi32(c, _mm_shuffle_epi32(c, 0xB1));
+      const int32_t total = _mm_cvtsi128_si32(c);
+      const float d = block_scale(ab);
+      std::memcpy(group + kPanelCols * 32 + 4 * j, &total, 4);
+      std::memcpy(group + kPanelCols * 36 + 4 * j, &d, 4);
+    }
 }
 
 // Output (r, j) of the tile, from scratch, as the scalar kernel computes it:
@@ -176,6 +204,64 @@ Status gemm_tiled(const GemmArgs& g, const TileKernels& k) {
   return {};
 }
 
+// The panel path: the A rows in groups of at most kPanelCols (as even as
+// possible: N = 17 is 9 + 8, not 16 + 1, since a pass over a panel costs its
+// loads whatever its width), and pool tasks of one kPanelRows-row panel of W
+// by kPanelChunkGroups groups. A task packs its panel (the one read of those
+// W rows from memory), then passes over it from L2 once per group. Tasks run
+// chunk by chunk, so the threads share one chunk of A (64 rows: 917 KB at
+// K = 14336) in L3 while W streams past.
+constexpr int64_t kPanelChunkGroups = 4;
+
+Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
+  const int64_t m_rows = g.a.rows, n_rows = g.b.rows, nb = g.a.k / 32;
+  if (m_rows == 0 || n_rows == 0) return {};
+  const EpilogueParams ep = epilogue_params(g);
+  const auto* W = static_cast<const uint8_t*>(g.a.data);
+  const auto* A = static_cast<const uint8_t*>(g.b.data);
+
+  const int64_t groups = (n_rows + kPanelCols - 1) / kPanelCols;
+  const int64_t base = n_rows / groups, extra = n_rows % groups;  // the first `extra` groups take one more
+  const auto group_start = [&](int64_t grp) { return grp * base + (grp < extra ? grp : extra); };
+  const size_t group_bytes = static_cast<size_t>(nb * kPanelGroupBlockBytes);
+  std::vector<uint8_t> own;
+  uint8_t* agroups = call_scratch(group_bytes * static_cast<size_t>(groups), own);
+  run_tiles(groups, n_rows * g.a.k, [&](int64_t grp) {
+    const int64_t n0 = group_start(grp);
+    prepare_a_group(A + n0 * g.b.row_stride, g.b.row_stride, nb, static_cast<int>(group_start(grp + 1) - n0),
+                    agroups + group_bytes * static_cast<size_t>(grp));
+  });
+
+  const int64_t panels = (m_rows + kPanelRows - 1) / kPanelRows;
+  const int64_t chunks = (groups + kPanelChunkGroups - 1) / kPanelChunkGroups;
+  run_tiles(panels * chunks, m_rows * n_rows * g.a.k, [&](int64_t t) {
+    const int64_t m0 = (t % panels) * kPanelRows, g0 = (t / panels) * kPanelChunkGroups;
+    const int rows = static_cast<int>(m_rows - m0 < kPanelRows ? m_rows - m0 : kPanelRows);
+    const int64_t g1 = g0 + kPanelChunkGroups < groups ? g0 + kPanelChunkGroups : groups;
+    const uint8_t* w[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) w[r] = W + (m0 + (r < rows ? r : rows - 1)) * g.a.row_stride;
+    // The panel's own scratch (not call_scratch: this thread may be the caller, whose call_scratch holds A).
+    thread_local std::vector<uint8_t> panel_buf;
+    const size_t panel_bytes = static_cast<size_t>(nb * kPanelBlockBytes) + 63;
+    if (panel_buf.size() < panel_bytes) panel_buf.resize(panel_bytes);
+    uint8_t* panel = panel_buf.data() + ((64 - (reinterpret_cast<uintptr_t>(panel_buf.data()) & 63)) & 63);
+    p.pack(w, nb, panel);
+    for (int64_t grp = g0; grp < g1; ++grp) {
+      const int64_t n = group_start(grp);
+      const int cols = static_cast<int>(group_start(grp + 1) - n);
+      float out[kPanelCols][kPanelRows];
+      p.cols[cols](panel, nb, agroups + group_bytes * static_cast<size_t>(grp), out);
+      for (int j = 0; j < cols; ++j)
+        for (int r = 0; r < rows; ++r) {
+          float v = out[j][r];
+          if (!is_finite(v)) v = exact_element(w[r], A + (n + j) * g.b.row_stride, nb);
+          epilogue_store(ep, m0 + r, n + j, v);
+        }
+    }
+  });
+  return {};
+}
+
 Status run_or_unsupported(const GemmArgs& g, const TileKernels& k, const char* what) {
   if (!k.one_col)
     return Status(StatusCode::unsupported, std::string("qg.gemm_q4_0_q8_1: the ") + what + " kernel was not compiled in");
@@ -190,6 +276,12 @@ Status gemm_q4_0_q8_1_avx512vnni(const GemmArgs& g) {
   return run_or_unsupported(g, q4q8::kAvx512VnniTiles, "AVX-512 VNNI");
 }
 
+Status gemm_q4_0_q8_1_avx512vnni_panel(const GemmArgs& g) {
+  if (!q4q8::kAvx512VnniPanel.pack)
+    return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-512 VNNI panel kernel was not compiled in");
+  return gemm_panel(g, q4q8::kAvx512VnniPanel);
+}
+
 }  // namespace qg::detail::cpu
 
 #else  // not compiled for AVX2 (non-x86 host): the arch windows keep these from being chosen
@@ -200,6 +292,9 @@ Status gemm_q4_0_q8_1_avx2(const GemmArgs&) {
 }
 Status gemm_q4_0_q8_1_avx512vnni(const GemmArgs&) {
   return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-512 VNNI kernel was not compiled in");
+}
+Status gemm_q4_0_q8_1_avx512vnni_panel(const GemmArgs&) {
+  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-512 VNNI panel kernel was not compiled in");
 }
 }  // namespace qg::detail::cpu
 

@@ -51,9 +51,42 @@ struct TileKernels {
   RowsFn one_col;      // null where the kernel file was not compiled for its ISA
 };
 
+// The panel path (cpu_avx512_vnni_panel): kPanelRows rows of W are first
+// rearranged into a panel, then passed over by groups of up to kPanelCols
+// rows of A. In the panel each int32 lane is one W row, so a lane of
+// vpdpbusd sums four codes of one (W row, A row) pair and eight of them make
+// the block's whole dot product: one convert and one FMA per block serve 16
+// outputs, where the 4 x 4 tile above spends them on four.
+//
+// Panel layout, per block (kPanelBlockBytes): eight 64-byte vectors of
+// unsigned nibbles, vector c holding in lane r the four codes of row r that
+// meet A codes 4c..4c+3 (c < 4: the low nibbles of qs bytes 4c..4c+3; c >= 4:
+// the high nibbles of bytes 4(c-4)..), then the 16 rows' d_w as fp32.
+constexpr int kPanelRows = 16;
+constexpr int kPanelCols = 16;
+constexpr int64_t kPanelBlockBytes = 8 * 64 + 64;
+// The A side of the panel path, made once per call: the A rows in groups of
+// up to kPanelCols, interleaved per block (kPanelGroupBlockBytes) as the
+// group's 32-code blocks (row j at 32 j), then each row's -8 * (sum of those
+// codes) as int32 at 512 + 4 j and its d_a as fp32 at 576 + 4 j. Every
+// operand of a pass is then a fixed offset from one pointer per block.
+constexpr int64_t kPanelGroupBlockBytes = kPanelCols * 32 + kPanelCols * 4 * 2;
+// Packs rows w[0..15] (repeats of the last row where fewer are left) into
+// panel, prefetching each row kPrefetchBytes ahead: the pack is the one pass
+// that reads W from memory.
+using PackFn = void (*)(const uint8_t* const* w, int64_t nb, uint8_t* panel);
+// The panel against the first `cols` rows of an A group; out[j][r] gets W
+// row r's sum for the group's row j.
+using PanelFn = void (*)(const uint8_t* panel, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]);
+struct PanelKernels {
+  PackFn pack;                    // null where the kernel file was not compiled for its ISA
+  PanelFn cols[kPanelCols + 1];   // [1..16]; [0] unused
+};
+
 // Defined by the kernel files; all null where their ISA was not compiled in
 // (non-x86 hosts), which the entry points (..._simd.cpp) report.
 extern const TileKernels kAvx2Tiles;
 extern const TileKernels kAvx512VnniTiles;
+extern const PanelKernels kAvx512VnniPanel;
 
 }  // namespace qg::detail::cpu::q4q8

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: MIT
+// test_cpu_avx512vnni_panel.cpp: the AVX-512 VNNI panel kernel
+// (cpu_avx512_vnni_panel, N >= 5), beyond the shared GEMM suite
+// (test_gemm_cpu.cpp runs that on it too): every tail of its 16-row panels
+// and of its A groups (at most 16 rows, split evenly) and chunks (four
+// groups), padded rows and strided C, a non-finite scale at every lane of a
+// panel and of a group, the byte extremes, and the promise that an output's
+// bits depend only on its own W row and A row (each is one lane, summed in
+// one order whatever the call's M and N).
+// Every test is skipped where the CPU (or QG_CPU_ISA) lacks AVX-512
+// F + BW + VL + VNNI with ZMM state enabled by the OS.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "cpu/kernels.h"
+#include "test_util.h"
+
+namespace {
+
+using qgtest::f2u;
+using qgtest::GemmCase;
+
+class CpuAvx512VnniPanel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cpu::registry(), "cpu_avx512_vnni_panel");
+    ASSERT_NE(k, nullptr) << "the CPU registry has no kernel named cpu_avx512_vnni_panel";
+    std::string why;
+    if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why))
+      GTEST_SKIP() << "this CPU (or QG_CPU_ISA) has no AVX-512 VNNI (avx512f+bw+vl+vnni, ZMM state enabled by "
+                      "the OS): cpu_avx512_vnni_panel cannot run here (" << why << ")";
+  }
+  qgtest::HostMemory mem_;
+  qgtest::GemmKernelTester gemm_{qg::detail::cpu::registry(), "cpu_avx512_vnni_panel", mem_};
+
+  void run_check(const GemmCase& c) {
+    GemmCase v = c;
+    ASSERT_TRUE(gemm_.run_and_check(v)) << gemm_.refusals();
+  }
+};
+
+// M from 1 to 17 covers every remainder of the 16-row panel, 31..33 the
+// second panel's; N from 5 (the least it takes) to 17 every group width and
+// the first even split (17 = 9 + 8), 31..33 two groups, 63..65 the
+// four-group chunk edge, 129 three chunks; K = 32 is one block, 96 an odd count.
+TEST_F(CpuAvx512VnniPanel, EveryPanelGroupAndChunkTail) {
+  std::vector<int64_t> ms;
+  for (int64_t m = 1; m <= 17; ++m) ms.push_back(m);
+  for (int64_t m : {31, 32, 33}) ms.push_back(m);
+  const std::vector<int64_t> ns = {5, 6, 7, 8, 9, 12, 15, 16, 17, 31, 32, 33, 63, 64, 65, 129};
+  uint64_t salt = 0;
+  for (int64_t k : {32, 96})
+    for (int64_t m : ms)
+      for (int64_t n : ns) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+        QG_SEEDED_RNG(rng, 5000 + ++salt);
+        run_check(qgtest::random_case(rng, m, n, k));
+        if (HasFailure()) return;
+      }
+}
+
+// K = 4096 and 14336: long rows, the pack's prefetch running past each row's
+// end, panels of 128 and 448 blocks.
+TEST_F(CpuAvx512VnniPanel, LongRows) {
+  uint64_t salt = 0;
+  for (int64_t k : {4096, 14336})
+    for (int64_t m : {5, 16, 33})
+      for (int64_t n : {5, 16, 17, 70}) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+        QG_SEEDED_RNG(rng, 5100 + ++salt);
+        run_check(qgtest::random_case(rng, m, n, k));
+        if (HasFailure()) return;
+      }
+}
+
+// Odd row strides (every block load is unaligned) and a strided C of each
+// output type: only each row's blocks are read, only C's elements written.
+TEST_F(CpuAvx512VnniPanel, PaddedRowsAndStridedC) {
+  uint64_t salt = 0;
+  for (int64_t m : {1, 9, 17})
+    for (int64_t n : {5, 17, 40})
+      for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16}) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " " + qg::dtype_name(dt));
+        QG_SEEDED_RNG(rng, 5200 + ++salt);
+        GemmCase c = qgtest::random_case(rng, m, n, 160, /*a_pad=*/7, /*b_pad=*/13);
+        qgtest::set_c_layout(c, dt, 1, m + 3);  // transposed, with gaps
+        run_check(c);
+        if (HasFailure()) return;
+      }
+}
+
+// Below N = 5 it refuses, and says so.
+TEST_F(CpuAvx512VnniPanel, RefusesFewActivationRows) {
+  for (int64_t n = 1; n < qg::detail::cpu::kQ4PanelMinN; ++n) {
+    QG_SEEDED_RNG(rng, 5250 + n);
+    GemmCase c = qgtest::random_case(rng, 8, n, 64);
+    EXPECT_FALSE(gemm_.run(c)) << "N=" << n;
+  }
+  EXPECT_NE(gemm_.refusals().find("is below its 5"), std::string::npos) << gemm_.refusals();
+}
+
+// An output is one int32 lane of one panel against one row of one group,
+// summed block by block in the same order whatever else the call holds: the
+// same W row and A row give the same bits at any M, N, position in the
+// panel, group or chunk.
+TEST_F(CpuAvx512VnniPanel, OutputBitsDependOnlyOnTheirRows) {
+  QG_SEEDED_RNG(rng, 5300);
+  const int64_t k = 1024;
+  GemmCase wide = qgtest::random_case(rng, 37, 70, k);
+  ASSERT_TRUE(gemm_.run(wide));
+  // A narrower call on a slice of the rows: W rows 3..11, A rows 20..26 (N = 7).
+  GemmCase part = wide;
+  part.m = 9;
+  part.n = 7;
+  part.a.assign(wide.a.begin() + 3 * wide.a_stride, wide.a.begin() + 12 * wide.a_stride);
+  part.b.assign(wide.b.begin() + 20 * wide.b_stride, wide.b.begin() + 27 * wide.b_stride);
+  qgtest::set_c_layout(part, qg::DType::f32, part.n, 1);
+  ASSERT_TRUE(gemm_.run(part));
+  for (int64_t i = 0; i < part.m; ++i)
+    for (int64_t j = 0; j < part.n; ++j)
+      ASSERT_EQ(f2u(static_cast<float>(part.out(i, j))), f2u(static_cast<float>(wide.out(3 + i, 20 + j))))
+          << "C[" << i << ", " << j << "]";
+}
+
+// A +-Inf or NaN scale in one W row (every lane of a panel and the next
+// panel's first) or one A row (every row of a 9 + 8 group split), in the
+// first or a middle block: that row's (column's) outputs are +-Inf or NaN as
+// the float64 reference says, and no other output is touched by it.
+TEST_F(CpuAvx512VnniPanel, NonFiniteScaleInEveryLane) {
+  const int64_t m = 17, n = 17, k = 96;
+  for (int side = 0; side < 2; ++side)
+    for (int64_t row = 0; row < (side == 0 ? m : n); ++row)
+      for (int64_t blk : {0, 1})
+        for (uint16_t bits : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}}) {
+          SCOPED_TRACE((side == 0 ? "W row " : "A row ") + std::to_string(row) + " block " + std::to_string(blk) +
+                       " scale bits " + std::to_string(bits));
+          QG_SEEDED_RNG(rng, 5400 + side * 100 + row * 3 + blk);
+          GemmCase c = qgtest::random_case(rng, m, n, k);
+          qgtest::store_u16(side == 0 ? c.w_block(row, blk) : c.a_block(row, blk), bits);
+          run_check(c);
+          GemmCase v = c;
+          ASSERT_TRUE(gemm_.run(v));
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j)
+              EXPECT_EQ(std::isfinite(v.out(i, j)), (side == 0 ? i : j) != row) << "C[" << i << ", " << j << "]";
+          if (HasFailure()) return;
+        }
+}
+
+// The byte extremes, mixed within each int32 lane (four consecutive codes of
+// one W row against four of one A row) and across lanes: nibbles 0, 8 and 15
+// against codes -128, -127, 0 and 127, with unit scales so every output is an
+// integer the kernel must hit exactly; then the largest block sums of either
+// sign (|sum| = 2^15 at the extreme, still exact in fp32).
+TEST_F(CpuAvx512VnniPanel, ExtremeCodesExact) {
+  const uint8_t nibbles[] = {0, 8, 15};
+  const int8_t codes[] = {-128, -127, 0, 127};
+  uint64_t salt = 0;
+  for (int64_t k : {32, 4096})
+    for (int64_t m : {1, 16, 19})
+      for (int64_t n : {5, 16, 21}) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+        QG_SEEDED_RNG(rng, 5500 + ++salt);
+        GemmCase c = qgtest::random_case(rng, m, n, k);
+        qgtest::set_all_scales(c, 0x3C00);
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t blk = 0; blk < k / 32; ++blk)
+            for (int i = 0; i < 16; ++i)
+              c.w_block(r, blk)[2 + i] = static_cast<uint8_t>(nibbles[rng() % 3] | nibbles[rng() % 3] << 4);
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t blk = 0; blk < k / 32; ++blk) {
+            qgtest::store_u16(c.a_block(r, blk) + 2, 0x7E00);  // s = NaN: must not be read
+            for (int i = 0; i < 32; ++i) c.a_block(r, blk)[4 + i] = static_cast<uint8_t>(codes[rng() % 4]);
+          }
+        GemmCase v = c;
+        ASSERT_TRUE(gemm_.run(v));
+        qgtest::expect_gemm_exact(v);
+        if (HasFailure()) return;
+      }
+  for (uint8_t nib : {uint8_t{0}, uint8_t{15}})
+    for (int8_t code : {int8_t{-128}, int8_t{127}}) {
+      SCOPED_TRACE("nibble " + std::to_string(nib) + " code " + std::to_string(code));
+      QG_SEEDED_RNG(rng, 5600 + nib + code);
+      GemmCase c = qgtest::random_case(rng, 17, 6, 4096);
+      qgtest::set_all_scales(c, 0x3C00);
+      for (int64_t r = 0; r < c.m; ++r)
+        for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.w_block(r, blk) + 2, nib | nib << 4, 16);
+      for (int64_t r = 0; r < c.n; ++r)
+        for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.a_block(r, blk) + 4, static_cast<uint8_t>(code), 32);
+      GemmCase v = c;
+      ASSERT_TRUE(gemm_.run(v));
+      qgtest::expect_gemm_exact(v);
+      EXPECT_EQ(v.out(0, 0), (nib - 8.0) * code * c.k);
+    }
+}
+
+}  // namespace
