@@ -202,16 +202,23 @@ void four_rows_times_one(const uint8_t* const* w0, int64_t next, const uint8_t* 
 // all sixteen rows (8 shuffles a block, where scalar 4-byte loads would take
 // 64). The nibbles are split here, once per panel, so the passes over the
 // panel only load.
-void pack_panel(const uint8_t* const* w0, int64_t nb, uint8_t* panel) {
+void pack_panel(const uint8_t* const* w0, int64_t nb, int64_t next, uint8_t* panel) {
   const uint8_t* w[kPanelRows];
   for (int r = 0; r < kPanelRows; ++r) w[r] = w0[r];
+  // First even b whose prefetch address b * 18 + kPrefetchBytes is past the row.
+  const int64_t row_bytes = nb * kQ4Bytes;
+  int64_t b_switch = (row_bytes - kPrefetchBytes + 2 * kQ4Bytes - 1) / (2 * kQ4Bytes) * 2;
+  if (b_switch < 0) b_switch = 0;
+  int64_t pf = kPrefetchBytes;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const __m512i even = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
   const __m512i odd = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
   for (int64_t b = 0; b < nb; ++b, panel += kPanelBlockBytes) {
     // One prefetch per row every two blocks (36 bytes: no line skipped).
-    if ((b & 1) == 0)
-      for (int r = 0; r < kPanelRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + kPrefetchBytes), _MM_HINT_T1);
+    if ((b & 1) == 0) {
+      if (b == b_switch && next != 0) pf = next + kPrefetchBytes - row_bytes;
+      for (int r = 0; r < kPanelRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T1);
+    }
     const __m512i z0 = load_codes4(w[0], w[1], w[2], w[3]);
     const __m512i z1 = load_codes4(w[4], w[5], w[6], w[7]);
     const __m512i z2 = load_codes4(w[8], w[9], w[10], w[11]);
@@ -260,17 +267,18 @@ template <int NC>
 void panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]) {
   __m512 acc[NC];
   for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, panel += kPanelBlockBytes, group += kPanelGroupBlockBytes) {
+  constexpr int64_t kGroupBlockBytes = panel_group_block_bytes(NC);
+  for (int64_t b = 0; b < nb; ++b, panel += kPanelBlockBytes, group += kGroupBlockBytes) {
     __m512i wv[8];
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) wv[c] = _mm512_load_si512(panel + c * 64);
     const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(panel + 512));
 #pragma GCC unroll 16
     for (int j = 0; j < NC; ++j) {
-      __m512i s = _mm512_set1_epi32(load_i32(group + kPanelCols * 32 + 4 * j));
+      __m512i s = _mm512_set1_epi32(load_i32(group + NC * 32 + 4 * j));
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) s = _mm512_dpbusd_epi32(s, wv[c], _mm512_set1_epi32(load_i32(group + 32 * j + 4 * c)));
-      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(load_f32(group + kPanelCols * 36 + 4 * j)));
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(load_f32(group + NC * 36 + 4 * j)));
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[j]);
     }
   }

@@ -79,10 +79,9 @@ void prepare_a_rows(const uint8_t* A, int64_t row_stride, int64_t nb, int64_t n0
 }
 
 // The panel path's A group (gemm_q4_0_q8_1_simd.h): rows a0 .. a0 + cols - 1
-// of A, interleaved block by block; rows past cols stay unwritten (no pass
-// reads them).
+// of A, interleaved block by block.
 void prepare_a_group(const uint8_t* a0, int64_t row_stride, int64_t nb, int cols, uint8_t* group) {
-  for (int64_t b = 0; b < nb; ++b, group += kPanelGroupBlockBytes)
+  for (int64_t b = 0; b < nb; ++b, group += panel_group_block_bytes(cols))
     for (int j = 0; j < cols; ++j) {
       const uint8_t* ab = a0 + j * row_stride + b * kQ8Bytes;
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(group + 32 * j),
@@ -92,8 +91,8 @@ void prepare_a_group(const uint8_t* a0, int64_t row_stride, int64_t nb, int cols
       c = _mm_add_epi32(c, _mm_shuffle_epi32(c, 0xB1));
       const int32_t total = _mm_cvtsi128_si32(c);
       const float d = block_scale(ab);
-      std::memcpy(group + kPanelCols * 32 + 4 * j, &total, 4);
-      std::memcpy(group + kPanelCols * 36 + 4 * j, &d, 4);
+      std::memcpy(group + 32 * cols + 4 * j, &total, 4);
+      std::memcpy(group + 36 * cols + 4 * j, &d, 4);
     }
 }
 
@@ -206,12 +205,14 @@ Status gemm_tiled(const GemmArgs& g, const TileKernels& k) {
 
 // The panel path: the A rows in groups of at most kPanelCols (as even as
 // possible: N = 17 is 9 + 8, not 16 + 1, since a pass over a panel costs its
-// loads whatever its width), and pool tasks of one kPanelRows-row panel of W
-// by kPanelChunkGroups groups. A task packs its panel (the one read of those
-// W rows from memory), then passes over it from L2 once per group. Tasks run
-// chunk by chunk, so the threads share one chunk of A (64 rows: 917 KB at
-// K = 14336) in L3 while W streams past.
+// loads whatever its width), and pool tasks of kPanelsPerTask consecutive
+// kPanelRows-row panels of W by kPanelChunkGroups groups. A task packs each
+// panel (the one read of those W rows from memory; the pack prefetches the
+// task's next panel as it ends), then passes over it from L2 once per group.
+// Tasks run chunk by chunk, so the threads share one chunk of A (64 rows:
+// 917 KB at K = 14336) in L3 while W streams past.
 constexpr int64_t kPanelChunkGroups = 4;
+constexpr int64_t kPanelsPerTask = 4;
 
 Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
   const int64_t m_rows = g.a.rows, n_rows = g.b.rows, nb = g.a.k / 32;
@@ -223,40 +224,49 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
   const int64_t groups = (n_rows + kPanelCols - 1) / kPanelCols;
   const int64_t base = n_rows / groups, extra = n_rows % groups;  // the first `extra` groups take one more
   const auto group_start = [&](int64_t grp) { return grp * base + (grp < extra ? grp : extra); };
-  const size_t group_bytes = static_cast<size_t>(nb * kPanelGroupBlockBytes);
+  // Group grp's bytes start at nb * 40 * group_start(grp): each takes its rows' share.
+  const auto group_data = [&](uint8_t* base, int64_t grp) { return base + nb * panel_group_block_bytes(group_start(grp)); };
   std::vector<uint8_t> own;
-  uint8_t* agroups = call_scratch(group_bytes * static_cast<size_t>(groups), own);
+  uint8_t* agroups = call_scratch(static_cast<size_t>(nb * panel_group_block_bytes(n_rows)), own);
   run_tiles(groups, n_rows * g.a.k, [&](int64_t grp) {
     const int64_t n0 = group_start(grp);
     prepare_a_group(A + n0 * g.b.row_stride, g.b.row_stride, nb, static_cast<int>(group_start(grp + 1) - n0),
-                    agroups + group_bytes * static_cast<size_t>(grp));
+                    group_data(agroups, grp));
   });
 
   const int64_t panels = (m_rows + kPanelRows - 1) / kPanelRows;
+  const int64_t panel_tasks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
   const int64_t chunks = (groups + kPanelChunkGroups - 1) / kPanelChunkGroups;
-  run_tiles(panels * chunks, m_rows * n_rows * g.a.k, [&](int64_t t) {
-    const int64_t m0 = (t % panels) * kPanelRows, g0 = (t / panels) * kPanelChunkGroups;
-    const int rows = static_cast<int>(m_rows - m0 < kPanelRows ? m_rows - m0 : kPanelRows);
+  run_tiles(panel_tasks * chunks, m_rows * n_rows * g.a.k, [&](int64_t t) {
+    const int64_t p0 = (t % panel_tasks) * kPanelsPerTask, g0 = (t / panel_tasks) * kPanelChunkGroups;
+    const int64_t p1 = p0 + kPanelsPerTask < panels ? p0 + kPanelsPerTask : panels;
     const int64_t g1 = g0 + kPanelChunkGroups < groups ? g0 + kPanelChunkGroups : groups;
-    const uint8_t* w[kPanelRows];
-    for (int r = 0; r < kPanelRows; ++r) w[r] = W + (m0 + (r < rows ? r : rows - 1)) * g.a.row_stride;
     // The panel's own scratch (not call_scratch: this thread may be the caller, whose call_scratch holds A).
     thread_local std::vector<uint8_t> panel_buf;
     const size_t panel_bytes = static_cast<size_t>(nb * kPanelBlockBytes) + 63;
     if (panel_buf.size() < panel_bytes) panel_buf.resize(panel_bytes);
     uint8_t* panel = panel_buf.data() + ((64 - (reinterpret_cast<uintptr_t>(panel_buf.data()) & 63)) & 63);
-    p.pack(w, nb, panel);
-    for (int64_t grp = g0; grp < g1; ++grp) {
-      const int64_t n = group_start(grp);
-      const int cols = static_cast<int>(group_start(grp + 1) - n);
-      float out[kPanelCols][kPanelRows];
-      p.cols[cols](panel, nb, agroups + group_bytes * static_cast<size_t>(grp), out);
-      for (int j = 0; j < cols; ++j)
-        for (int r = 0; r < rows; ++r) {
-          float v = out[j][r];
-          if (!is_finite(v)) v = exact_element(w[r], A + (n + j) * g.b.row_stride, nb);
-          epilogue_store(ep, m0 + r, n + j, v);
-        }
+    for (int64_t pi = p0; pi < p1; ++pi) {
+      const int64_t m0 = pi * kPanelRows;
+      const int rows = static_cast<int>(m_rows - m0 < kPanelRows ? m_rows - m0 : kPanelRows);
+      const uint8_t* w[kPanelRows];
+      for (int r = 0; r < kPanelRows; ++r) w[r] = W + (m0 + (r < rows ? r : rows - 1)) * g.a.row_stride;
+      // The next panel's rows start kPanelRows rows on (its last may be
+      // shorter: those prefetches then fall on rows of this panel or past W,
+      // harmless either way).
+      p.pack(w, nb, pi + 1 < p1 ? kPanelRows * g.a.row_stride : 0, panel);
+      for (int64_t grp = g0; grp < g1; ++grp) {
+        const int64_t n = group_start(grp);
+        const int cols = static_cast<int>(group_start(grp + 1) - n);
+        float out[kPanelCols][kPanelRows];
+        p.cols[cols](panel, nb, group_data(agroups, grp), out);
+        for (int j = 0; j < cols; ++j)
+          for (int r = 0; r < rows; ++r) {
+            float v = out[j][r];
+            if (!is_finite(v)) v = exact_element(w[r], A + (n + j) * g.b.row_stride, nb);
+            epilogue_store(ep, m0 + r, n + j, v);
+          }
+      }
     }
   });
   return {};

@@ -66,15 +66,19 @@ constexpr int kPanelRows = 16;
 constexpr int kPanelCols = 16;
 constexpr int64_t kPanelBlockBytes = 8 * 64 + 64;
 // The A side of the panel path, made once per call: the A rows in groups of
-// up to kPanelCols, interleaved per block (kPanelGroupBlockBytes) as the
-// group's 32-code blocks (row j at 32 j), then each row's -8 * (sum of those
-// codes) as int32 at 512 + 4 j and its d_a as fp32 at 576 + 4 j. Every
-// operand of a pass is then a fixed offset from one pointer per block.
-constexpr int64_t kPanelGroupBlockBytes = kPanelCols * 32 + kPanelCols * 4 * 2;
+// cols <= kPanelCols rows, interleaved per block (panel_group_block_bytes) as
+// the group's 32-code blocks (row j at 32 j), then each row's -8 * (sum of
+// those codes) as int32 at 32 cols + 4 j and its d_a as fp32 at 36 cols + 4 j.
+// Every operand of a pass is then a fixed offset (the pass is compiled per
+// width) from one pointer per block, and a narrow group takes only its own
+// bytes of L2.
+constexpr int64_t panel_group_block_bytes(int64_t cols) { return cols * (32 + 4 + 4); }
 // Packs rows w[0..15] (repeats of the last row where fewer are left) into
-// panel, prefetching each row kPrefetchBytes ahead: the pack is the one pass
-// that reads W from memory.
-using PackFn = void (*)(const uint8_t* const* w, int64_t nb, uint8_t* panel);
+// panel, prefetching each row kPrefetchBytes ahead and, past its end, the row
+// `next` bytes further on (the task's next panel; 0: none): the pack is the
+// one pass that reads W from memory, and with short rows (K = 4096: 2304
+// bytes) most of a row would otherwise arrive unprefetched.
+using PackFn = void (*)(const uint8_t* const* w, int64_t nb, int64_t next, uint8_t* panel);
 // The panel against the first `cols` rows of an A group; out[j][r] gets W
 // row r's sum for the group's row j.
 using PanelFn = void (*)(const uint8_t* panel, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]);
