@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // test_cpu_avx512vnni_panel.cpp: the AVX-512 VNNI panel kernel
-// (cpu_avx512_vnni_panel, N >= 5), beyond the shared GEMM suite
+// (cpu_avx512_vnni_panel, N >= 4), beyond the shared GEMM suite
 // (test_gemm_cpu.cpp runs that on it too): every tail of its 16-row panels
 // and of its A groups (at most 16 rows, split evenly) and chunks (four
 // groups), padded rows and strided C, a non-finite scale at every lane of a
@@ -47,14 +47,14 @@ class CpuAvx512VnniPanel : public ::testing::Test {
 };
 
 // M from 1 to 17 covers every remainder of the 16-row panel, 31..33 the
-// second panel's; N from 5 (the least it takes) to 17 every group width and
+// second panel's; N from 4 (the least it takes) to 17 every group width and
 // the first even split (17 = 9 + 8), 31..33 two groups, 63..65 the
 // four-group chunk edge, 129 three chunks; K = 32 is one block, 96 an odd count.
 TEST_F(CpuAvx512VnniPanel, EveryPanelGroupAndChunkTail) {
   std::vector<int64_t> ms;
   for (int64_t m = 1; m <= 17; ++m) ms.push_back(m);
   for (int64_t m : {31, 32, 33}) ms.push_back(m);
-  const std::vector<int64_t> ns = {5, 6, 7, 8, 9, 12, 15, 16, 17, 31, 32, 33, 63, 64, 65, 129};
+  const std::vector<int64_t> ns = {4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 31, 32, 33, 63, 64, 65, 129};
   uint64_t salt = 0;
   for (int64_t k : {32, 96})
     for (int64_t m : ms)
@@ -72,7 +72,7 @@ TEST_F(CpuAvx512VnniPanel, LongRows) {
   uint64_t salt = 0;
   for (int64_t k : {4096, 14336})
     for (int64_t m : {5, 16, 33})
-      for (int64_t n : {5, 16, 17, 70}) {
+      for (int64_t n : {4, 5, 16, 17, 70}) {
         SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
         QG_SEEDED_RNG(rng, 5100 + ++salt);
         run_check(qgtest::random_case(rng, m, n, k));
@@ -96,14 +96,14 @@ TEST_F(CpuAvx512VnniPanel, PaddedRowsAndStridedC) {
       }
 }
 
-// Below N = 5 it refuses, and says so.
+// Below N = kQ4PanelMinN (4) it refuses, and says so.
 TEST_F(CpuAvx512VnniPanel, RefusesFewActivationRows) {
   for (int64_t n = 1; n < qg::detail::cpu::kQ4PanelMinN; ++n) {
     QG_SEEDED_RNG(rng, 5250 + n);
     GemmCase c = qgtest::random_case(rng, 8, n, 64);
     EXPECT_FALSE(gemm_.run(c)) << "N=" << n;
   }
-  EXPECT_NE(gemm_.refusals().find("is below its 5"), std::string::npos) << gemm_.refusals();
+  EXPECT_NE(gemm_.refusals().find("is below its " + std::to_string(qg::detail::cpu::kQ4PanelMinN)), std::string::npos) << gemm_.refusals();
 }
 
 // An output is one int32 lane of one panel against one row of one group,

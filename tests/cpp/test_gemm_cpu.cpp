@@ -126,7 +126,7 @@ TEST(GemmCpuRegistry, ListsAvx512VnniPanelThenAvx512VnniThenAvx2ThenScalar) {
   EXPECT_TRUE(r.gemm[3].can_run(probe, &why)) << "the scalar kernel takes any shape: " << why;
   // The panel kernel takes N from kQ4PanelMinN and says why not below.
   EXPECT_FALSE(r.gemm[0].can_run(probe, &why));
-  EXPECT_EQ(why, "N=1 is below its 5");
+  EXPECT_EQ(why, "N=1 is below its 4");
   probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, qg::detail::cpu::kQ4PanelMinN, 32);
   EXPECT_TRUE(r.gemm[0].can_run(probe, &why)) << why;
 

@@ -546,7 +546,7 @@ TEST(Explain, GemmOnCpuNamesTheChosenKernelAndEveryCandidate) {
   ASSERT_EQ(e.candidates.size(), 4u);
   if (vnni) {
     // N = 3: below the panel kernel's N, with its reason.
-    EXPECT_EQ(e.candidates[0], "cpu_avx512_vnni_panel: skipped (N=3 is below its 5)");
+    EXPECT_EQ(e.candidates[0], "cpu_avx512_vnni_panel: skipped (N=3 is below its 4)");
     EXPECT_EQ(e.candidates[1], "cpu_avx512_vnni: chosen");
     EXPECT_EQ(e.candidates[2].rfind("cpu_avx2: not tried", 0), 0u) << e.candidates[2];
     EXPECT_EQ(e.candidates[3].rfind("cpu_scalar: not tried", 0), 0u) << e.candidates[3];

@@ -47,12 +47,12 @@ Status gemm_q4_0_q8_1_avx2(const GemmArgs& args);
 // cpu_features().avx512_vnni and the AVX2 kernel's features. Same results as
 // the AVX2 kernel. Both: gemm_q4_0_q8_1_simd.cpp with their own tiles.
 Status gemm_q4_0_q8_1_avx512vnni(const GemmArgs& args);
-// The same ISA from N = kQ4PanelMinN: W rows rearranged per task into
+// The same ISA from N = kQ4PanelMinN (measured: below it the per-call pack is not repaid): W rows rearranged per task into
 // 16-row panels, each int32 lane one W row (gemm_q4_0_q8_1_simd.h). Its own
 // summation order (one convert and FMA per whole block), so not the bits of
 // the two above; within the same bound of the float64 reference.
 Status gemm_q4_0_q8_1_avx512vnni_panel(const GemmArgs& args);
-constexpr int64_t kQ4PanelMinN = 5;
+constexpr int64_t kQ4PanelMinN = 4;
 
 // How the GEMM is cut into pool tasks: tiles of kTileM rows of W by kTileN
 // rows of A, so a tile's W rows stay in L2 while its A rows stream past.
