@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // test_gemm_cpu.cpp: qg's GEMM on the CPU. The shared suite (test_util.h,
 // qgtest::gemm_suite) runs on every CPU kernel registered for q4_0 x q8_1
-// (cpu_avx512_vnni_panel, cpu_avx512_vnni, cpu_avx2, cpu_scalar: each forced through the registry by name) and on the
+// (cpu_avx512_vnni_panel, cpu_avx512_vnni, cpu_avx2_panel, cpu_avx2, cpu_scalar: each forced through the
+// registry by name) and on the
 // public qg::gemm, against a float64 reference built from the same codes
 // (Tier A), the quantization-quality check of reliability.md §9 (Tier B), the
 // epilogue, and the Inf-scale block. Then what is CPU-only: thread counts, the
@@ -75,43 +76,42 @@ INSTANTIATE_TEST_SUITE_P(Kernels, GemmCpuKernel,
                          qgtest::param_name);
 
 // ------------------------------------------------------------------ the registry
-TEST(GemmCpuRegistry, ListsAvx512VnniPanelThenAvx512VnniThenAvx2ThenScalar) {
+// Most specialised first: per ISA the panel kernel (N >= 4) before the tile
+// kernel, AVX-512 VNNI before AVX2, the scalar kernel last.
+TEST(GemmCpuRegistry, ListsPanelAndTileKernelsPerIsaThenScalar) {
   const qg::detail::Registry& r = qg::detail::cpu::registry();
-  ASSERT_GE(r.gemm.size(), 4u);
-  EXPECT_STREQ(r.gemm[0].name, "cpu_avx512_vnni_panel");
-  EXPECT_STREQ(r.gemm[1].name, "cpu_avx512_vnni");
-  EXPECT_STREQ(r.gemm[2].name, "cpu_avx2");
-  EXPECT_STREQ(r.gemm[3].name, "cpu_scalar");
-  for (int i = 0; i < 4; ++i) {
+  const std::vector<std::string> names = {"cpu_avx512_vnni_panel", "cpu_avx512_vnni", "cpu_avx2_panel", "cpu_avx2",
+                                          "cpu_scalar"};
+  ASSERT_GE(r.gemm.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
     const qg::detail::GemmKernel& k = r.gemm[i];
-    SCOPED_TRACE(k.name);
+    SCOPED_TRACE(names[i]);
+    EXPECT_EQ(k.name, names[i]);
     EXPECT_EQ(k.a_format, qg::Format::q4_0);
     EXPECT_EQ(k.b_format, qg::Format::q8_1);
     EXPECT_EQ(k.epilogue_caps, static_cast<uint32_t>(qg::detail::kEpiFloatAll))
         << "CPU kernels implement the whole float epilogue";
   }
-  EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
-            (std::vector<std::string>{"cpu_avx512_vnni_panel", "cpu_avx512_vnni", "cpu_avx2", "cpu_scalar",
-                                      "dispatch"}));
+  std::vector<std::string> with_dispatch = names;
+  with_dispatch.emplace_back("dispatch");
+  EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1), with_dispatch);
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q8_0, qg::Format::q8_1), (std::vector<std::string>{"dispatch"}));
 
-  // The ISA a kernel needs is its arch window: both AVX-512 VNNI kernels need
-  // avx512_vnni and (their driver) avx2+fma+f16c, the AVX2 kernel
+  // The ISA a kernel needs is its arch window: the AVX-512 VNNI kernels need
+  // avx512_vnni and (their driver) avx2+fma+f16c, the AVX2 kernels
   // avx2+fma+f16c, the scalar kernel nothing, so it is available on every CPU.
   const uint32_t avx2 = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
-  EXPECT_EQ(r.gemm[0].arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni);
-  EXPECT_EQ(r.gemm[1].arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni);
-  EXPECT_EQ(r.gemm[2].arch.cpu_features & avx2, avx2);
-  EXPECT_EQ(r.gemm[2].arch.cpu_features & qg::detail::kCpuAvx512Vnni, 0u);
-  EXPECT_EQ(r.gemm[3].arch.cpu_features, 0u);
+  for (int i : {0, 1}) EXPECT_EQ(r.gemm[i].arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni);
+  for (int i : {2, 3}) EXPECT_EQ(r.gemm[i].arch.cpu_features, avx2);
+  EXPECT_EQ(r.gemm[4].arch.cpu_features, 0u);
   qg::detail::DeviceCaps none;  // a CPU without any extension
   std::string why;
-  EXPECT_TRUE(qg::detail::arch_admits(r.gemm[3].arch, qg::Device::cpu(), none, &why)) << why;
-  EXPECT_FALSE(qg::detail::arch_admits(r.gemm[2].arch, qg::Device::cpu(), none, &why));
+  EXPECT_TRUE(qg::detail::arch_admits(r.gemm[4].arch, qg::Device::cpu(), none, &why)) << why;
+  EXPECT_FALSE(qg::detail::arch_admits(r.gemm[3].arch, qg::Device::cpu(), none, &why));
   EXPECT_NE(why.find("avx2"), std::string::npos) << why;
   qg::detail::DeviceCaps only_avx2;  // e.g. AMD Zen 3, or Intel client cores
   only_avx2.cpu_features = avx2;
-  EXPECT_TRUE(qg::detail::arch_admits(r.gemm[2].arch, qg::Device::cpu(), only_avx2, &why)) << why;
+  for (int i : {2, 3}) EXPECT_TRUE(qg::detail::arch_admits(r.gemm[i].arch, qg::Device::cpu(), only_avx2, &why)) << why;
   for (int i : {0, 1}) {
     EXPECT_FALSE(qg::detail::arch_admits(r.gemm[i].arch, qg::Device::cpu(), only_avx2, &why));
     EXPECT_EQ(why.find("needs avx512_vnni,"), 0u) << why;
@@ -123,12 +123,16 @@ TEST(GemmCpuRegistry, ListsAvx512VnniPanelThenAvx512VnniThenAvx2ThenScalar) {
   probe.a = qg::packed_operand(nullptr, qg::Format::q4_0, 1, 32);
   probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, 1, 32);
   probe.device = qg::Device::cpu();
-  EXPECT_TRUE(r.gemm[3].can_run(probe, &why)) << "the scalar kernel takes any shape: " << why;
-  // The panel kernel takes N from kQ4PanelMinN and says why not below.
-  EXPECT_FALSE(r.gemm[0].can_run(probe, &why));
-  EXPECT_EQ(why, "N=1 is below its 4");
-  probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, qg::detail::cpu::kQ4PanelMinN, 32);
-  EXPECT_TRUE(r.gemm[0].can_run(probe, &why)) << why;
+  EXPECT_TRUE(r.gemm[4].can_run(probe, &why)) << "the scalar kernel takes any shape: " << why;
+  // The panel kernels take N from their least and say why not below.
+  for (int i : {0, 2}) {
+    const int64_t min_n = i == 0 ? qg::detail::cpu::kQ4PanelMinN : qg::detail::cpu::kQ4PanelAvx2MinN;
+    probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, min_n - 1, 32);
+    EXPECT_FALSE(r.gemm[i].can_run(probe, &why));
+    EXPECT_EQ(why, "N=" + std::to_string(min_n - 1) + " is below its " + std::to_string(min_n));
+    probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, min_n, 32);
+    EXPECT_TRUE(r.gemm[i].can_run(probe, &why)) << why;
+  }
 
   // A CUDA device is served by the CUDA registry, never by CPU kernels.
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cpu()), &r);
@@ -150,14 +154,14 @@ TEST(GemmCpuRegistry, ListsAvx512VnniPanelThenAvx512VnniThenAvx2ThenScalar) {
   EXPECT_EQ(r.dequantize[1].formats, qg::detail::kIntegerFormats);
 }
 
-// Dispatch picks the first kernel the CPU admits: from N = kQ4PanelMinN
-// cpu_avx512_vnni_panel, below it cpu_avx512_vnni where present, else
-// cpu_avx2 where present.
+// Dispatch picks the first kernel the CPU admits: per ISA the panel kernel
+// from its least N, the tile kernel below; AVX-512 VNNI where present, else
+// AVX2 where present, else the scalar kernel.
 TEST(GemmCpuRegistry, DispatchChoosesTheFirstAdmittedKernel) {
   const auto& r = qg::detail::cpu::registry();
   std::string why;
   const bool vnni = qgtest::gemm_kernel_runs_on(r.gemm[1], qg::Device::cpu(), &why);
-  const bool avx2 = qgtest::gemm_kernel_runs_on(r.gemm[2], qg::Device::cpu(), &why);
+  const bool avx2 = qgtest::gemm_kernel_runs_on(r.gemm[3], qg::Device::cpu(), &why);
   for (int64_t n : {int64_t{3}, int64_t{4}, int64_t{5}, int64_t{64}}) {
     SCOPED_TRACE("N=" + std::to_string(n));
     std::vector<uint8_t> w(2 * 36), a(static_cast<size_t>(n) * 72);
@@ -168,7 +172,8 @@ TEST(GemmCpuRegistry, DispatchChoosesTheFirstAdmittedKernel) {
     qg::Explanation e;
     ASSERT_TRUE(qg::explain(g, &e).ok());
     const char* want = vnni ? (n >= qg::detail::cpu::kQ4PanelMinN ? "cpu_avx512_vnni_panel" : "cpu_avx512_vnni")
-                            : avx2 ? "cpu_avx2" : "cpu_scalar";
+                       : avx2 ? (n >= qg::detail::cpu::kQ4PanelAvx2MinN ? "cpu_avx2_panel" : "cpu_avx2")
+                              : "cpu_scalar";
     EXPECT_EQ(e.chosen, want) << why;
     EXPECT_EQ(e.op, "qg.gemm");
     EXPECT_EQ(e.problem, "q4_0 x q8_1 on cpu");

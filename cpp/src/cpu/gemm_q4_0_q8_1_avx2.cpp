@@ -202,7 +202,138 @@ void four_rows_times_one(const uint8_t* const* w0, int64_t next, const uint8_t* 
   out[3] = v[5];
 }
 
+// ---- the panel path (gemm_q4_0_q8_1_simd.h, PanelKernels) ----
+// The layout is the AVX-512 kernel's: a panel vector's low 32 bytes hold rows
+// 0..7, its high 32 bytes rows 8..15, so a ymm is half a panel vector.
+
+// Rows w[0..7]'s blocks: rows r and r + 4 share a ymm (one per 128-bit lane),
+// and the 4 x 4 dword transpose of each lane (vpunpck{l,h}dq, then
+// vpunpck{l,h}qdq: 8 shuffles for eight rows) leaves T_c with dword c of
+// rows 0..7 in lane order.
+void pack_half(const uint8_t* const* w, uint8_t* dst) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256i l[4];
+  for (int i = 0; i < 4; ++i)
+    l[i] = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(w[i + 4] + 2), reinterpret_cast<const __m128i*>(w[i] + 2));
+  const __m256i t0 = _mm256_unpacklo_epi32(l[0], l[1]), t1 = _mm256_unpacklo_epi32(l[2], l[3]);
+  const __m256i t2 = _mm256_unpackhi_epi32(l[0], l[1]), t3 = _mm256_unpackhi_epi32(l[2], l[3]);
+  const __m256i t[4] = {_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1), _mm256_unpacklo_epi64(t2, t3),
+                        _mm256_unpackhi_epi64(t2, t3)};
+  for (int c = 0; c < 4; ++c) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + c * 64), _mm256_and_si256(t[c], low4));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + (4 + c) * 64),
+                       _mm256_and_si256(_mm256_srli_epi16(t[c], 4), low4));
+  }
+  uint64_t h[2];
+  for (int q = 0; q < 2; ++q)
+    h[q] = static_cast<uint64_t>(load_u16(w[4 * q])) | static_cast<uint64_t>(load_u16(w[4 * q + 1])) << 16 |
+           static_cast<uint64_t>(load_u16(w[4 * q + 2])) << 32 | static_cast<uint64_t>(load_u16(w[4 * q + 3])) << 48;
+  _mm256_store_ps(reinterpret_cast<float*>(dst + 512),
+                  _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(h[1]), static_cast<int64_t>(h[0]))));
+}
+
+void pack_panel(const uint8_t* const* w0, int64_t nb, int64_t next, uint8_t* panel) {
+  const uint8_t* w[kPanelRows];
+  for (int r = 0; r < kPanelRows; ++r) w[r] = w0[r];
+  // First even b whose prefetch address b * 18 + kPrefetchBytes is past the row.
+  const int64_t row_bytes = nb * kQ4Bytes;
+  int64_t b_switch = (row_bytes - kPrefetchBytes + 2 * kQ4Bytes - 1) / (2 * kQ4Bytes) * 2;
+  if (b_switch < 0) b_switch = 0;
+  int64_t pf = kPrefetchBytes;
+  for (int64_t b = 0; b < nb; ++b, panel += kPanelBlockBytes) {
+    // One prefetch per row every two blocks (36 bytes: no line skipped).
+    if ((b & 1) == 0) {
+      if (b == b_switch && next != 0) pf = next + kPrefetchBytes - row_bytes;
+      for (int r = 0; r < kPanelRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T1);
+    }
+    pack_half(w, panel);
+    pack_half(w + 8, panel + 32);
+    for (int r = 0; r < kPanelRows; ++r) w[r] += kQ4Bytes;
+  }
+}
+
+int32_t load_i32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+float load_f32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Half a panel (8 W rows, `half` 0 or 1) against NJ rows J0.. of an NC-row A
+// group. vpmaddubsw (unsigned nibbles x four A codes broadcast, signed)
+// leaves two int16 pair sums per lane (row); the eight chunks of a block are
+// added in int16 (each pair sum is at most 2 * 15 * 128 = 3840 in magnitude,
+// eight of them 30720 < 2^15: no wrap), one vpmaddwd makes the lane's int32,
+// -8 * sum a is added, and then, as in the AVX-512 pass, one convert and one
+// FMA with d_w * d_a: the same operations on the same values in the same
+// order, so the same bits as cpu_avx512_vnni_panel. At most four A rows a
+// pass: their int16 and fp32 sums, the panel vector, the broadcast and the
+// scales fill 13 of the 16 ymm registers.
+template <int NC, int J0, int NJ>
+void half_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, int half, float (*out)[kPanelRows]) {
+  constexpr int64_t kGroupBlockBytes = panel_group_block_bytes(NC);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const uint8_t* ph = panel + 32 * half;
+  __m256 acc[NJ];
+  for (int j = 0; j < NJ; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, ph += kPanelBlockBytes, group += kGroupBlockBytes) {
+    __m256i t[NJ];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ph + 64 * c));
+#pragma GCC unroll 4
+      for (int j = 0; j < NJ; ++j) {
+        const __m256i m = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(load_i32(group + 32 * (J0 + j) + 4 * c)));
+        t[j] = c == 0 ? m : _mm256_add_epi16(t[j], m);
+        // Keeps the sums in this order: GCC otherwise re-associates the
+        // adds into a tree that holds every product at once and spills.
+        __asm__("" : "+x"(t[j]));
+      }
+    }
+    const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(ph + 512));
+#pragma GCC unroll 4
+    for (int j = 0; j < NJ; ++j) {
+      const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(t[j], ones16),
+                                         _mm256_set1_epi32(load_i32(group + NC * 32 + 4 * (J0 + j))));
+      const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(load_f32(group + NC * 36 + 4 * (J0 + j))));
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[j]);
+    }
+  }
+  for (int j = 0; j < NJ; ++j) _mm256_storeu_ps(out[J0 + j] + 8 * half, acc[j]);
+}
+
+// The group's NC rows in ceil(NC / 4) passes as even as possible (5 = 3 + 2,
+// not 4 + 1: a pass costs its panel loads whatever its width), for each half
+// of the panel.
+constexpr int kPassCols = 4;
+constexpr int passes(int nc) { return (nc + kPassCols - 1) / kPassCols; }
+constexpr int pass_start(int nc, int i) { return i * (nc / passes(nc)) + (i < nc % passes(nc) ? i : nc % passes(nc)); }
+
+template <int NC, int I>
+void passes_from(const uint8_t* panel, int64_t nb, const uint8_t* group, int half, float (*out)[kPanelRows]) {
+  constexpr int j0 = pass_start(NC, I), nj = pass_start(NC, I + 1) - j0;
+  half_times_cols<NC, j0, nj>(panel, nb, group, half, out);
+  if constexpr (I + 1 < passes(NC)) passes_from<NC, I + 1>(panel, nb, group, half, out);
+}
+
+template <int NC>
+void panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]) {
+  for (int half = 0; half < 2; ++half) passes_from<NC, 0>(panel, nb, group, half, out);
+}
+
 }  // namespace
+
+extern const PanelKernels kAvx2Panel = {
+    pack_panel,
+    {nullptr, panel_times_cols<1>, panel_times_cols<2>, panel_times_cols<3>, panel_times_cols<4>,
+     panel_times_cols<5>, panel_times_cols<6>, panel_times_cols<7>, panel_times_cols<8>, panel_times_cols<9>,
+     panel_times_cols<10>, panel_times_cols<11>, panel_times_cols<12>, panel_times_cols<13>, panel_times_cols<14>,
+     panel_times_cols<15>, panel_times_cols<16>}};
 
 extern const TileKernels kAvx2Tiles = {
     2,
@@ -219,6 +350,7 @@ extern const TileKernels kAvx2Tiles = {
 
 namespace qg::detail::cpu::q4q8 {
 extern const TileKernels kAvx2Tiles = {};
+extern const PanelKernels kAvx2Panel = {};
 }  // namespace qg::detail::cpu::q4q8
 
 #endif

@@ -292,6 +292,12 @@ Status gemm_q4_0_q8_1_avx512vnni_panel(const GemmArgs& g) {
   return gemm_panel(g, q4q8::kAvx512VnniPanel);
 }
 
+Status gemm_q4_0_q8_1_avx2_panel(const GemmArgs& g) {
+  if (!q4q8::kAvx2Panel.pack)
+    return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX2 panel kernel was not compiled in");
+  return gemm_panel(g, q4q8::kAvx2Panel);
+}
+
 }  // namespace qg::detail::cpu
 
 #else  // not compiled for AVX2 (non-x86 host): the arch windows keep these from being chosen
@@ -305,6 +311,9 @@ Status gemm_q4_0_q8_1_avx512vnni(const GemmArgs&) {
 }
 Status gemm_q4_0_q8_1_avx512vnni_panel(const GemmArgs&) {
   return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-512 VNNI panel kernel was not compiled in");
+}
+Status gemm_q4_0_q8_1_avx2_panel(const GemmArgs&) {
+  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX2 panel kernel was not compiled in");
 }
 }  // namespace qg::detail::cpu
 

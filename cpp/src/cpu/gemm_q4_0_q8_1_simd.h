@@ -92,5 +92,6 @@ struct PanelKernels {
 extern const TileKernels kAvx2Tiles;
 extern const TileKernels kAvx512VnniTiles;
 extern const PanelKernels kAvx512VnniPanel;
+extern const PanelKernels kAvx2Panel;
 
 }  // namespace qg::detail::cpu::q4q8

@@ -53,6 +53,10 @@ Status gemm_q4_0_q8_1_avx512vnni(const GemmArgs& args);
 // the two above; within the same bound of the float64 reference.
 Status gemm_q4_0_q8_1_avx512vnni_panel(const GemmArgs& args);
 constexpr int64_t kQ4PanelMinN = 4;
+// The panel path with AVX2 (vpmaddubsw): the same panels and A groups, the
+// same bits as the AVX-512 VNNI panel kernel, for CPUs without AVX-512.
+Status gemm_q4_0_q8_1_avx2_panel(const GemmArgs& args);
+constexpr int64_t kQ4PanelAvx2MinN = 4;
 
 // How the GEMM is cut into pool tasks: tiles of kTileM rows of W by kTileN
 // rows of A, so a tile's W rows stay in L2 while its A rows stream past.

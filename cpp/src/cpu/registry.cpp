@@ -75,12 +75,13 @@ constexpr ArchWindow kAvx2{0, 0, false, kCpuAvx2 | kCpuFma | kCpuF16c};
 // the OS (features.cpp); its driver is compiled for AVX2, hence those too.
 constexpr ArchWindow kAvx512Vnni{0, 0, false, kCpuAvx512Vnni | kCpuAvx2 | kCpuFma | kCpuF16c};
 
-// The panel kernel pays a rearrangement of each 16-row panel per call,
-// which decode's few A rows cannot amortise: below kQ4PanelMinN the 4 x 4
-// tile kernel runs.
+// The panel kernels pay a rearrangement of each 16-row panel per call, which
+// decode's few A rows cannot amortise: below MinN the tile kernel of the same
+// ISA runs.
+template <int64_t MinN>
 bool q4_panel_can_run(const GemmArgs& g, std::string* why_not) {
-  if (g.b.rows < kQ4PanelMinN) {
-    if (why_not) *why_not = "N=" + std::to_string(g.b.rows) + " is below its " + std::to_string(kQ4PanelMinN);
+  if (g.b.rows < MinN) {
+    if (why_not) *why_not = "N=" + std::to_string(g.b.rows) + " is below its " + std::to_string(MinN);
     return false;
   }
   return true;
@@ -89,10 +90,12 @@ bool q4_panel_can_run(const GemmArgs& g, std::string* why_not) {
 Registry make_registry() {
   Registry r;
   r.gemm = {
-      {"cpu_avx512_vnni_panel", Format::q4_0, Format::q8_1, kAvx512Vnni, kEpiFloatAll, q4_panel_can_run,
-       [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avx512vnni_panel(a); }},
+      {"cpu_avx512_vnni_panel", Format::q4_0, Format::q8_1, kAvx512Vnni, kEpiFloatAll,
+       q4_panel_can_run<kQ4PanelMinN>, [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avx512vnni_panel(a); }},
       {"cpu_avx512_vnni", Format::q4_0, Format::q8_1, kAvx512Vnni, kEpiFloatAll, any_shape<GemmArgs>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avx512vnni(a); }},
+      {"cpu_avx2_panel", Format::q4_0, Format::q8_1, kAvx2, kEpiFloatAll, q4_panel_can_run<kQ4PanelAvx2MinN>,
+       [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avx2_panel(a); }},
       {"cpu_avx2", Format::q4_0, Format::q8_1, kAvx2, kEpiFloatAll, any_shape<GemmArgs>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avx2(a); }},
       {"cpu_scalar", Format::q4_0, Format::q8_1, kAnyCpu, kEpiFloatAll, any_shape<GemmArgs>,

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: MIT
-// test_cpu_avx512vnni_panel.cpp: the AVX-512 VNNI panel kernel
-// (cpu_avx512_vnni_panel, N >= 4), beyond the shared GEMM suite
-// (test_gemm_cpu.cpp runs that on it too): every tail of its 16-row panels
-// and of its A groups (at most 16 rows, split evenly) and chunks (four
-// groups), padded rows and strided C, a non-finite scale at every lane of a
-// panel and of a group, the byte extremes, and the promise that an output's
-// bits depend only on its own W row and A row (each is one lane, summed in
-// one order whatever the call's M and N).
-// Every test is skipped where the CPU (or QG_CPU_ISA) lacks AVX-512
-// F + BW + VL + VNNI with ZMM state enabled by the OS.
+// test_cpu_panel.cpp: the panel kernels (cpu_avx512_vnni_panel and
+// cpu_avx2_panel, N >= 4), beyond the shared GEMM suite (test_gemm_cpu.cpp
+// runs that on them too): every tail of their 16-row panels, of their A
+// groups (at most 16 rows, split evenly) and chunks (four groups), and of the
+// AVX2 kernel's passes (at most four A rows, split evenly); padded rows and
+// strided C, a non-finite scale at every lane of a panel and of a group, the
+// byte extremes, the promise that an output's bits depend only on its own W
+// row and A row (each is one lane, summed in one order whatever the call's M
+// and N), and that both kernels give the same bits.
+// A kernel's tests are skipped where the CPU (or QG_CPU_ISA) lacks its ISA.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,18 +27,30 @@ namespace {
 using qgtest::f2u;
 using qgtest::GemmCase;
 
-class CpuAvx512VnniPanel : public ::testing::Test {
+bool kernel_runs_here(const std::string& name, std::string* why) {
+  const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cpu::registry(), name);
+  if (!k) {
+    *why = "the CPU registry has no kernel named " + name;
+    return false;
+  }
+  return qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), why);
+}
+
+int64_t min_n_of(const std::string& name) {
+  return name == "cpu_avx2_panel" ? qg::detail::cpu::kQ4PanelAvx2MinN : qg::detail::cpu::kQ4PanelMinN;
+}
+
+class CpuPanel : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cpu::registry(), "cpu_avx512_vnni_panel");
-    ASSERT_NE(k, nullptr) << "the CPU registry has no kernel named cpu_avx512_vnni_panel";
+    ASSERT_NE(qgtest::find_gemm_kernel(qg::detail::cpu::registry(), GetParam()), nullptr)
+        << "the CPU registry has no kernel named " << GetParam();
     std::string why;
-    if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why))
-      GTEST_SKIP() << "this CPU (or QG_CPU_ISA) has no AVX-512 VNNI (avx512f+bw+vl+vnni, ZMM state enabled by "
-                      "the OS): cpu_avx512_vnni_panel cannot run here (" << why << ")";
+    if (!kernel_runs_here(GetParam(), &why))
+      GTEST_SKIP() << GetParam() << " cannot run on this CPU (or under QG_CPU_ISA): " << why;
   }
   qgtest::HostMemory mem_;
-  qgtest::GemmKernelTester gemm_{qg::detail::cpu::registry(), "cpu_avx512_vnni_panel", mem_};
+  qgtest::GemmKernelTester gemm_{qg::detail::cpu::registry(), GetParam(), mem_};
 
   void run_check(const GemmCase& c) {
     GemmCase v = c;
@@ -47,10 +59,11 @@ class CpuAvx512VnniPanel : public ::testing::Test {
 };
 
 // M from 1 to 17 covers every remainder of the 16-row panel, 31..33 the
-// second panel's; N from 4 (the least it takes) to 17 every group width and
-// the first even split (17 = 9 + 8), 31..33 two groups, 63..65 the
+// second panel's; N from 4 (the least they take) to 17 every group width
+// (and every split of a group into the AVX2 kernel's passes) and the first
+// even split into groups (17 = 9 + 8), 31..33 two groups, 63..65 the
 // four-group chunk edge, 129 three chunks; K = 32 is one block, 96 an odd count.
-TEST_F(CpuAvx512VnniPanel, EveryPanelGroupAndChunkTail) {
+TEST_P(CpuPanel, EveryPanelGroupAndChunkTail) {
   std::vector<int64_t> ms;
   for (int64_t m = 1; m <= 17; ++m) ms.push_back(m);
   for (int64_t m : {31, 32, 33}) ms.push_back(m);
@@ -68,7 +81,7 @@ TEST_F(CpuAvx512VnniPanel, EveryPanelGroupAndChunkTail) {
 
 // K = 4096 and 14336: long rows, the pack's prefetch running past each row's
 // end, panels of 128 and 448 blocks.
-TEST_F(CpuAvx512VnniPanel, LongRows) {
+TEST_P(CpuPanel, LongRows) {
   uint64_t salt = 0;
   for (int64_t k : {4096, 14336})
     for (int64_t m : {5, 16, 33})
@@ -82,7 +95,7 @@ TEST_F(CpuAvx512VnniPanel, LongRows) {
 
 // Odd row strides (every block load is unaligned) and a strided C of each
 // output type: only each row's blocks are read, only C's elements written.
-TEST_F(CpuAvx512VnniPanel, PaddedRowsAndStridedC) {
+TEST_P(CpuPanel, PaddedRowsAndStridedC) {
   uint64_t salt = 0;
   for (int64_t m : {1, 9, 17})
     for (int64_t n : {5, 17, 40})
@@ -96,21 +109,22 @@ TEST_F(CpuAvx512VnniPanel, PaddedRowsAndStridedC) {
       }
 }
 
-// Below N = kQ4PanelMinN (4) it refuses, and says so.
-TEST_F(CpuAvx512VnniPanel, RefusesFewActivationRows) {
-  for (int64_t n = 1; n < qg::detail::cpu::kQ4PanelMinN; ++n) {
+// Below its least N it refuses, and says so.
+TEST_P(CpuPanel, RefusesFewActivationRows) {
+  const int64_t min_n = min_n_of(GetParam());
+  for (int64_t n = 1; n < min_n; ++n) {
     QG_SEEDED_RNG(rng, 5250 + n);
     GemmCase c = qgtest::random_case(rng, 8, n, 64);
     EXPECT_FALSE(gemm_.run(c)) << "N=" << n;
   }
-  EXPECT_NE(gemm_.refusals().find("is below its " + std::to_string(qg::detail::cpu::kQ4PanelMinN)), std::string::npos) << gemm_.refusals();
+  EXPECT_NE(gemm_.refusals().find("is below its " + std::to_string(min_n)), std::string::npos) << gemm_.refusals();
 }
 
 // An output is one int32 lane of one panel against one row of one group,
 // summed block by block in the same order whatever else the call holds: the
 // same W row and A row give the same bits at any M, N, position in the
 // panel, group or chunk.
-TEST_F(CpuAvx512VnniPanel, OutputBitsDependOnlyOnTheirRows) {
+TEST_P(CpuPanel, OutputBitsDependOnlyOnTheirRows) {
   QG_SEEDED_RNG(rng, 5300);
   const int64_t k = 1024;
   GemmCase wide = qgtest::random_case(rng, 37, 70, k);
@@ -133,7 +147,7 @@ TEST_F(CpuAvx512VnniPanel, OutputBitsDependOnlyOnTheirRows) {
 // panel's first) or one A row (every row of a 9 + 8 group split), in the
 // first or a middle block: that row's (column's) outputs are +-Inf or NaN as
 // the float64 reference says, and no other output is touched by it.
-TEST_F(CpuAvx512VnniPanel, NonFiniteScaleInEveryLane) {
+TEST_P(CpuPanel, NonFiniteScaleInEveryLane) {
   const int64_t m = 17, n = 17, k = 96;
   for (int side = 0; side < 2; ++side)
     for (int64_t row = 0; row < (side == 0 ? m : n); ++row)
@@ -159,7 +173,7 @@ TEST_F(CpuAvx512VnniPanel, NonFiniteScaleInEveryLane) {
 // against codes -128, -127, 0 and 127, with unit scales so every output is an
 // integer the kernel must hit exactly; then the largest block sums of either
 // sign (|sum| = 2^15 at the extreme, still exact in fp32).
-TEST_F(CpuAvx512VnniPanel, ExtremeCodesExact) {
+TEST_P(CpuPanel, ExtremeCodesExact) {
   const uint8_t nibbles[] = {0, 8, 15};
   const int8_t codes[] = {-128, -127, 0, 127};
   uint64_t salt = 0;
@@ -199,6 +213,34 @@ TEST_F(CpuAvx512VnniPanel, ExtremeCodesExact) {
       qgtest::expect_gemm_exact(v);
       EXPECT_EQ(v.out(0, 0), (nib - 8.0) * code * c.k);
     }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CpuPanel, ::testing::Values("cpu_avx512_vnni_panel", "cpu_avx2_panel"),
+                         qgtest::param_name);
+
+// The AVX2 panel kernel performs the AVX-512 one's operations on the same
+// values in the same order (whole block sums, one convert and one FMA each):
+// the same bits, for every output dtype and the epilogue. Runs where both can.
+TEST(CpuPanelKernels, Avx2GivesTheAvx512Bits) {
+  std::string why;
+  for (const char* name : {"cpu_avx512_vnni_panel", "cpu_avx2_panel"})
+    if (!kernel_runs_here(name, &why)) GTEST_SKIP() << name << " cannot run here: " << why;
+  qgtest::HostMemory mem;
+  qgtest::GemmKernelTester avx512(qg::detail::cpu::registry(), "cpu_avx512_vnni_panel", mem);
+  qgtest::GemmKernelTester avx2(qg::detail::cpu::registry(), "cpu_avx2_panel", mem);
+  uint64_t salt = 0;
+  for (int64_t m : {1, 16, 37})
+    for (int64_t n : {4, 5, 7, 16, 23, 70})
+      for (qg::DType dt : {qg::DType::f32, qg::DType::bf16}) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " " + qg::dtype_name(dt));
+        QG_SEEDED_RNG(rng, 5700 + ++salt);
+        GemmCase c = qgtest::random_case(rng, m, n, 1024, /*a_pad=*/3, /*b_pad=*/5);
+        qgtest::set_c_layout(c, dt, 1, m + 1);
+        GemmCase x = c, y = c;
+        ASSERT_TRUE(avx512.run_and_check(x)) << avx512.refusals();
+        ASSERT_TRUE(avx2.run(y)) << avx2.refusals();
+        EXPECT_EQ(x.c_out, y.c_out) << "cpu_avx2_panel's bytes differ from cpu_avx512_vnni_panel's";
+      }
 }
 
 }  // namespace
