@@ -9,6 +9,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <random>
 #include <string>
 
 #include "test_util.h"
@@ -90,6 +93,61 @@ void single_row_non_finite_scales(GemmKernelTester& t, Check&& check, uint64_t s
       for (int64_t i = 0; i < m; ++i) EXPECT_EQ(std::isfinite(v.out(i, 0)), row >= 0 && i != row) << "C[" << i << "]";
       if (::testing::Test::HasFailure()) return;
     }
+}
+
+// A +-Inf or NaN scale in one W row or one A row, at each row and in each of
+// `blocks`: that row's (column's) outputs are +-Inf or NaN as the float64
+// reference says (`check` runs the case against it), and no other output is
+// touched by it.
+template <class Check>
+void non_finite_scale_everywhere(GemmKernelTester& t, Check&& check, int64_t m, int64_t n, int64_t k,
+                                 std::initializer_list<int64_t> blocks, uint64_t seed_base) {
+  for (int side = 0; side < 2; ++side)
+    for (int64_t row = 0; row < (side == 0 ? m : n); ++row)
+      for (int64_t blk : blocks)
+        for (uint16_t bits : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}}) {
+          SCOPED_TRACE((side == 0 ? "W row " : "A row ") + std::to_string(row) + " block " + std::to_string(blk) +
+                       " scale bits " + std::to_string(bits));
+          QG_SEEDED_RNG(rng, seed_base + side * 100 + row * 3 + blk);
+          GemmCase c = random_case(rng, m, n, k);
+          store_u16(side == 0 ? c.w_block(row, blk) : c.a_block(row, blk), bits);
+          check(c);
+          GemmCase v = c;
+          ASSERT_TRUE(t.run(v));
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j)
+              EXPECT_EQ(std::isfinite(v.out(i, j)), (side == 0 ? i : j) != row) << "C[" << i << ", " << j << "]";
+          if (::testing::Test::HasFailure()) return;
+        }
+}
+
+// Unit scales and codes drawn from the byte extremes, mixed within each int32
+// lane and across lanes, rows and columns: nibbles 0, 8 and 15 against codes
+// -128, -127, 0 and 127, so every output is an integer a kernel must hit
+// exactly; each A block's s is NaN, which no kernel may read.
+inline void fill_extreme_codes(GemmCase& c, std::mt19937_64& rng) {
+  const uint8_t nibbles[] = {0, 8, 15};
+  const int8_t codes[] = {-128, -127, 0, 127};
+  set_all_scales(c, 0x3C00);
+  for (int64_t r = 0; r < c.m; ++r)
+    for (int64_t blk = 0; blk < c.k / 32; ++blk)
+      for (int i = 0; i < 16; ++i)
+        c.w_block(r, blk)[2 + i] = static_cast<uint8_t>(nibbles[rng() % 3] | nibbles[rng() % 3] << 4);
+  for (int64_t r = 0; r < c.n; ++r)
+    for (int64_t blk = 0; blk < c.k / 32; ++blk) {
+      store_u16(c.a_block(r, blk) + 2, 0x7E00);
+      for (int i = 0; i < 32; ++i) c.a_block(r, blk)[4 + i] = static_cast<uint8_t>(codes[rng() % 4]);
+    }
+}
+
+// Unit scales, every nibble `nib` and every code `code`: the largest block
+// sums of either sign (|sum| = 2^15 at the extreme).
+inline void fill_uniform_codes(GemmCase& c, uint8_t nib, int8_t code) {
+  set_all_scales(c, 0x3C00);
+  for (int64_t r = 0; r < c.m; ++r)
+    for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.w_block(r, blk) + 2, nib | nib << 4, 16);
+  for (int64_t r = 0; r < c.n; ++r)
+    for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.a_block(r, blk) + 4, static_cast<uint8_t>(code), 32);
 }
 
 }  // namespace qgtest::cpu_simd

@@ -120,24 +120,8 @@ TEST_F(CpuAvx512Vnni, GemmWithLargeAScratch) {
 // tail): that row's (column's) outputs are +-Inf or NaN as the float64
 // reference says, and no other output is touched by it.
 TEST_F(CpuAvx512Vnni, GemmNonFiniteScaleInEveryTilePosition) {
-  const int64_t m = 9, n = 7, k = 96;
-  for (int side = 0; side < 2; ++side)
-    for (int64_t row = 0; row < (side == 0 ? m : n); ++row)
-      for (int64_t blk : {0, 1, 2})
-        for (uint16_t bits : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}}) {
-          SCOPED_TRACE((side == 0 ? "W row " : "A row ") + std::to_string(row) + " block " + std::to_string(blk) +
-                       " scale bits " + std::to_string(bits));
-          QG_SEEDED_RNG(rng, 3300 + side * 100 + row * 3 + blk);
-          GemmCase c = qgtest::random_case(rng, m, n, k);
-          qgtest::store_u16(side == 0 ? c.w_block(row, blk) : c.a_block(row, blk), bits);
-          run_check_and_compare(c);
-          GemmCase v = c;
-          ASSERT_TRUE(gemm_.run(v));
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j)
-              EXPECT_EQ(std::isfinite(v.out(i, j)), (side == 0 ? i : j) != row) << "C[" << i << ", " << j << "]";
-          if (HasFailure()) return;
-        }
+  qgtest::cpu_simd::non_finite_scale_everywhere(
+      gemm_, [this](const GemmCase& c) { run_check_and_compare(c); }, 9, 7, 96, {0, 1, 2}, 3300);
 }
 
 // N = 1 (decode): four W rows per step in 64-row tasks, checked against the
@@ -163,8 +147,6 @@ TEST_F(CpuAvx512Vnni, GemmSingleActivationRowNonFiniteScales) {
 // nibbles, unsigned codes) or a saturating vpdpbusds would be off here by
 // whole multiples of 256 (code -128 read as 128) or clipped sums.
 TEST_F(CpuAvx512Vnni, GemmExtremeCodesExact) {
-  const uint8_t nibbles[] = {0, 8, 15};
-  const int8_t codes[] = {-128, -127, 0, 127};
   uint64_t salt = 0;
   for (int64_t k : {32, 96, 4096})
     for (int64_t m : {1, 4, 5, 9})
@@ -172,16 +154,7 @@ TEST_F(CpuAvx512Vnni, GemmExtremeCodesExact) {
         SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
         QG_SEEDED_RNG(rng, 3800 + ++salt);
         GemmCase c = qgtest::random_case(rng, m, n, k);
-        qgtest::set_all_scales(c, 0x3C00);
-        for (int64_t r = 0; r < m; ++r)
-          for (int64_t blk = 0; blk < k / 32; ++blk)
-            for (int i = 0; i < 16; ++i)
-              c.w_block(r, blk)[2 + i] = static_cast<uint8_t>(nibbles[rng() % 3] | nibbles[rng() % 3] << 4);
-        for (int64_t r = 0; r < n; ++r)
-          for (int64_t blk = 0; blk < k / 32; ++blk) {
-            qgtest::store_u16(c.a_block(r, blk) + 2, 0x7E00);  // s = NaN: must not be read
-            for (int i = 0; i < 32; ++i) c.a_block(r, blk)[4 + i] = static_cast<uint8_t>(codes[rng() % 4]);
-          }
+        qgtest::cpu_simd::fill_extreme_codes(c, rng);
         GemmCase v = c;
         ASSERT_TRUE(gemm_.run(v));
         qgtest::expect_gemm_exact(v);
@@ -195,11 +168,7 @@ TEST_F(CpuAvx512Vnni, GemmExtremeCodesExact) {
       SCOPED_TRACE("nibble " + std::to_string(nib) + " code " + std::to_string(code));
       QG_SEEDED_RNG(rng, 3900 + nib + code);
       GemmCase c = qgtest::random_case(rng, 5, 6, 4096);
-      qgtest::set_all_scales(c, 0x3C00);
-      for (int64_t r = 0; r < c.m; ++r)
-        for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.w_block(r, blk) + 2, nib | nib << 4, 16);
-      for (int64_t r = 0; r < c.n; ++r)
-        for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.a_block(r, blk) + 4, static_cast<uint8_t>(code), 32);
+      qgtest::cpu_simd::fill_uniform_codes(c, nib, code);
       for (int64_t n : {int64_t{6}, int64_t{1}}) {
         GemmCase v = c;
         if (n == 1) {

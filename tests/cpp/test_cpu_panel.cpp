@@ -20,6 +20,7 @@
 
 #include "backend.h"
 #include "cpu/kernels.h"
+#include "cpu_simd_cases.h"
 #include "test_util.h"
 
 namespace {
@@ -148,24 +149,8 @@ TEST_P(CpuPanel, OutputBitsDependOnlyOnTheirRows) {
 // first or a middle block: that row's (column's) outputs are +-Inf or NaN as
 // the float64 reference says, and no other output is touched by it.
 TEST_P(CpuPanel, NonFiniteScaleInEveryLane) {
-  const int64_t m = 17, n = 17, k = 96;
-  for (int side = 0; side < 2; ++side)
-    for (int64_t row = 0; row < (side == 0 ? m : n); ++row)
-      for (int64_t blk : {0, 1})
-        for (uint16_t bits : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}}) {
-          SCOPED_TRACE((side == 0 ? "W row " : "A row ") + std::to_string(row) + " block " + std::to_string(blk) +
-                       " scale bits " + std::to_string(bits));
-          QG_SEEDED_RNG(rng, 5400 + side * 100 + row * 3 + blk);
-          GemmCase c = qgtest::random_case(rng, m, n, k);
-          qgtest::store_u16(side == 0 ? c.w_block(row, blk) : c.a_block(row, blk), bits);
-          run_check(c);
-          GemmCase v = c;
-          ASSERT_TRUE(gemm_.run(v));
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j)
-              EXPECT_EQ(std::isfinite(v.out(i, j)), (side == 0 ? i : j) != row) << "C[" << i << ", " << j << "]";
-          if (HasFailure()) return;
-        }
+  qgtest::cpu_simd::non_finite_scale_everywhere(gemm_, [this](const GemmCase& c) { run_check(c); }, 17, 17, 96, {0, 1},
+                                                5400);
 }
 
 // The byte extremes, mixed within each int32 lane (four consecutive codes of
@@ -174,25 +159,14 @@ TEST_P(CpuPanel, NonFiniteScaleInEveryLane) {
 // integer the kernel must hit exactly; then the largest block sums of either
 // sign (|sum| = 2^15 at the extreme, still exact in fp32).
 TEST_P(CpuPanel, ExtremeCodesExact) {
-  const uint8_t nibbles[] = {0, 8, 15};
-  const int8_t codes[] = {-128, -127, 0, 127};
   uint64_t salt = 0;
   for (int64_t k : {32, 4096})
     for (int64_t m : {1, 16, 19})
-      for (int64_t n : {5, 16, 21}) {
+      for (int64_t n : {4, 5, 16, 21}) {
         SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
         QG_SEEDED_RNG(rng, 5500 + ++salt);
         GemmCase c = qgtest::random_case(rng, m, n, k);
-        qgtest::set_all_scales(c, 0x3C00);
-        for (int64_t r = 0; r < m; ++r)
-          for (int64_t blk = 0; blk < k / 32; ++blk)
-            for (int i = 0; i < 16; ++i)
-              c.w_block(r, blk)[2 + i] = static_cast<uint8_t>(nibbles[rng() % 3] | nibbles[rng() % 3] << 4);
-        for (int64_t r = 0; r < n; ++r)
-          for (int64_t blk = 0; blk < k / 32; ++blk) {
-            qgtest::store_u16(c.a_block(r, blk) + 2, 0x7E00);  // s = NaN: must not be read
-            for (int i = 0; i < 32; ++i) c.a_block(r, blk)[4 + i] = static_cast<uint8_t>(codes[rng() % 4]);
-          }
+        qgtest::cpu_simd::fill_extreme_codes(c, rng);
         GemmCase v = c;
         ASSERT_TRUE(gemm_.run(v));
         qgtest::expect_gemm_exact(v);
@@ -203,11 +177,7 @@ TEST_P(CpuPanel, ExtremeCodesExact) {
       SCOPED_TRACE("nibble " + std::to_string(nib) + " code " + std::to_string(code));
       QG_SEEDED_RNG(rng, 5600 + nib + code);
       GemmCase c = qgtest::random_case(rng, 17, 6, 4096);
-      qgtest::set_all_scales(c, 0x3C00);
-      for (int64_t r = 0; r < c.m; ++r)
-        for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.w_block(r, blk) + 2, nib | nib << 4, 16);
-      for (int64_t r = 0; r < c.n; ++r)
-        for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.a_block(r, blk) + 4, static_cast<uint8_t>(code), 32);
+      qgtest::cpu_simd::fill_uniform_codes(c, nib, code);
       GemmCase v = c;
       ASSERT_TRUE(gemm_.run(v));
       qgtest::expect_gemm_exact(v);

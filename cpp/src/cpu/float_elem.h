@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// float_elem.h: scalar loads of the float and integer elements the weight-only
-// kernels read (activations, group scales, group zero points), unaligned-safe.
+// float_elem.h: scalar loads of the float and integer elements the CPU kernels
+// read (activations, group scales, group zero points, broadcast operands),
+// unaligned-safe.
 // Each kernel file includes it under its own ISA flags (_cvtsh_ss needs F16C),
 // so the functions live in an unnamed namespace: one copy per file.
 #pragma once
@@ -20,10 +21,22 @@ inline float load_f32(const uint8_t* p) {
   std::memcpy(&v, p, 4);
   return v;
 }
+inline int32_t load_i32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 inline uint16_t load_u16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
   return v;
+}
+// Four 16-bit values from four places, gathered with scalar loads (integer
+// ports, idle in the vector loops) into one qword, p0's in the low bits: one
+// vcvtph2ps then converts four fp16 scales.
+inline uint64_t gather_u16x4(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, const uint8_t* p3) {
+  return static_cast<uint64_t>(load_u16(p0)) | static_cast<uint64_t>(load_u16(p1)) << 16 |
+         static_cast<uint64_t>(load_u16(p2)) << 32 | static_cast<uint64_t>(load_u16(p3)) << 48;
 }
 inline float bf16_value(uint16_t h) {
   const uint32_t u = static_cast<uint32_t>(h) << 16;

@@ -42,6 +42,8 @@
 
 #include <cstring>
 
+#include "cpu/float_elem.h"
+
 namespace qg::detail::cpu::q4q8 {
 
 namespace {
@@ -124,12 +126,6 @@ void two_rows_times_cols(const uint8_t* const* w, const uint8_t* const* a, const
 // read of it takes about 0.7 ms. (Eight rows a step measured the same, with
 // more spills and tail waste.)
 
-inline int load_u16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return h;
-}
-
 // One block of one row pair: the body of two_rows_times_cols for one A row,
 // with dwa = [d_w0 * d_a x4 | d_w1 * d_a x4] already made.
 inline __m256 pair_block(const uint8_t* p0, const uint8_t* p1, __m256i alo, __m256i ahi, __m256i c, __m256 dwa,
@@ -152,8 +148,7 @@ inline void four_rows_block(const uint8_t* const* w, const uint8_t* ab, const in
   const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(corr)));
   // The four rows' fp16 scales gathered with scalar loads (integer ports,
   // idle here) into one qword: one vcvtph2ps and one vmulps for four rows.
-  const uint64_t h = static_cast<uint64_t>(load_u16(w[0])) | static_cast<uint64_t>(load_u16(w[1])) << 16 |
-                     static_cast<uint64_t>(load_u16(w[2])) << 32 | static_cast<uint64_t>(load_u16(w[3])) << 48;
+  const uint64_t h = gather_u16x4(w[0], w[1], w[2], w[3]);
   const __m128 d4 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(h))), _mm_broadcast_ss(da));
   // [d0 d1 d2 d3 | d0 d1 d2 d3], then in-lane vpermilps (cheap) rather than
   // lane-crossing vpermps (two uops and a long latency on Zen 3).
@@ -224,12 +219,9 @@ void pack_half(const uint8_t* const* w, uint8_t* dst) {
     _mm256_store_si256(reinterpret_cast<__m256i*>(dst + (4 + c) * 64),
                        _mm256_and_si256(_mm256_srli_epi16(t[c], 4), low4));
   }
-  uint64_t h[2];
-  for (int q = 0; q < 2; ++q)
-    h[q] = static_cast<uint64_t>(load_u16(w[4 * q])) | static_cast<uint64_t>(load_u16(w[4 * q + 1])) << 16 |
-           static_cast<uint64_t>(load_u16(w[4 * q + 2])) << 32 | static_cast<uint64_t>(load_u16(w[4 * q + 3])) << 48;
+  const uint64_t h0 = gather_u16x4(w[0], w[1], w[2], w[3]), h1 = gather_u16x4(w[4], w[5], w[6], w[7]);
   _mm256_store_ps(reinterpret_cast<float*>(dst + 512),
-                  _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(h[1]), static_cast<int64_t>(h[0]))));
+                  _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(h1), static_cast<int64_t>(h0))));
 }
 
 void pack_panel(const uint8_t* const* w0, int64_t nb, int64_t next, uint8_t* panel) {
@@ -250,18 +242,6 @@ void pack_panel(const uint8_t* const* w0, int64_t nb, int64_t next, uint8_t* pan
     pack_half(w + 8, panel + 32);
     for (int r = 0; r < kPanelRows; ++r) w[r] += kQ4Bytes;
   }
-}
-
-int32_t load_i32(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-float load_f32(const uint8_t* p) {
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
 }
 
 // Half a panel (8 W rows, `half` 0 or 1) against NJ rows J0.. of an NC-row A

@@ -48,15 +48,11 @@
 
 #include <cstring>
 
+#include "cpu/float_elem.h"
+
 namespace qg::detail::cpu::q4q8 {
 
 namespace {
-
-int load_u16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return h;
-}
 
 // The 16 code bytes of one block of each of four rows: [p0 | p1 | p2 | p3].
 __m512i load_codes4(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, const uint8_t* p3) {
@@ -70,9 +66,7 @@ __m512i load_codes4(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, con
 // The four rows' fp16 scales, gathered with scalar loads (integer ports, idle
 // here) into one qword for one vcvtph2ps: [d0, d1, d2, d3] as fp32.
 __m128 scales4(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, const uint8_t* p3) {
-  const uint64_t h = static_cast<uint64_t>(load_u16(p0)) | static_cast<uint64_t>(load_u16(p1)) << 16 |
-                     static_cast<uint64_t>(load_u16(p2)) << 32 | static_cast<uint64_t>(load_u16(p3)) << 48;
-  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(h)));
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(gather_u16x4(p0, p1, p2, p3))));
 }
 
 // [d0, d1, d2, d3] -> [d0 x4 | d1 x4 | d2 x4 | d3 x4], one vpermps: each row's
@@ -240,18 +234,6 @@ void pack_panel(const uint8_t* const* w0, int64_t nb, int64_t next, uint8_t* pan
     _mm512_store_pd(reinterpret_cast<double*>(panel + 512), d);
     for (int r = 0; r < kPanelRows; ++r) w[r] += kQ4Bytes;
   }
-}
-
-int32_t load_i32(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-float load_f32(const uint8_t* p) {
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
 }
 
 // The panel against NC rows of an A group. Per block and A row: the integer
