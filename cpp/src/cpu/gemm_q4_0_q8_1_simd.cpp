@@ -6,7 +6,9 @@
 // Per call: the A side data (prepare_a_rows) once for every A block, then
 // pool tasks of W rows x A rows, each task walking its rows in the kernel's
 // tile (tile_rows W rows x up to four A rows), or, for N = 1, in 64-row tasks
-// of step_rows rows each. The kernels scale each int32 lane of a block's dot
+// of step_rows rows each; the panel kernels (gemm_panel below) instead pack
+// 16 W rows at a time and interleave the A rows in groups. The kernels scale
+// each int32 lane of a block's dot
 // product by d = fp32(d_w) * fp32(d_a) and accumulate in fp32, one FMA per
 // block and lane. That equals d * (the block's integer sum) except when d is
 // not finite: Inf * a lane that is 0 gives NaN where the block's whole sum,
@@ -14,8 +16,10 @@
 // non-finite accumulator (nothing finite cancels Inf or NaN), and finite
 // scales cannot overflow a sum (|d| < 2^32, |block sum| <= 2^15), so an output
 // that comes out non-finite, and only such an output, is computed again block
-// by block (exact_element), off the fast path. Each output is made by one
-// task in a fixed order: the result does not depend on the thread count.
+// by block (exact_element), off the fast path (the panel kernels' lanes hold
+// whole block sums; for them this makes such outputs the scalar kernel's).
+// Each output is made by one task in a fixed order: the result does not
+// depend on the thread count.
 #include "cpu/gemm_q4_0_q8_1_simd.h"
 
 #include "cpu/kernels.h"
@@ -225,7 +229,7 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
   const int64_t base = n_rows / groups, extra = n_rows % groups;  // the first `extra` groups take one more
   const auto group_start = [&](int64_t grp) { return grp * base + (grp < extra ? grp : extra); };
   // Group grp's bytes start at nb * 40 * group_start(grp): each takes its rows' share.
-  const auto group_data = [&](uint8_t* base, int64_t grp) { return base + nb * panel_group_block_bytes(group_start(grp)); };
+  const auto group_data = [&](uint8_t* all, int64_t grp) { return all + nb * panel_group_block_bytes(group_start(grp)); };
   std::vector<uint8_t> own;
   uint8_t* agroups = call_scratch(static_cast<size_t>(nb * panel_group_block_bytes(n_rows)), own);
   run_tiles(groups, n_rows * g.a.k, [&](int64_t grp) {
