@@ -4,7 +4,8 @@
 // runs that on them too): every tail of their 16-row panels, of their A
 // groups (at most 16 rows, split evenly) and chunks (four groups), and of the
 // AVX2 kernel's passes (at most four A rows, split evenly); padded rows and
-// strided C, a non-finite scale at every lane of a panel and of a group, the
+// strided C, K = 0 with the whole epilogue, A groups in the call's own
+// buffer, a non-finite scale at every lane of a panel and of a group, the
 // byte extremes, the promise that an output's bits depend only on its own W
 // row and A row (each is one lane, summed in one order whatever the call's M
 // and N), and that both kernels give the same bits.
@@ -108,6 +109,35 @@ TEST_P(CpuPanel, PaddedRowsAndStridedC) {
         run_check(c);
         if (HasFailure()) return;
       }
+}
+
+// K = 0 with the whole epilogue (alpha, beta * C, bf16 bias, relu) in every
+// output dtype and C layout: the shared suite's case has N = 3, below these
+// kernels.
+TEST_P(CpuPanel, EpilogueWithKZero) {
+  QG_SEEDED_RNG(rng, 5260);
+  for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16})
+    for (const qgtest::gemm_suite::CLayout& l : qgtest::gemm_suite::c_layouts(19, 6)) {
+      SCOPED_TRACE(std::string("out ") + qg::dtype_name(dt) + ", C " + l.name);
+      GemmCase c;
+      c.m = 19;
+      c.n = 6;
+      qgtest::set_c_layout(c, dt, l.ldc, l.ldc_n);
+      c.alpha = 3.0f;
+      c.beta = -0.5f;
+      qgtest::fill_c_values(c, rng, 10.0f);
+      qgtest::set_bias(c, rng, qg::DType::bf16, 10.0f);
+      c.activation = qg::Activation::relu;
+      run_check(c);
+      if (HasFailure()) return;
+    }
+}
+
+// Enough A rows (N = 1700 at K = 4096: 8.7 MB of A groups) that the groups
+// outgrow the buffer kept per thread and live for the call only.
+TEST_P(CpuPanel, LargeAGroupsInTheCallsOwnBuffer) {
+  QG_SEEDED_RNG(rng, 5270);
+  run_check(qgtest::random_case(rng, 21, 1700, 4096));
 }
 
 // Below its least N it refuses, and says so.

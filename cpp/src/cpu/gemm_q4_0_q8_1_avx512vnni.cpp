@@ -240,8 +240,8 @@ void pack_panel(const uint8_t* const* w0, int64_t nb, int64_t next, uint8_t* pan
 // sum starts at -8 * sum a (the nibbles enter unsigned, as in the tiles),
 // eight vpdpbusd add the block's 32 products for all 16 W rows, each against
 // four A codes broadcast from memory ({1to16}: no shuffle, no register), then
-// one convert and one FMA with d_w * d_a. The block's integer sum is below
-// 2^15, so its conversion is exact. Every A operand sits at a fixed offset
+// one convert and one FMA with d_w * d_a. The block's integer sum is at most
+// 2^15 in magnitude, so its conversion is exact. Every A operand sits at a fixed offset
 // from `group` (the interleaved layout), so the unrolled loop needs no
 // pointer per row; NC accumulators, the eight panel vectors and the scales
 // take 25 of the 32 zmm registers at NC = 16.

@@ -9,7 +9,8 @@
 // This header holds declarations and constants only, no inline functions:
 // a kernel file compiled with -mavx512* must not emit out-of-line copies of
 // functions (COMDAT) that the linker could pick for code running on CPUs
-// without AVX-512.
+// without AVX-512. (panel_group_block_bytes is one multiply, constexpr,
+// folded where the kernel files use it: no copy of it is emitted there.)
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,8 @@ constexpr int64_t kQ4Bytes = 18;  // block_q4_0: fp16 d, 16 code bytes
 constexpr int64_t kQ8Bytes = 36;  // block_q8_1: fp16 d, fp16 s, 32 codes
 
 // Software prefetch distance per W row, used where a pass streams W from
-// memory (N = 1 always; the first column group of a task otherwise).
+// memory (N = 1 always; the first column group of a task otherwise; the
+// panel kernels' pack).
 constexpr int64_t kPrefetchBytes = 1536;
 
 // The A side data the driver makes once per call (prepare_a_rows), for every
@@ -51,7 +53,7 @@ struct TileKernels {
   RowsFn one_col;      // null where the kernel file was not compiled for its ISA
 };
 
-// The panel path (cpu_avx512_vnni_panel): kPanelRows rows of W are first
+// The panel path (cpu_avx512_vnni_panel, cpu_avx2_panel): kPanelRows rows of W are first
 // rearranged into a panel, then passed over by groups of up to kPanelCols
 // rows of A. In the panel each int32 lane is one W row, so a lane of
 // vpdpbusd sums four codes of one (W row, A row) pair and eight of them make
@@ -79,7 +81,8 @@ constexpr int64_t panel_group_block_bytes(int64_t cols) { return cols * (32 + 4 
 // one pass that reads W from memory, and with short rows (K = 4096: 2304
 // bytes) most of a row would otherwise arrive unprefetched.
 using PackFn = void (*)(const uint8_t* const* w, int64_t nb, int64_t next, uint8_t* panel);
-// The panel against the first `cols` rows of an A group; out[j][r] gets W
+// The panel against an A group of exactly `cols` rows (cols[c] reads the
+// layout of a c-row group: its offsets depend on the width); out[j][r] gets W
 // row r's sum for the group's row j.
 using PanelFn = void (*)(const uint8_t* panel, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]);
 struct PanelKernels {

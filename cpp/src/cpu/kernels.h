@@ -47,14 +47,18 @@ Status gemm_q4_0_q8_1_avx2(const GemmArgs& args);
 // cpu_features().avx512_vnni and the AVX2 kernel's features. Same results as
 // the AVX2 kernel. Both: gemm_q4_0_q8_1_simd.cpp with their own tiles.
 Status gemm_q4_0_q8_1_avx512vnni(const GemmArgs& args);
-// The same ISA from N = kQ4PanelMinN (measured: below it the per-call pack is not repaid): W rows rearranged per task into
-// 16-row panels, each int32 lane one W row (gemm_q4_0_q8_1_simd.h). Its own
+// The same ISA from N = kQ4PanelMinN (measured: at N = 3 it took 1.12-1.19x
+// the tile kernel's time, the per-call pack not repaid; bench/RESULTS.md): W
+// rows rearranged per task into 16-row panels, each int32 lane one W row
+// (gemm_q4_0_q8_1_simd.h). Its own
 // summation order (one convert and FMA per whole block), so not the bits of
 // the two above; within the same bound of the float64 reference.
 Status gemm_q4_0_q8_1_avx512vnni_panel(const GemmArgs& args);
 constexpr int64_t kQ4PanelMinN = 4;
 // The panel path with AVX2 (vpmaddubsw): the same panels and A groups, the
-// same bits as the AVX-512 VNNI panel kernel, for CPUs without AVX-512.
+// same bits as the AVX-512 VNNI panel kernel, for CPUs without AVX-512. From
+// N = 4 as well (measured at N = 3: 0.94-1.04x the tile kernel's time, no
+// clear gain).
 Status gemm_q4_0_q8_1_avx2_panel(const GemmArgs& args);
 constexpr int64_t kQ4PanelAvx2MinN = 4;
 
