@@ -43,6 +43,7 @@
 #include <cstring>
 
 #include "cpu/float_elem.h"
+#include "cpu/prefetch.h"
 
 namespace qg::detail::cpu::q4q8 {
 
@@ -227,15 +228,11 @@ void pack_half(const uint8_t* const* w, uint8_t* dst) {
 void pack_panel(const uint8_t* const* w0, int64_t nb, int64_t next, uint8_t* panel) {
   const uint8_t* w[kPanelRows];
   for (int r = 0; r < kPanelRows; ++r) w[r] = w0[r];
-  // First even b whose prefetch address b * 18 + kPrefetchBytes is past the row.
   const int64_t row_bytes = nb * kQ4Bytes;
-  int64_t b_switch = (row_bytes - kPrefetchBytes + 2 * kQ4Bytes - 1) / (2 * kQ4Bytes) * 2;
-  if (b_switch < 0) b_switch = 0;
-  int64_t pf = kPrefetchBytes;
   for (int64_t b = 0; b < nb; ++b, panel += kPanelBlockBytes) {
     // One prefetch per row every two blocks (36 bytes: no line skipped).
     if ((b & 1) == 0) {
-      if (b == b_switch && next != 0) pf = next + kPrefetchBytes - row_bytes;
+      const int64_t pf = prefetch_offset(b * kQ4Bytes + kPrefetchBytes, row_bytes, next) - b * kQ4Bytes;
       for (int r = 0; r < kPanelRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T1);
     }
     pack_half(w, panel);

@@ -49,6 +49,7 @@
 #include <cstring>
 
 #include "cpu/float_elem.h"
+#include "cpu/prefetch.h"
 
 namespace qg::detail::cpu::q4q8 {
 
@@ -199,18 +200,14 @@ void four_rows_times_one(const uint8_t* const* w0, int64_t next, const uint8_t* 
 void pack_panel(const uint8_t* const* w0, int64_t nb, int64_t next, uint8_t* panel) {
   const uint8_t* w[kPanelRows];
   for (int r = 0; r < kPanelRows; ++r) w[r] = w0[r];
-  // First even b whose prefetch address b * 18 + kPrefetchBytes is past the row.
   const int64_t row_bytes = nb * kQ4Bytes;
-  int64_t b_switch = (row_bytes - kPrefetchBytes + 2 * kQ4Bytes - 1) / (2 * kQ4Bytes) * 2;
-  if (b_switch < 0) b_switch = 0;
-  int64_t pf = kPrefetchBytes;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const __m512i even = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
   const __m512i odd = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
   for (int64_t b = 0; b < nb; ++b, panel += kPanelBlockBytes) {
     // One prefetch per row every two blocks (36 bytes: no line skipped).
     if ((b & 1) == 0) {
-      if (b == b_switch && next != 0) pf = next + kPrefetchBytes - row_bytes;
+      const int64_t pf = prefetch_offset(b * kQ4Bytes + kPrefetchBytes, row_bytes, next) - b * kQ4Bytes;
       for (int r = 0; r < kPanelRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T1);
     }
     const __m512i z0 = load_codes4(w[0], w[1], w[2], w[3]);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cpu/call_scratch.h"
+#include "cpu/float_elem.h"
 #include "cpu/thread_pool.h"
 #include "epilogue.h"
 #include "quant_block.h"
@@ -62,12 +63,6 @@ __m128i block_corr_lanes(const uint8_t* ab) {
   return _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(s, 3));
 }
 
-float block_scale(const uint8_t* ab) {
-  uint16_t h;
-  std::memcpy(&h, ab, 2);
-  return _cvtsh_ss(h);
-}
-
 // corr and d_a (gemm_q4_0_q8_1_simd.h) for A rows n0..n1-1.
 void prepare_a_rows(const uint8_t* A, int64_t row_stride, int64_t nb, int64_t n0, int64_t n1, int32_t* corr,
                     float* d) {
@@ -77,7 +72,7 @@ void prepare_a_rows(const uint8_t* A, int64_t row_stride, int64_t nb, int64_t n0
     float* dn = d + n * nb;
     for (int64_t b = 0; b < nb; ++b, ab += kQ8Bytes) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(cn + b * 4), block_corr_lanes(ab));
-      dn[b] = block_scale(ab);
+      dn[b] = _cvtsh_ss(load_u16(ab));
     }
   }
 }
@@ -94,7 +89,7 @@ void prepare_a_group(const uint8_t* a0, int64_t row_stride, int64_t nb, int cols
       c = _mm_add_epi32(c, _mm_shuffle_epi32(c, 0x4E));
       c = _mm_add_epi32(c, _mm_shuffle_epi32(c, 0xB1));
       const int32_t total = _mm_cvtsi128_si32(c);
-      const float d = block_scale(ab);
+      const float d = _cvtsh_ss(load_u16(ab));
       std::memcpy(group + 32 * cols + 4 * j, &total, 4);
       std::memcpy(group + 36 * cols + 4 * j, &d, 4);
     }

@@ -2,6 +2,7 @@
 // kernels.h: the CPU backend's kernels, registered in registry.cpp.
 #pragma once
 
+#include "cpu/prefetch.h"
 #include "cpu/thread_pool.h"
 #include "qg/ops.h"
 
@@ -70,13 +71,6 @@ constexpr int64_t kTileN = 64;
 // Below this many multiply-adds (about 30 us on one AVX2 core) a GEMM runs on
 // the calling thread: waking the pool costs more than the work it would share.
 constexpr int64_t kParallelMinMacs = int64_t{1} << 20;
-
-// Where the decode kernels' software prefetch points: `ahead` bytes into a
-// row of row_bytes, and past its end into the row `next` bytes further on
-// (a step's next rows; 0: none, stay in the row).
-inline int64_t prefetch_offset(int64_t ahead, int64_t row_bytes, int64_t next) {
-  return ahead < row_bytes || next == 0 ? ahead : next + ahead - row_bytes;
-}
 
 // Runs body(t) for t in [0, tasks): on the pool, or inline for small work.
 template <class Body>
