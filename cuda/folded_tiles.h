@@ -1,26 +1,34 @@
 // SPDX-License-Identifier: MIT
 // cuda/folded_tiles.h: which tile the folded warpgroup kernel takes for an
-// M x N GEMM (host code; its tests use the same rule to reach each tile).
+// M x N x K GEMM (host code; its tests use the same rule to reach each tile).
 #pragma once
 
 #include <cstdint>
 
+#include "work_split.h"
+
 namespace qg::detail::cuda {
 
 constexpr int64_t kFoldedTallRows = 256, kFoldedRows = 128, kFoldedTokens = 128;
+constexpr int64_t kFoldedStepK = 256;  // K a ring stage holds
+// A 256-row tile's part is twice a 128-row tile's bytes: sharing it costs
+// twice the steps (work_split.h's estimate).
+constexpr int64_t kFoldedTallShareCost = 2 * kShareCostSteps;
+
+// The plans of the two tiles (work_split.h) for this shape.
+inline WorkSplit folded_plan(int64_t m, int64_t n, int64_t k, int sms, bool tall) {
+  const int64_t rows = tall ? kFoldedTallRows : kFoldedRows;
+  return plan_work((m + rows - 1) / rows, (n + kFoldedTokens - 1) / kFoldedTokens, k / kFoldedStepK, sms,
+                   tall ? kFoldedTallShareCost : kShareCostSteps);
+}
 
 // The 256-row tile does the work of two 128-row tiles in about 0.93 of
-// their time, so it wins unless it leaves more of its last wave of tiles
-// idle: compare waves x time per wave, 1.86 against 1 (measured on an H200,
-// docs/architecture.md, "The folded variant": the rule picks the faster tile
-// in all 12 measured cases from N = 128 to 4096). Where the 128-row tiles
-// take one wave or less they win outright: they also split K to fill it.
-inline bool folded_tall_tile(int64_t m, int64_t n, int sms) {
-  const int64_t cols = (n + kFoldedTokens - 1) / kFoldedTokens;
-  const int64_t tall = (m + kFoldedTallRows - 1) / kFoldedTallRows * cols;
-  const int64_t normal = (m + kFoldedRows - 1) / kFoldedRows * cols;
-  const int64_t waves_tall = (tall + sms - 1) / sms, waves_normal = (normal + sms - 1) / sms;
-  return 186 * waves_tall < 100 * waves_normal;
+// their time (measured on an H200, docs/architecture.md, "The folded
+// variant"), so it wins unless its busiest SM runs more than 1.86x the
+// 128-row tile's busiest steps, each tile with its own plan.
+inline bool folded_tall_tile(int64_t m, int64_t n, int64_t k, int sms) {
+  const WorkSplit tall = folded_plan(m, n, k, sms, true), normal = folded_plan(m, n, k, sms, false);
+  return 186 * tall.busiest_steps(kFoldedTallShareCost) < 100 * normal.busiest_steps();
 }
 
 }  // namespace qg::detail::cuda

@@ -35,6 +35,7 @@
 #include "cp_async.cuh"
 #include "device_limits.cuh"
 #include "epilogue.h"
+#include "work_split.h"
 
 namespace qg::detail::cuda {
 
@@ -94,18 +95,8 @@ inline int pick_splits(const KernelFit& fit, const DeviceLimits& lim, int64_t un
   return 1;
 }
 
-// Tile index -> (tile row, tile column), in groups of 8 tile rows: the CTAs
-// running at once share rows of A and of B (L2 reuse on big shapes).
-__device__ __forceinline__ void tile_coords(int64_t tile, int64_t tiles_m, int64_t tiles_n, int64_t* tm,
-                                            int64_t* tn) {
-  constexpr int64_t kGroup = 8;
-  const int64_t per_group = kGroup * tiles_n;
-  const int64_t group = tile / per_group, first = group * kGroup;
-  const int64_t rows = tiles_m - first < kGroup ? tiles_m - first : kGroup;
-  const int64_t in = tile - group * per_group;
-  *tm = first + in % rows;
-  *tn = in / rows;
-}
+// Tile index -> (tile row, tile column), in groups of 8 tile rows: work_split.h.
+using ::qg::detail::cuda::tile_coords;
 
 // An int8 operand a fast kernel can read: K-contiguous rows, each starting
 // (and its stride) a multiple of `align` bytes, no group scales. `how` ends

@@ -57,9 +57,11 @@
 // warpgroup, one thread of which issues per stage (8 blocks of K) the
 // tensor copies (two or four code tiles, the W tile, the scales, the
 // non-finite bytes) into a ring of 2 to 8 stages. CTAs are persistent, walking 128 x BN tiles in
-// groups of 8 tile rows (L2 reuse of W and codes); where those tiles are
-// fewer than the SMs, several CTAs split each tile's K and the last to
-// finish adds their partials (split_gather).
+// groups of 8 tile rows (L2 reuse of W and codes). Where whole tiles would
+// leave SMs idle (tiles fewer than the SMs, or a last wave far from full)
+// the host plans tiles shared by K instead: groups of CTAs, one a tile
+// column, take equal runs of K steps, and the last CTA to finish a shared
+// tile adds its parts (work_split.h, gather_parts).
 //
 // Tails: the tensor copies fill W rows past M and tokens past N with zeros
 // (d = 0: they add nothing), and the epilogue stores only elements inside C.
@@ -76,6 +78,7 @@
 #include "quantize_warp.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
+#include "work_split.h"
 #include "workspace.cuh"
 
 // The sm_80 pass of a multi-arch build compiles the kernel's body out (wgmma
@@ -88,7 +91,6 @@ namespace {
 
 using intfast::cached_fit;
 using intfast::KernelFit;
-using intfast::tile_coords;
 
 constexpr int kMinM = 128;                // W rows a tile at least: two consumer warpgroups x m64
 constexpr int kBlocks = 8;                // Q4_0 blocks (256 values of K) a stage
@@ -134,6 +136,9 @@ struct Cfg {
   static constexpr bool kF16 = kF16_, kFold = kFold_;
   static_assert(!kFold || (kF16 && kUnitN == 32 && (kUnits == 2 || kUnits == 4)), "the folded variant: one n64 or n128 MMA");
   static constexpr int kMSlices = kMSlices_;
+  // What sharing a tile by K costs in steps (work_split.h): a 256-row tile's
+  // parts are twice the bytes.
+  static constexpr int64_t kShareCost = kMSlices * kShareCostSteps;
   static_assert(kMSlices == 1 || kFold, "several m64 slices: the folded variant's loop only");
   static constexpr int kBM = kMinM * kMSlices;           // W rows a tile
   static constexpr int kWBytes = kBM * kWRowBytes;
@@ -210,15 +215,14 @@ constexpr int64_t kMinNFolded = 33;
 constexpr float kFoldMaxA = 256.0f;
 constexpr uint32_t kFoldMaxWBits = 0x6C00u;  // 4096.0 in fp16; magnitude bits above it, Inf and NaN included, do not fold
 __host__ __device__ inline bool fold_carries(float d_a) { return fabsf(d_a) <= kFoldMaxA; }  // false for NaN
-constexpr int64_t kMinSplitSteps = 4;         // K stages a CTA of a split keeps (pipeline fill)
-constexpr int64_t kMaxSplits = 16;            // CTAs sharing one tile's K range
 
 // The workspace: codes [N, K] int8, then per block a row of float4 scales of
 // token pairs (npad = N rounded up to even, so 2 npad floats a row), then
 // per 128 tokens a row of non-finite bytes, 16 per stage (8 used): a
-// tensor copy's box must start on a 16-byte boundary. When K is split, the
-// splits' partial tiles (fp32, kBM x BN each) and one arrival counter per
-// tile follow.
+// tensor copy's box must start on a 16-byte boundary. When tiles are shared
+// by K, the parts' slots (fp32, kBM x BN each, two a CTA) and three counters
+// per shared tile (tickets, parts stored, the folded variant's unsafe mark)
+// follow.
 struct SplitLayout {
   int64_t codes = 0, scales = 0, flags = 0, partials = 0, counters = 0, bytes = 0;
   int64_t scale_row_floats = 0, flag_rows = 0, flag_row = 0;
@@ -254,8 +258,8 @@ struct SplitDst {
   int counter_count;
   int64_t k;
 
-  // Zeroes the split counters (the GEMM that follows on the stream counts
-  // its splits' arrivals there) and this CTA's non-finite marks.
+  // Zeroes the shared tiles' counters (the GEMM that follows on the stream
+  // counts its CTAs' arrivals there) and this CTA's non-finite marks.
   __device__ void begin(int (&nonfinite)[kBlocks]) const {
     if (blockIdx.x == 0 && blockIdx.y == 0)
       for (int i = threadIdx.x; i < counter_count; i += blockDim.x) counters[i] = 0;
@@ -434,14 +438,15 @@ struct Shape {
   int64_t m, n, nb;
   int64_t tiles_m, tiles_n;
   bool m_contiguous;     // C's m step is 1: the epilogue's lanes run along m
-  int splits;            // CTAs sharing one tile's K range (1: no split)
-  float* partials;       // split K: [tile][split] partial tiles of kBM x BN floats
-  unsigned* counters;    // split K: per tile, the splits that have stored theirs
+  WorkSplit work;        // which steps of which tiles each CTA runs (work_split.h)
+  float* parts;          // shared tiles: work.part_slots() slots of kBM x BN floats
+  unsigned* tickets;     // per shared tile: CTAs that have finished their steps of it
+  unsigned* stored;      // per shared tile: CTAs that have stored their part
   uint32_t f16_magic;    // fp16 variant: 1024.0 in both halves (0x64006400), see f16_pair
   uint32_t f16_bias;     // and 1032.0 in both halves (0x64086408)
   // The folded variant's exact recomputation reads the operands from global
   // memory: W, and the re-laid activations with their scale table.
-  unsigned* unsafe_marks;  // split K: per tile, whether a split met a scale the fold cannot carry
+  unsigned* unsafe_marks;  // per shared tile: whether a part met a scale the fold cannot carry
   const uint8_t* w;
   int64_t w_row_stride;
   const uint16_t* act;     // [N, K] fp16, put_f16's order
@@ -946,49 +951,82 @@ __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams&
   }
 }
 
-// Split K: each of a tile's `splits` CTAs stores its partial tile in the
-// workspace and counts itself in; the CTA that arrives last adds the
-// partials in split order, whatever the arrival order (deterministic), into
-// acc and returns true (its caller stores the tile). A partial is stored as
-// the fragments lie, sum v of consumer thread x at v * 256 + x: each store
-// covers 128 consecutive bytes a warp, and the last CTA's threads read back
-// exactly the sums they hold, all of a split's loads issued before the first
-// add waits (one L2 round trip a split, not one a sum).
-// Called by the consumer threads of a CTA whose one tile is `tile`.
-// The folded variant passes `unsafe` (this split's verdict, the same in every
-// consumer thread): the last CTA gets back whether any split of the tile met
-// a scale the fold cannot carry.
+// The consumer threads' barrier (named barrier 1; the producer warpgroup
+// never joins it).
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
+}
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// A tile shared by K (work_split.h), once this CTA's steps of it are done.
+// The CTA takes a ticket. All but the last store their part in the
+// workspace as the fragments lie (sum v of consumer thread x at v * 256 + x:
+// each warp store covers 128 consecutive bytes) and count it stored. The
+// last waits until the others' parts are stored (they took their tickets
+// first, so they are running and about to: no CTA waits on one that may
+// not have started), adds the parts in the order of their CTAs, whoever it
+// is, so the bits do not depend on who arrives last, and returns true (its
+// caller stores the tile). Where the last is the tile's first sharer (as
+// where a run ends with the first steps of a row: that CTA reaches the
+// tile late) its part stays in registers; otherwise it stores it too and
+// reads it back in its place. All of a part's loads are issued
+// before the first add waits (one L2 round trip a part, not one a sum).
+// The folded variant passes `unsafe` (this CTA's verdict, the same in every
+// consumer thread): the last gets back whether any part met a scale the
+// fold cannot carry.
 template <class C>
-__device__ __forceinline__ bool split_gather(const Shape& s, float (&acc)[C::kAccRows][C::kSums], int64_t tile,
-                                             int rank, volatile int* last_flag, bool* unsafe = nullptr) {
-  constexpr int kTileFloats = C::kBM * C::BN;
-  const float* tile_parts = s.partials + tile * s.splits * kTileFloats + threadIdx.x;
-  float* mine = s.partials + (tile * s.splits + rank) * kTileFloats + threadIdx.x;
+__device__ __forceinline__ bool gather_parts(const Shape& s, float (&acc)[C::kAccRows][C::kSums], const Segment& sg,
+                                             volatile unsigned* ticket, bool* unsafe = nullptr) {
+  constexpr int64_t kTileFloats = C::kBM * C::BN;
+  const int64_t row = sg.tm - s.work.whole_rows, tile = sg.shared;  // its shared row, its shared tile
+  const int64_t me = blockIdx.x / s.work.cols, first = s.work.first_sharer(row);
+  const int64_t sharers = s.work.last_sharer(row) - first + 1;
+  auto part = [&](int64_t g) { return s.parts + s.work.part_slot(g, row, sg.tn) * kTileFloats + threadIdx.x; };
+  auto store_mine = [&] {
+    float* mine = part(me);
 #pragma unroll
-  for (int q = 0; q < C::kAccRows; ++q)
+    for (int q = 0; q < C::kAccRows; ++q)
 #pragma unroll
-    for (int i = 0; i < C::kSums; ++i) mine[(q * C::kSums + i) * kConsumerThreads] = acc[q][i];
-  if (unsafe && *unsafe && threadIdx.x == 0) atomicOr(&s.unsafe_marks[tile], 1u);
-  // The partial is visible device-wide before the count says it is there
-  // (the fence-then-count pattern of a last-block reduction).
+      for (int i = 0; i < C::kSums; ++i) mine[(q * C::kSums + i) * kConsumerThreads] = acc[q][i];
+  };
+  consumers_sync();  // every thread has read the previous ticket
+  if (threadIdx.x == 0) *ticket = atomicAdd(&s.tickets[tile], 1u);
+  consumers_sync();
+  if (static_cast<int64_t>(*ticket) < sharers - 1) {
+    store_mine();
+    if (unsafe && *unsafe && threadIdx.x == 0) atomicOr(&s.unsafe_marks[tile], 1u);
+    // The part is visible device-wide before the count says it is stored
+    // (the fence-then-count pattern of a last-block reduction).
+    __threadfence();
+    consumers_sync();
+    if (threadIdx.x == 0) atomicAdd(&s.stored[tile], 1u);
+    return false;
+  }
+  if (threadIdx.x == 0)
+    while (load_acquire(&s.stored[tile]) < static_cast<unsigned>(sharers - 1)) __nanosleep(64);
+  consumers_sync();
   __threadfence();
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
-  if (threadIdx.x == 0) *last_flag = atomicAdd(&s.counters[tile], 1u) == static_cast<unsigned>(s.splits - 1);
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
-  if (!*last_flag) return false;
-  __threadfence();
-  if (unsafe) *unsafe = __ldcg(&s.unsafe_marks[tile]) != 0;
+  if (unsafe) *unsafe = *unsafe || __ldcg(&s.unsafe_marks[tile]) != 0;
+  if (me != first) {
+    store_mine();  // this thread reads back its own stores below
+    const float* p = part(first);
 #pragma unroll
-  for (int q = 0; q < C::kAccRows; ++q)
+    for (int q = 0; q < C::kAccRows; ++q)
 #pragma unroll
-    for (int i = 0; i < C::kSums; ++i) acc[q][i] = 0.0f;
-  for (int c = 0; c < s.splits; ++c) {
-    const float* part = tile_parts + c * kTileFloats;
+      for (int i = 0; i < C::kSums; ++i) acc[q][i] = __ldcg(p + (q * C::kSums + i) * kConsumerThreads);
+  }
+  for (int64_t g = first + 1; g < first + sharers; ++g) {
+    const float* p = part(g);
 #pragma unroll
     for (int q = 0; q < C::kAccRows; ++q)
 #pragma unroll
       for (int i = 0; i < C::kSums; ++i)  // __ldcg: from L2, where the other SMs' stores are
-        acc[q][i] += __ldcg(part + (q * C::kSums + i) * kConsumerThreads);
+        acc[q][i] += __ldcg(p + (q * C::kSums + i) * kConsumerThreads);
   }
   return true;
 }
@@ -1007,7 +1045,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
   uint64_t* full = reinterpret_cast<uint64_t*>(stage_flags + C::kStages * kFlagStride);  // [stage][part]
   uint64_t* empty = full + C::kStages * C::kParts;
   float* staging = reinterpret_cast<float*>(empty + C::kStages * C::kParts);
-  volatile int* last_flag = reinterpret_cast<volatile int*>(staging + kEpilogueBytes / 4);  // split K's verdict
+  volatile unsigned* ticket = reinterpret_cast<volatile unsigned*>(staging + kEpilogueBytes / 4);  // gather_parts'
 
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
@@ -1019,13 +1057,9 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
   }
   __syncthreads();  // the only CTA-wide barrier: the roles part here
 
-  // Split K: `splits` consecutive CTAs share a tile, each taking a
-  // contiguous run of K stages; the host then launches one tile per CTA.
-  const int splits = s.splits, rank = static_cast<int>(blockIdx.x % splits);
-  const int64_t tiles = s.tiles_m * s.tiles_n, all_steps = s.nb / kBlocks;
-  const int64_t first_step = all_steps * rank / splits;
-  const int64_t steps = all_steps * (rank + 1) / splits - first_step;
-  const int64_t first_tile = blockIdx.x / splits, tile_step = gridDim.x / splits;
+  // The producer and the consumers walk the same segments (work_split.h):
+  // whole tiles, then a run of steps that may cut tiles at either end.
+  Segment sg;
   if (threadIdx.x >= kConsumerThreads) {
     wgmma::set_max_registers<false, kProducerRegs>();
     if (threadIdx.x == kConsumerThreads) {
@@ -1034,15 +1068,14 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       tma::prefetch_map(&map_scales);
       tma::prefetch_map(&map_flags);
       uint32_t it = 0;
-      for (int64_t tile = first_tile; tile < tiles; tile += tile_step) {
-        int64_t tm, tn;
-        tile_coords(tile, s.tiles_m, s.tiles_n, &tm, &tn);
+      for (WorkWalk walk(s.work, blockIdx.x); walk.next(sg);) {
+        const int64_t tm = sg.tm, tn = sg.tn;
         const int32_t w0 = static_cast<int32_t>(tm * C::kBM), n0 = static_cast<int32_t>(tn * C::BN);
-        for (int64_t ks = 0; ks < steps; ++ks, ++it) {
+        for (int64_t ks = 0; ks < sg.steps; ++ks, ++it) {
           const uint32_t stage = it % C::kStages, round = it / C::kStages;
           uint64_t* pfull = full + stage * C::kParts;
           uint64_t* pempty = empty + stage * C::kParts;
-          const int64_t step = first_step + ks;
+          const int64_t step = sg.first_step + ks;
           uint8_t* dst = ring + stage * C::kStageBytes;
           const int32_t kb = static_cast<int32_t>(step * kBlocks);
           // Each part once its last readers are done, in the order the
@@ -1074,9 +1107,8 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
     float* buf = staging + warp * 32 * kEpiPitch;
     const uint32_t ring_u32 = smem_u32(ring);
     uint32_t it = 0;
-    for (int64_t tile = first_tile; tile < tiles; tile += tile_step) {
-      int64_t tm, tn;
-      tile_coords(tile, s.tiles_m, s.tiles_n, &tm, &tn);
+    for (WorkWalk walk(s.work, blockIdx.x); walk.next(sg);) {
+      const int64_t tm = sg.tm, tn = sg.tn;
 
       float acc[C::kAccRows][C::kSums];
       typename C::Sum d[C::kSets][C::kSums];
@@ -1097,7 +1129,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       uint32_t fold_a[2][C::kMSlices][8];
       uint32_t worst = 0;  // folded variant: the largest |d_w| met, as fp16 bits; kFoldMaxWBits + 1 for a marked A block
 
-      for (int64_t ks = 0; ks < steps; ++ks, ++it) {
+      for (int64_t ks = 0; ks < sg.steps; ++ks, ++it) {
         const uint32_t stage = it % C::kStages, round = it / C::kStages;
         uint64_t* pfull = full + stage * C::kParts;
         uint64_t* pempty = empty + stage * C::kParts;
@@ -1144,7 +1176,9 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
 
       bool unsafe = false;
       if constexpr (C::kFold) unsafe = consumers_any(worst > kFoldMaxWBits);
-      if (splits == 1 || split_gather<C>(s, acc, tile, rank, last_flag, C::kFold ? &unsafe : nullptr)) {
+      const bool shared = sg.shared >= 0 && s.work.first_sharer(sg.tm - s.work.whole_rows) !=
+                                                s.work.last_sharer(sg.tm - s.work.whole_rows);
+      if (!shared || gather_parts<C>(s, acc, sg, ticket, C::kFold ? &unsafe : nullptr)) {
         const int64_t n0 = tn * C::BN;
 #pragma unroll
         for (int sl = 0; sl < C::kMSlices; ++sl) {
@@ -1173,10 +1207,11 @@ Status refused(const GemmArgs& g, const std::string& what) {
 }
 
 // The activations re-laid, then the GEMM on them with BN = C::BN tokens a
-// tile. Where the tiles are fewer than the SMs, K is split so that about
-// every SM has a CTA (each keeping at least kMinSplitSteps stages): the
-// splits meet through the workspace, not a cluster, so their count is not
-// bound by how many clusters of a size fit in a GPC at once.
+// tile. Where whole tiles would leave SMs idle (fewer tiles than SMs, or a
+// last wave far from full), tiles are shared by K so that every SM runs
+// about the same number of steps (work_split.h): the parts meet through the
+// workspace, not a cluster, so how many CTAs share a tile is not bound by
+// how many clusters of a size fit in a GPC at once.
 template <class C>
 Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream stream) {
   const cudaStream_t cs = to_cuda(stream);
@@ -1194,15 +1229,13 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
   s.m_contiguous = args.ldc == 1;
   s.f16_magic = 0x64006400u;
   s.f16_bias = 0x64086408u;
-  const int64_t tiles = s.tiles_m * s.tiles_n, slots = static_cast<int64_t>(lim.sms) * fit.blocks_per_sm;
-  int64_t splits = 1;
-  if (tiles < slots) splits = std::max<int64_t>(1, std::min({slots / tiles, kMaxSplits, nb / kBlocks / kMinSplitSteps}));
-  s.splits = static_cast<int>(splits);
-  const int64_t grid = splits > 1 ? tiles * splits : std::min(tiles, slots);
+  const int64_t slots = static_cast<int64_t>(lim.sms) * fit.blocks_per_sm;
+  s.work = plan_work(s.tiles_m, s.tiles_n, nb / kBlocks, slots, C::kShareCost);
+  const int64_t grid = s.work.ctas;
 
-  // Split K: an arrival counter per tile, and for the folded variant an unsafe mark per tile after them.
-  const int64_t counters = splits > 1 ? tiles * (C::kFold ? 2 : 1) : 0;
-  const SplitLayout lay = split_layout(n, k, C::kCodeElem, splits > 1 ? tiles * splits * C::kBM * C::BN : 0, counters);
+  // Shared tiles: tickets, stored counts and the folded variant's unsafe marks, zeroed by the re-layout pass.
+  const int64_t shared = s.work.shared_tiles(), counters = 3 * shared;
+  const SplitLayout lay = split_layout(n, k, C::kCodeElem, s.work.part_slots() * C::kBM * C::BN, counters);
   Workspace ws(args.device.id, static_cast<size_t>(lay.bytes), cs);
   if (!ws.ok()) {  // no scratch memory: the kernel that needs none
     if (from_float)
@@ -1212,17 +1245,18 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
   uint8_t* codes = ws.bytes() + lay.codes;
   float* scales = reinterpret_cast<float*>(ws.bytes() + lay.scales);
   uint8_t* flags = ws.bytes() + lay.flags;
-  s.partials = reinterpret_cast<float*>(ws.bytes() + lay.partials);
-  s.counters = reinterpret_cast<unsigned*>(ws.bytes() + lay.counters);
+  s.parts = reinterpret_cast<float*>(ws.bytes() + lay.partials);
+  s.tickets = reinterpret_cast<unsigned*>(ws.bytes() + lay.counters);
+  s.stored = s.tickets + shared;
+  s.unsafe_marks = s.stored + shared;
   const dim3 split_grid(static_cast<unsigned>(lay.flag_rows), static_cast<unsigned>(nb / kBlocks));
-  s.unsafe_marks = s.counters + tiles;
   s.w = static_cast<const uint8_t*>(args.a.data);
   s.w_row_stride = args.a.row_stride;
   s.act = reinterpret_cast<const uint16_t*>(codes);
   s.act_scales = scales;
   s.scale_row_floats = lay.scale_row_floats;
   s.k = k;
-  const SplitDst dst{codes, C::kCodeElem, C::kFold, scales, lay.scale_row_floats, flags, lay.flag_row, s.counters,
+  const SplitDst dst{codes, C::kCodeElem, C::kFold, scales, lay.scale_row_floats, flags, lay.flag_row, s.tickets,
                      static_cast<int>(counters), k};
   if (from_float) {
     const QuantizeArgs& q = *from_float;
@@ -1340,7 +1374,7 @@ Status run_any_tile(const GemmArgs& args, const QuantizeArgs* from_float, Stream
     static_assert(CfgFoldedTall::kBM == kFoldedTallRows && CfgFolded::kBM == kFoldedRows &&
                       CfgFoldedTall::BN == kFoldedTokens && CfgFolded::BN == kFoldedTokens,
                   "folded_tiles.h describes these tiles");
-    if (folded_tall_tile(args.a.rows, args.b.rows, device_limits(args.device.id).sms))
+      if (folded_tall_tile(args.a.rows, args.b.rows, args.a.k, device_limits(args.device.id).sms))
       return run_tiles<CfgFoldedTall>(args, from_float, stream);
     return run_tiles<CfgFolded>(args, from_float, stream);
   } else {

@@ -198,11 +198,12 @@ TEST_P(CudaQ4Wgmma, Deterministic) {
   EXPECT_EQ(0, std::memcmp(first.data(), c.c_out.data(), first.size()));
 }
 
-// Few tiles and a long K: several CTAs split each tile's K, and the last to
-// finish adds their partial tiles from the workspace in split order. Splits
-// of 2 to 14, wide and narrow tiles, C row-major and transposed (m
-// contiguous), tails on both sides, bit-identical on a second run (whose
-// arrival counters start from zero again).
+// Few tiles and a long K: several CTAs share each tile's K (cuda/work_split.h),
+// and the last to finish adds the parts from the workspace in the order of
+// their CTAs. 2 to 16 CTAs a tile, runs cutting tiles at both ends, wide and
+// narrow tiles, C row-major and transposed (m contiguous), tails on both
+// sides, bit-identical on a second run (whose counters start from zero
+// again).
 TEST_P(CudaQ4Wgmma, SplitKThroughWorkspace) {
   QG_SEEDED_RNG(rng, 7);
   for (const Shape& sh : {Shape{256, 128, 8192}, Shape{200, 70 + 64, 14336}, Shape{130, 129, 4096}, Shape{1000, 16, 14336},
@@ -382,13 +383,59 @@ TEST_P(CudaQ4Wgmma, FoldedTallTile) {
   QG_SEEDED_RNG(rng, 14);
   const int64_t m = 4200;  // 17 row tiles, the last one partial
   int64_t n = 1001;        // the first N from here that the kernel runs on the 256-row tile
-  while (!qg::detail::cuda::folded_tall_tile(m, n, sms)) n += 37;
+  while (!qg::detail::cuda::folded_tall_tile(m, n, 256, sms)) n += 37;
   for (int layout = 0; layout < 3; ++layout) {
     GemmCase c = random_case(rng, m, n, 256);
     if (layout == 1) qgtest::set_c_layout(c, qg::DType::f32, 1, m + 3);
     if (layout == 2) qgtest::store_u16(c.w_block(230, 5), 0x7000);  // 8192
     SCOPED_TRACE("case " + std::to_string(layout));
     check(c);
+  }
+}
+
+// Tiles shared by K where whole tiles would leave SMs idle (work_split.h):
+// groups of CTAs, one a tile column, take whole tile rows first, then equal
+// runs of (row, step) units that cut rows at both ends; the parts of a tile
+// are added by whichever CTA finishes it last. The narrow 16-token tile
+// (cuda_wgmma) with its last rows shared and C transposed, and two columns
+// of 128-token tiles (the second holding 2 tokens) all shared, with a W
+// scale past what the folded operands carry in a shared tile (the folded
+// variant's unsafe mark travels with the parts). Each shape is the first
+// from its start on which the kernel's own plan shares tiles on this GPU;
+// bit-identical on a second run.
+TEST_P(CudaQ4Wgmma, TilesSharedByK) {
+  using qg::detail::cuda::folded_plan;
+  using qg::detail::cuda::folded_tall_tile;
+  using qg::detail::cuda::plan_work;
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  QG_SEEDED_RNG(rng, 15);
+  struct Start {
+    Shape shape;
+    int64_t tokens;  // the tile's
+  };
+  std::vector<Start> starts;
+  if (min_n() <= 13) starts.push_back({Shape{128 * (sms + sms / 2) + 5, 13, 14336}, 16});
+  starts.push_back({Shape{128 * (sms / 2) + 37, 130, 4096}, 128});
+  for (const Start& st : starts) {
+    Shape sh = st.shape;
+    bool found = false;
+    for (int tries = 0; tries < 200 && !found; ++tries, sh.m += 128) {
+      if (folded() && folded_tall_tile(sh.m, sh.n, sh.k, sms))
+        found = folded_plan(sh.m, sh.n, sh.k, sms, true).shared_units() > 0;
+      else
+        found = plan_work((sh.m + 127) / 128, (sh.n + st.tokens - 1) / st.tokens, sh.k / 256, sms).shared_units() > 0;
+    }
+    ASSERT_TRUE(found) << "no shape from " << st.shape.m << " x " << sh.n << " x " << sh.k << " shares tiles on " << sms
+                       << " SMs";
+    sh.m -= 128;
+    GemmCase c = random_case(rng, sh.m, sh.n, sh.k);
+    if (st.tokens == 16) qgtest::set_c_layout(c, qg::DType::f32, 1, sh.m + 3);
+    if (folded()) qgtest::store_u16(c.w_block(sh.m - 40, 1), 0x7000);  // 8192: does not fold
+    check(c);
+    const std::vector<uint8_t> first = c.c_out;
+    ASSERT_TRUE(tester_.run(c));
+    EXPECT_EQ(0, std::memcmp(first.data(), c.c_out.data(), first.size())) << c.describe();
   }
 }
 
