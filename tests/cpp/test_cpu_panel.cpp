@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// test_cpu_panel.cpp: the panel kernels (cpu_avx512_vnni_panel and
-// cpu_avx2_panel, N >= 4), beyond the shared GEMM suite (test_gemm_cpu.cpp
+// test_cpu_panel.cpp: the panel kernels (cpu_avx512_vnni_panel,
+// cpu_avx_vnni_panel and cpu_avx2_panel, N >= 4), beyond the shared GEMM suite (test_gemm_cpu.cpp
 // runs that on them too): every tail of their 16-row panels, of their A
 // groups (at most 16 rows, split evenly) and chunks (four groups), and of the
 // AVX2 kernel's passes (at most four A rows, split evenly); padded rows and
@@ -8,7 +8,7 @@
 // buffer, a non-finite scale at every lane of a panel and of a group, the
 // byte extremes, the promise that an output's bits depend only on its own W
 // row and A row (each is one lane, summed in one order whatever the call's M
-// and N), and that both kernels give the same bits.
+// and N), and that all three kernels give the same bits.
 // A kernel's tests are skipped where the CPU (or QG_CPU_ISA) lacks its ISA.
 #include <gtest/gtest.h>
 
@@ -17,6 +17,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend.h"
@@ -39,7 +40,7 @@ bool kernel_runs_here(const std::string& name, std::string* why) {
 }
 
 int64_t min_n_of(const std::string& name) {
-  return name == "cpu_avx2_panel" ? qg::detail::cpu::kQ4PanelAvx2MinN : qg::detail::cpu::kQ4PanelMinN;
+  return name == "cpu_avx512_vnni_panel" ? qg::detail::cpu::kQ4PanelMinN : qg::detail::cpu::kQ4PanelAvx2MinN;
 }
 
 class CpuPanel : public ::testing::TestWithParam<std::string> {
@@ -215,19 +216,24 @@ TEST_P(CpuPanel, ExtremeCodesExact) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, CpuPanel, ::testing::Values("cpu_avx512_vnni_panel", "cpu_avx2_panel"),
+INSTANTIATE_TEST_SUITE_P(Kernels, CpuPanel,
+                         ::testing::Values("cpu_avx512_vnni_panel", "cpu_avx_vnni_panel", "cpu_avx2_panel"),
                          qgtest::param_name);
 
-// The AVX2 panel kernel performs the AVX-512 one's operations on the same
-// values in the same order (whole block sums, one convert and one FMA each):
-// the same bits, for every output dtype and the epilogue. Runs where both can.
-TEST(CpuPanelKernels, Avx2GivesTheAvx512Bits) {
+// The AVX2 and AVX-VNNI panel kernels perform the AVX-512 one's operations
+// on the same values in the same order (whole block sums, one convert and
+// one FMA each): the same bits, for every output dtype and the epilogue.
+// Each pair runs where both of its kernels can.
+class CpuPanelPair : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(CpuPanelPair, SameBits) {
+  const auto& [first, second] = GetParam();
   std::string why;
-  for (const char* name : {"cpu_avx512_vnni_panel", "cpu_avx2_panel"})
+  for (const std::string& name : {first, second})
     if (!kernel_runs_here(name, &why)) GTEST_SKIP() << name << " cannot run here: " << why;
   qgtest::HostMemory mem;
-  qgtest::GemmKernelTester avx512(qg::detail::cpu::registry(), "cpu_avx512_vnni_panel", mem);
-  qgtest::GemmKernelTester avx2(qg::detail::cpu::registry(), "cpu_avx2_panel", mem);
+  qgtest::GemmKernelTester a(qg::detail::cpu::registry(), first, mem);
+  qgtest::GemmKernelTester b(qg::detail::cpu::registry(), second, mem);
   uint64_t salt = 0;
   for (int64_t m : {1, 16, 37})
     for (int64_t n : {4, 5, 7, 16, 23, 70})
@@ -237,10 +243,18 @@ TEST(CpuPanelKernels, Avx2GivesTheAvx512Bits) {
         GemmCase c = qgtest::random_case(rng, m, n, 1024, /*a_pad=*/3, /*b_pad=*/5);
         qgtest::set_c_layout(c, dt, 1, m + 1);
         GemmCase x = c, y = c;
-        ASSERT_TRUE(avx512.run_and_check(x)) << avx512.refusals();
-        ASSERT_TRUE(avx2.run(y)) << avx2.refusals();
-        EXPECT_EQ(x.c_out, y.c_out) << "cpu_avx2_panel's bytes differ from cpu_avx512_vnni_panel's";
+        ASSERT_TRUE(a.run_and_check(x)) << a.refusals();
+        ASSERT_TRUE(b.run(y)) << b.refusals();
+        EXPECT_EQ(x.c_out, y.c_out) << second << "'s bytes differ from " << first << "'s";
       }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, CpuPanelPair,
+    ::testing::Values(std::pair<std::string, std::string>{"cpu_avx512_vnni_panel", "cpu_avx2_panel"},
+                      std::pair<std::string, std::string>{"cpu_avx2_panel", "cpu_avx_vnni_panel"}),
+    [](const ::testing::TestParamInfo<std::pair<std::string, std::string>>& i) {
+      return i.param.first + "_vs_" + i.param.second;
+    });
 
 }  // namespace

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // test_gemm_cpu.cpp: qg's GEMM on the CPU. The shared suite (test_util.h,
 // qgtest::gemm_suite) runs on every CPU kernel registered for q4_0 x q8_1
-// (cpu_avx512_vnni_panel, cpu_avx512_vnni, cpu_avx2_panel, cpu_avx2, cpu_scalar: each forced through the
-// registry by name) and on the
+// (cpu_avx512_vnni_panel, cpu_avx512_vnni, cpu_avx_vnni_panel, cpu_avx_vnni,
+// cpu_avx2_panel, cpu_avx2, cpu_scalar: each forced through the registry by
+// name, skipped where this CPU lacks its ISA) and on the
 // public qg::gemm, against a float64 reference built from the same codes
 // (Tier A), the quantization-quality check of reliability.md §9 (Tier B), the
 // epilogue, and the Inf-scale block. Then what is CPU-only: thread counts, the
@@ -77,10 +78,11 @@ INSTANTIATE_TEST_SUITE_P(Kernels, GemmCpuKernel,
 
 // ------------------------------------------------------------------ the registry
 // Most specialised first: per ISA the panel kernel (N >= 4) before the tile
-// kernel, AVX-512 VNNI before AVX2, the scalar kernel last.
+// kernel, AVX-512 VNNI, then AVX-VNNI, then AVX2, the scalar kernel last.
 TEST(GemmCpuRegistry, ListsPanelAndTileKernelsPerIsaThenScalar) {
   const qg::detail::Registry& r = qg::detail::cpu::registry();
-  const std::vector<std::string> names = {"cpu_avx512_vnni_panel", "cpu_avx512_vnni", "cpu_avx2_panel", "cpu_avx2",
+  const std::vector<std::string> names = {"cpu_avx512_vnni_panel", "cpu_avx512_vnni", "cpu_avx_vnni_panel",
+                                          "cpu_avx_vnni",          "cpu_avx2_panel",  "cpu_avx2",
                                           "cpu_scalar"};
   ASSERT_GE(r.gemm.size(), names.size());
   for (size_t i = 0; i < names.size(); ++i) {
@@ -98,24 +100,35 @@ TEST(GemmCpuRegistry, ListsPanelAndTileKernelsPerIsaThenScalar) {
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q8_0, qg::Format::q8_1), (std::vector<std::string>{"dispatch"}));
 
   // The ISA a kernel needs is its arch window: the AVX-512 VNNI kernels need
-  // avx512_vnni and (their driver) avx2+fma+f16c, the AVX2 kernels
-  // avx2+fma+f16c, the scalar kernel nothing, so it is available on every CPU.
+  // avx512_vnni and (their driver) avx2+fma+f16c, the AVX-VNNI ones avx_vnni
+  // and the same, the AVX2 kernels avx2+fma+f16c, the scalar kernel nothing,
+  // so it is available on every CPU.
   const uint32_t avx2 = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
   for (int i : {0, 1}) EXPECT_EQ(r.gemm[i].arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni);
-  for (int i : {2, 3}) EXPECT_EQ(r.gemm[i].arch.cpu_features, avx2);
-  EXPECT_EQ(r.gemm[4].arch.cpu_features, 0u);
+  for (int i : {2, 3}) EXPECT_EQ(r.gemm[i].arch.cpu_features, avx2 | qg::detail::kCpuAvxVnni);
+  for (int i : {4, 5}) EXPECT_EQ(r.gemm[i].arch.cpu_features, avx2);
+  EXPECT_EQ(r.gemm[6].arch.cpu_features, 0u);
   qg::detail::DeviceCaps none;  // a CPU without any extension
   std::string why;
-  EXPECT_TRUE(qg::detail::arch_admits(r.gemm[4].arch, qg::Device::cpu(), none, &why)) << why;
-  EXPECT_FALSE(qg::detail::arch_admits(r.gemm[3].arch, qg::Device::cpu(), none, &why));
+  EXPECT_TRUE(qg::detail::arch_admits(r.gemm[6].arch, qg::Device::cpu(), none, &why)) << why;
+  EXPECT_FALSE(qg::detail::arch_admits(r.gemm[5].arch, qg::Device::cpu(), none, &why));
   EXPECT_NE(why.find("avx2"), std::string::npos) << why;
-  qg::detail::DeviceCaps only_avx2;  // e.g. AMD Zen 3, or Intel client cores
+  qg::detail::DeviceCaps only_avx2;  // e.g. AMD Zen 3
   only_avx2.cpu_features = avx2;
-  for (int i : {2, 3}) EXPECT_TRUE(qg::detail::arch_admits(r.gemm[i].arch, qg::Device::cpu(), only_avx2, &why)) << why;
+  for (int i : {4, 5}) EXPECT_TRUE(qg::detail::arch_admits(r.gemm[i].arch, qg::Device::cpu(), only_avx2, &why)) << why;
   for (int i : {0, 1}) {
     EXPECT_FALSE(qg::detail::arch_admits(r.gemm[i].arch, qg::Device::cpu(), only_avx2, &why));
     EXPECT_EQ(why.find("needs avx512_vnni,"), 0u) << why;
   }
+  for (int i : {2, 3}) {
+    EXPECT_FALSE(qg::detail::arch_admits(r.gemm[i].arch, qg::Device::cpu(), only_avx2, &why));
+    EXPECT_EQ(why.find("needs avx_vnni,"), 0u) << why;
+  }
+  qg::detail::DeviceCaps client = only_avx2;  // Intel client cores from Alder Lake: AVX-VNNI, no AVX-512
+  client.cpu_features |= qg::detail::kCpuAvxVnni;
+  for (int i : {2, 3, 4, 5})
+    EXPECT_TRUE(qg::detail::arch_admits(r.gemm[i].arch, qg::Device::cpu(), client, &why)) << why;
+  EXPECT_FALSE(qg::detail::arch_admits(r.gemm[1].arch, qg::Device::cpu(), client, &why));
   qg::detail::DeviceCaps vnni_only;  // never offered alone, but the window asks for the driver's AVX2 too
   vnni_only.cpu_features = qg::detail::kCpuAvx512Vnni;
   EXPECT_FALSE(qg::detail::arch_admits(r.gemm[1].arch, qg::Device::cpu(), vnni_only, &why));
@@ -123,9 +136,15 @@ TEST(GemmCpuRegistry, ListsPanelAndTileKernelsPerIsaThenScalar) {
   probe.a = qg::packed_operand(nullptr, qg::Format::q4_0, 1, 32);
   probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, 1, 32);
   probe.device = qg::Device::cpu();
-  EXPECT_TRUE(r.gemm[4].can_run(probe, &why)) << "the scalar kernel takes any shape: " << why;
-  // The panel kernels take N from their least and say why not below.
-  for (int i : {0, 2}) {
+  EXPECT_TRUE(r.gemm[6].can_run(probe, &why)) << "the scalar kernel takes any shape: " << why;
+  // The panel kernels take N from their least and say why not below (the
+  // AVX-VNNI ones first need a build that has them).
+  for (int i : {0, 2, 4}) {
+    if (i == 2 && !qg::detail::cpu::q4_avx_vnni_compiled()) {
+      EXPECT_FALSE(r.gemm[i].can_run(probe, &why));
+      EXPECT_NE(why.find("no AVX-VNNI code"), std::string::npos) << why;
+      continue;
+    }
     const int64_t min_n = i == 0 ? qg::detail::cpu::kQ4PanelMinN : qg::detail::cpu::kQ4PanelAvx2MinN;
     probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, min_n - 1, 32);
     EXPECT_FALSE(r.gemm[i].can_run(probe, &why));
@@ -156,12 +175,14 @@ TEST(GemmCpuRegistry, ListsPanelAndTileKernelsPerIsaThenScalar) {
 
 // Dispatch picks the first kernel the CPU admits: per ISA the panel kernel
 // from its least N, the tile kernel below; AVX-512 VNNI where present, else
-// AVX2 where present, else the scalar kernel.
+// AVX-VNNI (where this build has it), else AVX2, else the scalar kernel.
 TEST(GemmCpuRegistry, DispatchChoosesTheFirstAdmittedKernel) {
   const auto& r = qg::detail::cpu::registry();
   std::string why;
   const bool vnni = qgtest::gemm_kernel_runs_on(r.gemm[1], qg::Device::cpu(), &why);
-  const bool avx2 = qgtest::gemm_kernel_runs_on(r.gemm[3], qg::Device::cpu(), &why);
+  const bool avx_vnni = qgtest::gemm_kernel_runs_on(r.gemm[3], qg::Device::cpu(), &why) &&
+                        qg::detail::cpu::q4_avx_vnni_compiled();
+  const bool avx2 = qgtest::gemm_kernel_runs_on(r.gemm[5], qg::Device::cpu(), &why);
   for (int64_t n : {int64_t{3}, int64_t{4}, int64_t{5}, int64_t{64}}) {
     SCOPED_TRACE("N=" + std::to_string(n));
     std::vector<uint8_t> w(2 * 36), a(static_cast<size_t>(n) * 72);
@@ -171,9 +192,11 @@ TEST(GemmCpuRegistry, DispatchChoosesTheFirstAdmittedKernel) {
     g.device = qg::Device::cpu();
     qg::Explanation e;
     ASSERT_TRUE(qg::explain(g, &e).ok());
-    const char* want = vnni ? (n >= qg::detail::cpu::kQ4PanelMinN ? "cpu_avx512_vnni_panel" : "cpu_avx512_vnni")
-                       : avx2 ? (n >= qg::detail::cpu::kQ4PanelAvx2MinN ? "cpu_avx2_panel" : "cpu_avx2")
-                              : "cpu_scalar";
+    const bool panel = n >= qg::detail::cpu::kQ4PanelAvx2MinN;
+    const char* want = vnni       ? (n >= qg::detail::cpu::kQ4PanelMinN ? "cpu_avx512_vnni_panel" : "cpu_avx512_vnni")
+                       : avx_vnni ? (panel ? "cpu_avx_vnni_panel" : "cpu_avx_vnni")
+                       : avx2     ? (panel ? "cpu_avx2_panel" : "cpu_avx2")
+                                  : "cpu_scalar";
     EXPECT_EQ(e.chosen, want) << why;
     EXPECT_EQ(e.op, "qg.gemm");
     EXPECT_EQ(e.problem, "q4_0 x q8_1 on cpu");

@@ -34,7 +34,7 @@ def test_demo_cpu():
     nmse = float(m.group(1))
     assert 1e-5 < nmse < 1.5e-2, nmse  # Q4_0 x Q8_1 on Gaussian data: lossy, but bounded
     m = re.search(r"implementation: (\S+)", p.stdout)
-    assert m and m.group(1) in ("cpu_avx512_vnni", "cpu_avx2", "cpu_scalar"), p.stdout
+    assert m and m.group(1) in ("cpu_avx512_vnni", "cpu_avx_vnni", "cpu_avx2", "cpu_scalar"), p.stdout
 
 
 @pytest.mark.skipif(not qg.cuda_available(), reason=f"qg sees no CUDA device: {qg.cuda_unavailable_reason()}")

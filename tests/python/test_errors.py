@@ -311,7 +311,7 @@ def test_explain_gemm(wa):
     assert e.op == "qg.gemm_q4_0_q8_1"
     names = _candidate_names(e)
     assert e.chosen in names
-    assert e.chosen in ("cpu_avx512_vnni", "cpu_avx2", "cpu_scalar"), e.chosen
+    assert e.chosen in ("cpu_avx512_vnni", "cpu_avx_vnni", "cpu_avx2", "cpu_scalar"), e.chosen
     text = str(e)
     assert text.splitlines()[0] == f"qg.gemm_q4_0_q8_1 (q4_0 x q8_1 on cpu): {e.chosen}"
     assert e.problem == "q4_0 x q8_1 on cpu"
@@ -326,13 +326,19 @@ def test_explain_gemm_takes_a_panel_kernel_from_four_activation_rows():
     # Per ISA, a tile kernel for decode (N <= 3) and a panel kernel from N = 4.
     rng = np.random.default_rng(6)
     w = qg.quantize_q4_0(rng.standard_normal((20, 64)).astype(np.float32))
-    feats = qg.build_info()["cpu_features"]
-    isa = "avx512_vnni" if "avx512_vnni" in feats else "avx2" if {"avx2", "fma", "f16c"} <= set(feats) else None
+    feats = set(qg.build_info()["cpu_features"])
+    avx2 = {"avx2", "fma", "f16c"} <= feats
+    isa = "avx512_vnni" if avx2 and "avx512_vnni" in feats else "avx2" if avx2 else None
     for n, panel in ((3, False), (4, True), (21, True)):
         a = qg.quantize_q8_1(rng.standard_normal((n, 64)).astype(np.float32))
         e = qg.explain(qg.gemm_q4_0_q8_1, w, a)
         if isa is None:
             assert e.chosen == "cpu_scalar", e.chosen
+        elif isa == "avx2" and "avx_vnni" in feats and not any(
+            c.startswith("cpu_avx_vnni: skipped") for c in e.candidates
+        ):
+            # AVX-VNNI where this build has its kernels
+            assert e.chosen == "cpu_avx_vnni" + ("_panel" if panel else ""), (n, str(e))
         else:
             assert e.chosen == f"cpu_{isa}" + ("_panel" if panel else ""), (n, str(e))
         if not panel:
@@ -356,7 +362,15 @@ def test_explain_framework_arrays(fw, wa):
     if fw.is_cuda:
         assert e.chosen in ("cuda_mmvq", "cuda_wgmma", "cuda_wgmma_f16", "cuda_wgmma_folded", "cuda_mma", "cuda_dp4a_tiled", "cuda_generic"), e.chosen
     else:
-        assert e.chosen in ("cpu_avx512_vnni_panel", "cpu_avx512_vnni", "cpu_avx2_panel", "cpu_avx2", "cpu_scalar"), e.chosen
+        assert e.chosen in (
+            "cpu_avx512_vnni_panel",
+            "cpu_avx512_vnni",
+            "cpu_avx_vnni_panel",
+            "cpu_avx_vnni",
+            "cpu_avx2_panel",
+            "cpu_avx2",
+            "cpu_scalar",
+        ), e.chosen
 
 
 def _same_error(call, explain_call):

@@ -44,12 +44,19 @@ CpuFeatures detect() {
   // AVX-512 F, BW (vpsrlw on zmm), VL and VNNI (vpdpbusd), usable by the OS.
   f.avx512_vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && os_saves_zmm_state();
+  // AVX-VNNI from CPUID directly (older compilers' __builtin_cpu_supports
+  // does not know it); it uses ymm state only, which f.avx2 already needs
+  // the OS to save.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  f.avx_vnni = f.avx2 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0;
 #endif
   // QG_CPU_ISA=scalar forces the portable kernels, QG_CPU_ISA=avx2 the AVX2
-  // ones where AVX-512 is present (for tests and comparisons).
+  // ones where AVX-512 or AVX-VNNI is present, QG_CPU_ISA=avx_vnni the
+  // AVX-VNNI ones where AVX-512 is (for tests and comparisons).
   if (const char* isa = std::getenv("QG_CPU_ISA")) {
     if (std::strcmp(isa, "scalar") == 0) f = CpuFeatures{};
-    if (std::strcmp(isa, "avx2") == 0) f.avx512_vnni = false;
+    if (std::strcmp(isa, "avx2") == 0) f.avx512_vnni = f.avx_vnni = false;
+    if (std::strcmp(isa, "avx_vnni") == 0) f.avx512_vnni = false;
   }
   return f;
 }
@@ -63,7 +70,7 @@ const CpuFeatures& cpu_features() {
 uint32_t feature_bits() {
   const CpuFeatures& f = cpu_features();
   return (f.avx2 ? kCpuAvx2 : 0u) | (f.fma ? kCpuFma : 0u) | (f.f16c ? kCpuF16c : 0u) |
-         (f.avx512_vnni ? kCpuAvx512Vnni : 0u);
+         (f.avx512_vnni ? kCpuAvx512Vnni : 0u) | (f.avx_vnni ? kCpuAvxVnni : 0u);
 }
 
 std::vector<std::string> features() {
@@ -73,6 +80,7 @@ std::vector<std::string> features() {
   if (f.fma) out.push_back("fma");
   if (f.f16c) out.push_back("f16c");
   if (f.avx512_vnni) out.push_back("avx512_vnni");
+  if (f.avx_vnni) out.push_back("avx_vnni");
   return out;
 }
 

@@ -301,6 +301,16 @@ Status gemm_q4_0_q8_1_avx2_panel(const GemmArgs& g) {
   return gemm_panel(g, q4q8::kAvx2Panel);
 }
 
+Status gemm_q4_0_q8_1_avxvnni(const GemmArgs& g) { return run_or_unsupported(g, q4q8::kAvxVnniTiles, "AVX-VNNI"); }
+
+Status gemm_q4_0_q8_1_avxvnni_panel(const GemmArgs& g) {
+  if (!q4q8::kAvxVnniPanel.pack)
+    return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-VNNI panel kernel was not compiled in");
+  return gemm_panel(g, q4q8::kAvxVnniPanel);
+}
+
+bool q4_avx_vnni_compiled() { return q4q8::kAvxVnniTiles.one_col != nullptr && q4q8::kAvxVnniPanel.pack != nullptr; }
+
 }  // namespace qg::detail::cpu
 
 #else  // not compiled for AVX2 (non-x86 host): the arch windows keep these from being chosen
@@ -318,6 +328,13 @@ Status gemm_q4_0_q8_1_avx512vnni_panel(const GemmArgs&) {
 Status gemm_q4_0_q8_1_avx2_panel(const GemmArgs&) {
   return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX2 panel kernel was not compiled in");
 }
+Status gemm_q4_0_q8_1_avxvnni(const GemmArgs&) {
+  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-VNNI kernel was not compiled in");
+}
+Status gemm_q4_0_q8_1_avxvnni_panel(const GemmArgs&) {
+  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-VNNI panel kernel was not compiled in");
+}
+bool q4_avx_vnni_compiled() { return false; }
 }  // namespace qg::detail::cpu
 
 #endif

@@ -96,5 +96,7 @@ extern const TileKernels kAvx2Tiles;
 extern const TileKernels kAvx512VnniTiles;
 extern const PanelKernels kAvx512VnniPanel;
 extern const PanelKernels kAvx2Panel;
+extern const TileKernels kAvxVnniTiles;  // also null where the compiler had no -mavxvnni
+extern const PanelKernels kAvxVnniPanel;
 
 }  // namespace qg::detail::cpu::q4q8

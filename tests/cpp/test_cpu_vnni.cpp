@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: MIT
-// test_cpu_avx512vnni.cpp: the AVX-512 VNNI GEMM kernel (cpu_avx512_vnni),
-// beyond the shared GEMM suite (test_gemm_cpu.cpp runs that on it too): every
-// tail of its register tile (four W rows by up to four A rows) and of its
-// 16 x 64 tasks, padded rows and strided C, a non-finite scale in each
-// position of the tile, the N = 1 path (four W rows per step, 64-row tasks,
-// prefetching into the next row group), the byte extremes where vpdpbusd's
-// operand order matters (unsigned nibbles 0/15 against signed codes -128/127),
-// and bit-identity with cpu_avx2, which the kernel is built to give (same
-// int32 lanes, same FMA order, same fold).
-// Every test is skipped where the CPU (or QG_CPU_ISA) lacks AVX-512
-// F + BW + VL + VNNI with ZMM state enabled by the OS.
+// test_cpu_vnni.cpp: the Q4_0 x Q8_1 tile kernels built on vpdpbusd,
+// cpu_avx512_vnni (AVX-512 VNNI) and cpu_avx_vnni (the AVX2 kernel with
+// AVX-VNNI), beyond the shared GEMM suite (test_gemm_cpu.cpp runs that on
+// them too): every tail of their register tiles (four W rows by up to four A
+// rows; two by four) and of their tasks, padded rows and strided C, a
+// non-finite scale in each position of the tile, the N = 1 path (four W rows
+// per step, 64-row tasks, prefetching into the next row group), the byte
+// extremes where vpdpbusd's operand order matters (unsigned nibbles 0/15
+// against signed codes -128/127), and bit-identity with cpu_avx2, which both
+// are built to give (the same int32 lanes, FMA order and fold).
+// Each kernel's tests are skipped where the CPU (or QG_CPU_ISA) lacks its
+// ISA: AVX-512 F + BW + VL + VNNI with ZMM state enabled by the OS, or
+// AVX-VNNI (and for cpu_avx_vnni, a build whose compiler took -mavxvnni).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,21 +29,20 @@ namespace {
 
 using qgtest::GemmCase;
 
-class CpuAvx512Vnni : public ::testing::Test {
+class CpuVnniTiles : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cpu::registry(), "cpu_avx512_vnni");
-    ASSERT_NE(k, nullptr) << "the CPU registry has no kernel named cpu_avx512_vnni";
+    const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cpu::registry(), GetParam());
+    ASSERT_NE(k, nullptr) << "the CPU registry has no kernel named " << GetParam();
     std::string why;
     if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why))
-      GTEST_SKIP() << "this CPU (or QG_CPU_ISA) has no AVX-512 VNNI (avx512f+bw+vl+vnni, ZMM state enabled by "
-                      "the OS): cpu_avx512_vnni cannot run here (" << why << ")";
+      GTEST_SKIP() << GetParam() << " cannot run here (" << why << ")";
   }
   qgtest::HostMemory mem_;
-  qgtest::GemmKernelTester gemm_{qg::detail::cpu::registry(), "cpu_avx512_vnni", mem_};
+  qgtest::GemmKernelTester gemm_{qg::detail::cpu::registry(), GetParam(), mem_};
   qgtest::GemmKernelTester avx2_{qg::detail::cpu::registry(), "cpu_avx2", mem_};
 
-  // Runs c on cpu_avx512_vnni, checks it against the float64 reference, and
+  // Runs c on the kernel, checks it against the float64 reference, and
   // against cpu_avx2 bit for bit (every byte of C, guards and gaps included).
   void run_check_and_compare(const GemmCase& c) {
     GemmCase v = c, a = c;
@@ -64,7 +65,7 @@ class CpuAvx512Vnni : public ::testing::Test {
 // the 16-row task edges; N from 1 to 9 every column-group remainder, 15..17,
 // 63..65 and 129 the 64-column task edges; K = 32 is one block, 96 an odd
 // count. N = 1 goes to its own path (four_rows_times_one).
-TEST_F(CpuAvx512Vnni, GemmEveryTileTail) {
+TEST_P(CpuVnniTiles, GemmEveryTileTail) {
   const std::vector<int64_t> ms = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 65};
   const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 63, 64, 65, 129};
   uint64_t salt = 0;
@@ -80,7 +81,7 @@ TEST_F(CpuAvx512Vnni, GemmEveryTileTail) {
 
 // K = 4096: long rows, so the first pass of each task prefetches past the end
 // of its four rows into the task's next four.
-TEST_F(CpuAvx512Vnni, GemmTileTailsLongRows) {
+TEST_P(CpuVnniTiles, GemmTileTailsLongRows) {
   uint64_t salt = 0;
   for (int64_t m : {1, 3, 4, 5, 17, 33, 65})
     for (int64_t n : {2, 5, 16, 17, 65}) {
@@ -93,7 +94,7 @@ TEST_F(CpuAvx512Vnni, GemmTileTailsLongRows) {
 
 // Odd row strides (every block load is unaligned) and a strided C of each
 // output type: only each row's blocks are read, only C's elements written.
-TEST_F(CpuAvx512Vnni, GemmTailsWithPaddedRowsAndStridedC) {
+TEST_P(CpuVnniTiles, GemmTailsWithPaddedRowsAndStridedC) {
   uint64_t salt = 0;
   for (int64_t m : {1, 3, 6, 9})
     for (int64_t n : {1, 2, 5, 7, 17})
@@ -109,7 +110,7 @@ TEST_F(CpuAvx512Vnni, GemmTailsWithPaddedRowsAndStridedC) {
 
 // Enough A rows that the per-call A side data (20 bytes a block) outgrows the
 // buffer kept per thread and lives for the call only.
-TEST_F(CpuAvx512Vnni, GemmWithLargeAScratch) {
+TEST_P(CpuVnniTiles, GemmWithLargeAScratch) {
   QG_SEEDED_RNG(rng, 3250);
   run_check_and_compare(qgtest::random_case(rng, 5, 1700, 4096));
 }
@@ -119,23 +120,23 @@ TEST_F(CpuAvx512Vnni, GemmWithLargeAScratch) {
 // tiles and a one-row tail; N = 7: a full column group and a three-column
 // tail): that row's (column's) outputs are +-Inf or NaN as the float64
 // reference says, and no other output is touched by it.
-TEST_F(CpuAvx512Vnni, GemmNonFiniteScaleInEveryTilePosition) {
+TEST_P(CpuVnniTiles, GemmNonFiniteScaleInEveryTilePosition) {
   qgtest::cpu_simd::non_finite_scale_everywhere(
       gemm_, [this](const GemmCase& c) { run_check_and_compare(c); }, 9, 7, 96, {0, 1, 2}, 3300);
 }
 
 // N = 1 (decode): four W rows per step in 64-row tasks, checked against the
 // reference and cpu_avx2.
-TEST_F(CpuAvx512Vnni, GemmSingleActivationRowTails) {
+TEST_P(CpuVnniTiles, GemmSingleActivationRowTails) {
   qgtest::cpu_simd::single_row_tails([this](const GemmCase& c) { run_check_and_compare(c); }, 3400);
 }
-TEST_F(CpuAvx512Vnni, GemmSingleActivationRowStrided) {
+TEST_P(CpuVnniTiles, GemmSingleActivationRowStrided) {
   qgtest::cpu_simd::single_row_strided([this](const GemmCase& c) { run_check_and_compare(c); }, 3500);
 }
-TEST_F(CpuAvx512Vnni, GemmSingleActivationRowMatchesWiderCall) {
+TEST_P(CpuVnniTiles, GemmSingleActivationRowMatchesWiderCall) {
   qgtest::cpu_simd::single_row_matches_wider(gemm_, 3600);
 }
-TEST_F(CpuAvx512Vnni, GemmSingleActivationRowNonFiniteScales) {
+TEST_P(CpuVnniTiles, GemmSingleActivationRowNonFiniteScales) {
   qgtest::cpu_simd::single_row_non_finite_scales(gemm_, [this](const GemmCase& c) { run_check_and_compare(c); },
                                                  3700);
 }
@@ -146,7 +147,7 @@ TEST_F(CpuAvx512Vnni, GemmSingleActivationRowNonFiniteScales) {
 // integer the kernel must hit exactly. A swapped operand order (signed
 // nibbles, unsigned codes) or a saturating vpdpbusds would be off here by
 // whole multiples of 256 (code -128 read as 128) or clipped sums.
-TEST_F(CpuAvx512Vnni, GemmExtremeCodesExact) {
+TEST_P(CpuVnniTiles, GemmExtremeCodesExact) {
   uint64_t salt = 0;
   for (int64_t k : {32, 96, 4096})
     for (int64_t m : {1, 4, 5, 9})
@@ -182,5 +183,8 @@ TEST_F(CpuAvx512Vnni, GemmExtremeCodesExact) {
       }
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CpuVnniTiles, ::testing::Values("cpu_avx512_vnni", "cpu_avx_vnni"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
