@@ -11,8 +11,11 @@ namespace qg::detail::cuda {
 
 constexpr int64_t kFoldedTallRows = 256, kFoldedRows = 128, kFoldedTokens = 128;
 constexpr int64_t kFoldedStepK = 256;  // K a ring stage holds
-// A 256-row tile's part is twice a 128-row tile's bytes: sharing it costs
-// twice the steps (work_split.h's estimate).
+// Sharing a 256-row tile is charged twice kShareCostSteps of its own steps
+// (each about 1.86 of a 128-row step, so about 3.7 times the 128-row
+// charge in time): its parts are twice the bytes, and the pair of charges
+// was fitted together on the run that fitted kShareCostSteps
+// (docs/architecture.md, "Tiles shared by K").
 constexpr int64_t kFoldedTallShareCost = 2 * kShareCostSteps;
 
 // The plans of the two tiles (work_split.h) for this shape.

@@ -136,8 +136,8 @@ struct Cfg {
   static constexpr bool kF16 = kF16_, kFold = kFold_;
   static_assert(!kFold || (kF16 && kUnitN == 32 && (kUnits == 2 || kUnits == 4)), "the folded variant: one n64 or n128 MMA");
   static constexpr int kMSlices = kMSlices_;
-  // What sharing a tile by K costs in steps (work_split.h): a 256-row tile's
-  // parts are twice the bytes.
+  // What sharing a tile by K is charged, in this tile's steps (work_split.h;
+  // the 256-row tile: folded_tiles.h's kFoldedTallShareCost).
   static constexpr int64_t kShareCost = kMSlices * kShareCostSteps;
   static_assert(kMSlices == 1 || kFold, "several m64 slices: the folded variant's loop only");
   static constexpr int kBM = kMinM * kMSlices;           // W rows a tile

@@ -169,8 +169,11 @@ inline WorkSplit plan_work(int64_t rows, int64_t cols, int64_t steps, int64_t sl
     shared.groups = most_groups;
     shared.whole_rows = rows - rows % most_groups;
     if (shared.whole_rows == rows) return whole;
-    // Runs too short: the last whole round of rows is shared too.
-    if ((rows - shared.whole_rows) * steps < kMinRunSteps * most_groups) shared.whole_rows -= most_groups;
+    // Runs too short, or so few rows left that more than kMaxSharers groups
+    // would share one: the last whole round of rows is shared too.
+    const int64_t left = rows - shared.whole_rows;
+    if (left * steps < kMinRunSteps * most_groups || left * kMaxSharers < most_groups)
+      shared.whole_rows -= most_groups;
   } else {
     // Fewer rows than groups: each row's K cut evenly among the same number
     // of groups, so that every run is one segment and starts and ends at

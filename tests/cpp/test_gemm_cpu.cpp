@@ -137,14 +137,8 @@ TEST(GemmCpuRegistry, ListsPanelAndTileKernelsPerIsaThenScalar) {
   probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, 1, 32);
   probe.device = qg::Device::cpu();
   EXPECT_TRUE(r.gemm[6].can_run(probe, &why)) << "the scalar kernel takes any shape: " << why;
-  // The panel kernels take N from their least and say why not below (the
-  // AVX-VNNI ones first need a build that has them).
+  // The panel kernels take N from their least and say why not below.
   for (int i : {0, 2, 4}) {
-    if (i == 2 && !qg::detail::cpu::q4_avx_vnni_compiled()) {
-      EXPECT_FALSE(r.gemm[i].can_run(probe, &why));
-      EXPECT_NE(why.find("no AVX-VNNI code"), std::string::npos) << why;
-      continue;
-    }
     const int64_t min_n = i == 0 ? qg::detail::cpu::kQ4PanelMinN : qg::detail::cpu::kQ4PanelAvx2MinN;
     probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, min_n - 1, 32);
     EXPECT_FALSE(r.gemm[i].can_run(probe, &why));
@@ -180,8 +174,7 @@ TEST(GemmCpuRegistry, DispatchChoosesTheFirstAdmittedKernel) {
   const auto& r = qg::detail::cpu::registry();
   std::string why;
   const bool vnni = qgtest::gemm_kernel_runs_on(r.gemm[1], qg::Device::cpu(), &why);
-  const bool avx_vnni = qgtest::gemm_kernel_runs_on(r.gemm[3], qg::Device::cpu(), &why) &&
-                        qg::detail::cpu::q4_avx_vnni_compiled();
+  const bool avx_vnni = qgtest::gemm_kernel_runs_on(r.gemm[3], qg::Device::cpu(), &why);
   const bool avx2 = qgtest::gemm_kernel_runs_on(r.gemm[5], qg::Device::cpu(), &why);
   for (int64_t n : {int64_t{3}, int64_t{4}, int64_t{5}, int64_t{64}}) {
     SCOPED_TRACE("N=" + std::to_string(n));

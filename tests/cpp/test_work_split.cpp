@@ -141,6 +141,22 @@ TEST(WorkSplit, FewRowsCutEvenly) {
   EXPECT_EQ(plan_work(4, 1, 8, 132, 0).groups, 4 * 8 / qg::detail::cuda::kMinRunSteps);
 }
 
+// A few rows left over after the whole rounds, with long K: more than
+// kMaxSharers groups would share each, so the last whole round is shared too
+// (the last CTA of a tile adds every part).
+TEST(WorkSplit, AtMostKMaxSharersARow) {
+  for (int64_t steps : {112, 224})
+    for (int64_t rows : {133, 135, 137})
+      for (int64_t cols : {1, 2}) {
+        const WorkSplit w = plan_work(rows, cols, steps, 132, 0);
+        SCOPED_TRACE(describe(w));
+        ASSERT_GT(w.groups, 0);
+        for (int64_t r = 0; r < w.rows - w.whole_rows; ++r)
+          EXPECT_LE(w.last_sharer(r) - w.first_sharer(r) + 1, qg::detail::cuda::kMaxSharers + 1) << "row " << r;
+        check_plan(w, 132);
+      }
+}
+
 // Where whole tiles already keep the SMs busy, or runs would be too short
 // to pay for their parts, nothing is shared.
 TEST(WorkSplit, WholeTilesWhereTheyFit) {

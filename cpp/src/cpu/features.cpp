@@ -5,6 +5,7 @@
 #include "cpu/features.h"
 
 #include "backend.h"
+#include "cpu/kernels.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -46,9 +47,13 @@ CpuFeatures detect() {
                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && os_saves_zmm_state();
   // AVX-VNNI from CPUID directly (older compilers' __builtin_cpu_supports
   // does not know it); it uses ymm state only, which f.avx2 already needs
-  // the OS to save.
+  // the OS to save. Leaf 7's EAX says how many subleaves there are. Offered
+  // only where this build has the AVX-VNNI kernels (its compiler took
+  // -mavxvnni): the feature stands for what qg can run with it.
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  f.avx_vnni = f.avx2 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0;
+  const bool has_leaf_7_1 = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && eax >= 1;
+  f.avx_vnni = f.avx2 && has_leaf_7_1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0 &&
+               q4_avx_vnni_compiled();
 #endif
   // QG_CPU_ISA=scalar forces the portable kernels, QG_CPU_ISA=avx2 the AVX2
   // ones where AVX-512 or AVX-VNNI is present, QG_CPU_ISA=avx_vnni the

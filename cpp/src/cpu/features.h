@@ -12,7 +12,7 @@ struct CpuFeatures {
   bool fma = false;
   bool f16c = false;
   bool avx512_vnni = false;
-  bool avx_vnni = false;  // VEX-encoded vpdpbusd (CPUID.(EAX=7,ECX=1):EAX bit 4)
+  bool avx_vnni = false;  // VEX-encoded vpdpbusd (CPUID.(EAX=7,ECX=1):EAX bit 4), where this build has its kernels
 };
 
 const CpuFeatures& cpu_features();

@@ -64,9 +64,9 @@ Status gemm_q4_0_q8_1_avx2_panel(const GemmArgs& args);
 constexpr int64_t kQ4PanelAvx2MinN = 4;
 // The two AVX2 kernels built with AVX-VNNI (VEX vpdpbusd on ymm) making each
 // block's int32 sums: the same integers, so the same bits as cpu_avx2 and
-// cpu_avx2_panel; callable only where cpu_features().avx_vnni and the AVX2
-// kernels' features, and where this build has them (q4_avx_vnni_compiled:
-// the compiler must take -mavxvnni).
+// cpu_avx2_panel; callable only where cpu_features().avx_vnni (which
+// features.cpp offers only where q4_avx_vnni_compiled(): the compiler took
+// -mavxvnni) and the AVX2 kernels' features.
 Status gemm_q4_0_q8_1_avxvnni(const GemmArgs& args);
 Status gemm_q4_0_q8_1_avxvnni_panel(const GemmArgs& args);
 bool q4_avx_vnni_compiled();

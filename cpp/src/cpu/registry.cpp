@@ -74,8 +74,9 @@ constexpr ArchWindow kAvx2{0, 0, false, kCpuAvx2 | kCpuFma | kCpuF16c};
 // kCpuAvx512Vnni stands for AVX-512 F + BW + VL + VNNI with ZMM state saved by
 // the OS (features.cpp); its driver is compiled for AVX2, hence those too.
 constexpr ArchWindow kAvx512Vnni{0, 0, false, kCpuAvx512Vnni | kCpuAvx2 | kCpuFma | kCpuF16c};
-// kCpuAvxVnni: VEX-encoded vpdpbusd on ymm (features.cpp); the kernels are
-// the AVX2 ones built with it.
+// kCpuAvxVnni: VEX-encoded vpdpbusd on ymm, offered only where this build
+// has the AVX-VNNI kernels (features.cpp); they are the AVX2 ones built
+// with it.
 constexpr ArchWindow kAvxVnni{0, 0, false, kCpuAvxVnni | kCpuAvx2 | kCpuFma | kCpuF16c};
 
 // The panel kernels pay a rearrangement of each 16-row panel per call, which
@@ -90,21 +91,6 @@ bool q4_panel_can_run(const GemmArgs& g, std::string* why_not) {
   return true;
 }
 
-// The AVX-VNNI kernels exist only where the compiler took -mavxvnni; a CPU
-// that has the instructions still needs them built in.
-bool avx_vnni_built(std::string* why_not) {
-  if (q4_avx_vnni_compiled()) return true;
-  if (why_not) *why_not = "this build of qg has no AVX-VNNI code (its compiler did not take -mavxvnni)";
-  return false;
-}
-
-template <int64_t MinN>
-bool q4_avx_vnni_panel_can_run(const GemmArgs& g, std::string* why_not) {
-  return avx_vnni_built(why_not) && q4_panel_can_run<MinN>(g, why_not);
-}
-
-bool q4_avx_vnni_can_run(const GemmArgs&, std::string* why_not) { return avx_vnni_built(why_not); }
-
 Registry make_registry() {
   Registry r;
   r.gemm = {
@@ -113,9 +99,9 @@ Registry make_registry() {
       {"cpu_avx512_vnni", Format::q4_0, Format::q8_1, kAvx512Vnni, kEpiFloatAll, any_shape<GemmArgs>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avx512vnni(a); }},
       {"cpu_avx_vnni_panel", Format::q4_0, Format::q8_1, kAvxVnni, kEpiFloatAll,
-       q4_avx_vnni_panel_can_run<kQ4PanelAvx2MinN>,
+       q4_panel_can_run<kQ4PanelAvx2MinN>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avxvnni_panel(a); }},
-      {"cpu_avx_vnni", Format::q4_0, Format::q8_1, kAvxVnni, kEpiFloatAll, q4_avx_vnni_can_run,
+      {"cpu_avx_vnni", Format::q4_0, Format::q8_1, kAvxVnni, kEpiFloatAll, any_shape<GemmArgs>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avxvnni(a); }},
       {"cpu_avx2_panel", Format::q4_0, Format::q8_1, kAvx2, kEpiFloatAll, q4_panel_can_run<kQ4PanelAvx2MinN>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avx2_panel(a); }},
