@@ -93,16 +93,13 @@ void two_rows_times_cols(const uint8_t* const* w, const uint8_t* const* a, const
   const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
   __m256 acc[NR];
   for (int j = 0; j < NR; ++j) acc[j] = _mm256_setzero_ps();
-  // First b whose prefetch address b * 18 + kPrefetchBytes is past the rows.
   const int64_t row_bytes = nb * kQ4Bytes;
-  const int64_t b_switch = row_bytes > kPrefetchBytes ? (row_bytes - kPrefetchBytes + kQ4Bytes - 1) / kQ4Bytes : 0;
-  int64_t pf = kPrefetchBytes;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p0 = w0 + b * kQ4Bytes;
     const uint8_t* p1 = w1 + b * kQ4Bytes;
     if (PF) {
       // One prefetch per row and block (18 bytes): no 64-byte line is missed.
-      if (b == b_switch) pf = next + kPrefetchBytes - row_bytes;
+      const int64_t pf = prefetch_offset(b * kQ4Bytes + kPrefetchBytes, row_bytes, next) - b * kQ4Bytes;
       _mm_prefetch(reinterpret_cast<const char*>(p0 + pf), _MM_HINT_T1);
       _mm_prefetch(reinterpret_cast<const char*>(p1 + pf), _MM_HINT_T1);
     }
@@ -196,13 +193,9 @@ void four_rows_times_one(const uint8_t* const* w0, int64_t next, const uint8_t* 
   __m256 acc01 = _mm256_setzero_ps(), acc23 = _mm256_setzero_ps();
   const uint8_t* w[4] = {w0[0], w0[1], w0[2], w0[3]};
   const int64_t row_bytes = nb * kQ4Bytes;
-  // First even b whose prefetch address b * 18 + kPrefetchBytes is past the row.
-  int64_t b_switch = (row_bytes - kPrefetchBytes + 2 * kQ4Bytes - 1) / (2 * kQ4Bytes) * 2;
-  if (b_switch < 0) b_switch = 0;
-  int64_t pf = kPrefetchBytes;
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    if (b == b_switch) pf = next + kPrefetchBytes - row_bytes;
+    const int64_t pf = prefetch_offset(b * kQ4Bytes + kPrefetchBytes, row_bytes, next) - b * kQ4Bytes;
     for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T1);
     four_rows_block(w, a + b * kQ8Bytes, corr + b * 4, da + b, acc01, acc23);
     for (int r = 0; r < 4; ++r) w[r] += kQ4Bytes;

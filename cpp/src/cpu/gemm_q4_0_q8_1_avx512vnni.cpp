@@ -107,10 +107,7 @@ void four_rows_times_cols(const uint8_t* const* w, const uint8_t* const* a, cons
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[NR];
   for (int j = 0; j < NR; ++j) acc[j] = _mm512_setzero_ps();
-  // First b whose prefetch address b * 18 + kPrefetchBytes is past the rows.
   const int64_t row_bytes = nb * kQ4Bytes;
-  const int64_t b_switch = row_bytes > kPrefetchBytes ? (row_bytes - kPrefetchBytes + kQ4Bytes - 1) / kQ4Bytes : 0;
-  int64_t pf = kPrefetchBytes;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p0 = w[0] + b * kQ4Bytes;
     const uint8_t* p1 = w[1] + b * kQ4Bytes;
@@ -118,7 +115,7 @@ void four_rows_times_cols(const uint8_t* const* w, const uint8_t* const* a, cons
     const uint8_t* p3 = w[3] + b * kQ4Bytes;
     if (PF) {
       // One prefetch per row and block (18 bytes): no 64-byte line is missed.
-      if (b == b_switch) pf = next + kPrefetchBytes - row_bytes;
+      const int64_t pf = prefetch_offset(b * kQ4Bytes + kPrefetchBytes, row_bytes, next) - b * kQ4Bytes;
       _mm_prefetch(reinterpret_cast<const char*>(p0 + pf), _MM_HINT_T1);
       _mm_prefetch(reinterpret_cast<const char*>(p1 + pf), _MM_HINT_T1);
       _mm_prefetch(reinterpret_cast<const char*>(p2 + pf), _MM_HINT_T1);
@@ -166,13 +163,9 @@ void four_rows_times_one(const uint8_t* const* w0, int64_t next, const uint8_t* 
   __m512 acc = _mm512_setzero_ps();
   const uint8_t* w[4] = {w0[0], w0[1], w0[2], w0[3]};
   const int64_t row_bytes = nb * kQ4Bytes;
-  // First even b whose prefetch address b * 18 + kPrefetchBytes is past the row.
-  int64_t b_switch = (row_bytes - kPrefetchBytes + 2 * kQ4Bytes - 1) / (2 * kQ4Bytes) * 2;
-  if (b_switch < 0) b_switch = 0;
-  int64_t pf = kPrefetchBytes;
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    if (b == b_switch) pf = next + kPrefetchBytes - row_bytes;
+    const int64_t pf = prefetch_offset(b * kQ4Bytes + kPrefetchBytes, row_bytes, next) - b * kQ4Bytes;
     for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T1);
     acc = four_rows_block(w, a + b * kQ8Bytes, corr + b * 4, da + b, acc);
     for (int r = 0; r < 4; ++r) w[r] += kQ4Bytes;

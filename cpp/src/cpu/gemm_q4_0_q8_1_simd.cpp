@@ -24,6 +24,16 @@
 
 #include "cpu/kernels.h"
 
+#include <string>
+
+namespace qg::detail::cpu {
+namespace {
+Status not_compiled(const char* what) {
+  return Status(StatusCode::unsupported, std::string("qg.gemm_q4_0_q8_1: the ") + what + " kernel was not compiled in");
+}
+}  // namespace
+}  // namespace qg::detail::cpu
+
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
@@ -275,66 +285,45 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
   return {};
 }
 
-Status run_or_unsupported(const GemmArgs& g, const TileKernels& k, const char* what) {
-  if (!k.one_col)
-    return Status(StatusCode::unsupported, std::string("qg.gemm_q4_0_q8_1: the ") + what + " kernel was not compiled in");
+// The kernel files' tables are empty where their ISA was not compiled in
+// (non-x86 hosts, or a compiler without -mavxvnni).
+Status run_tiles_of(const GemmArgs& g, const TileKernels& k, const char* what) {
+  if (!k.one_col) return not_compiled(what);
   return gemm_tiled(g, k);
 }
 
+Status run_panel_of(const GemmArgs& g, const PanelKernels& p, const char* what) {
+  if (!p.pack) return not_compiled(what);
+  return gemm_panel(g, p);
+}
+
 }  // namespace
+}  // namespace qg::detail::cpu
 
-Status gemm_q4_0_q8_1_avx2(const GemmArgs& g) { return run_or_unsupported(g, q4q8::kAvx2Tiles, "AVX2"); }
+#else  // not compiled for AVX2 (non-x86 host): the arch windows keep these kernels from being chosen
 
-Status gemm_q4_0_q8_1_avx512vnni(const GemmArgs& g) {
-  return run_or_unsupported(g, q4q8::kAvx512VnniTiles, "AVX-512 VNNI");
-}
+namespace qg::detail::cpu {
+namespace {
+Status run_tiles_of(const GemmArgs&, const q4q8::TileKernels&, const char* what) { return not_compiled(what); }
+Status run_panel_of(const GemmArgs&, const q4q8::PanelKernels&, const char* what) { return not_compiled(what); }
+}  // namespace
+}  // namespace qg::detail::cpu
 
+#endif
+
+namespace qg::detail::cpu {
+
+Status gemm_q4_0_q8_1_avx2(const GemmArgs& g) { return run_tiles_of(g, q4q8::kAvx2Tiles, "AVX2"); }
+Status gemm_q4_0_q8_1_avx512vnni(const GemmArgs& g) { return run_tiles_of(g, q4q8::kAvx512VnniTiles, "AVX-512 VNNI"); }
+Status gemm_q4_0_q8_1_avxvnni(const GemmArgs& g) { return run_tiles_of(g, q4q8::kAvxVnniTiles, "AVX-VNNI"); }
+Status gemm_q4_0_q8_1_avx2_panel(const GemmArgs& g) { return run_panel_of(g, q4q8::kAvx2Panel, "AVX2 panel"); }
 Status gemm_q4_0_q8_1_avx512vnni_panel(const GemmArgs& g) {
-  if (!q4q8::kAvx512VnniPanel.pack)
-    return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-512 VNNI panel kernel was not compiled in");
-  return gemm_panel(g, q4q8::kAvx512VnniPanel);
+  return run_panel_of(g, q4q8::kAvx512VnniPanel, "AVX-512 VNNI panel");
 }
-
-Status gemm_q4_0_q8_1_avx2_panel(const GemmArgs& g) {
-  if (!q4q8::kAvx2Panel.pack)
-    return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX2 panel kernel was not compiled in");
-  return gemm_panel(g, q4q8::kAvx2Panel);
-}
-
-Status gemm_q4_0_q8_1_avxvnni(const GemmArgs& g) { return run_or_unsupported(g, q4q8::kAvxVnniTiles, "AVX-VNNI"); }
-
 Status gemm_q4_0_q8_1_avxvnni_panel(const GemmArgs& g) {
-  if (!q4q8::kAvxVnniPanel.pack)
-    return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-VNNI panel kernel was not compiled in");
-  return gemm_panel(g, q4q8::kAvxVnniPanel);
+  return run_panel_of(g, q4q8::kAvxVnniPanel, "AVX-VNNI panel");
 }
 
 bool q4_avx_vnni_compiled() { return q4q8::kAvxVnniTiles.one_col != nullptr && q4q8::kAvxVnniPanel.pack != nullptr; }
 
 }  // namespace qg::detail::cpu
-
-#else  // not compiled for AVX2 (non-x86 host): the arch windows keep these from being chosen
-
-namespace qg::detail::cpu {
-Status gemm_q4_0_q8_1_avx2(const GemmArgs&) {
-  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX2 kernel was not compiled in");
-}
-Status gemm_q4_0_q8_1_avx512vnni(const GemmArgs&) {
-  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-512 VNNI kernel was not compiled in");
-}
-Status gemm_q4_0_q8_1_avx512vnni_panel(const GemmArgs&) {
-  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-512 VNNI panel kernel was not compiled in");
-}
-Status gemm_q4_0_q8_1_avx2_panel(const GemmArgs&) {
-  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX2 panel kernel was not compiled in");
-}
-Status gemm_q4_0_q8_1_avxvnni(const GemmArgs&) {
-  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-VNNI kernel was not compiled in");
-}
-Status gemm_q4_0_q8_1_avxvnni_panel(const GemmArgs&) {
-  return Status(StatusCode::unsupported, "qg.gemm_q4_0_q8_1: the AVX-VNNI panel kernel was not compiled in");
-}
-bool q4_avx_vnni_compiled() { return false; }
-}  // namespace qg::detail::cpu
-
-#endif

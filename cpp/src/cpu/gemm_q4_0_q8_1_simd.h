@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// gemm_q4_0_q8_1_simd.h: what the x86 SIMD GEMM kernels (AVX2, AVX-512 VNNI)
+// gemm_q4_0_q8_1_simd.h: what the x86 SIMD GEMM kernels (AVX2, AVX-VNNI, AVX-512 VNNI)
 // share. Each kernel file holds only its register tiles, compiled for its ISA,
 // and hands them over as a TileKernels table; one driver (..._simd.cpp,
 // compiled for AVX2, which every one of these kernels' arch windows includes)
