@@ -248,7 +248,7 @@ SplitLayout split_layout(int64_t n, int64_t k, int code_elem, int64_t partial_fl
 // writes those blocks' non-finite bytes.
 struct SplitDst {
   uint8_t* codes;
-  int code_elem;  // 1: int8 codes; 2: fp16 codes in the fp16 variant's K order (put_f16)
+  int code_elem;  // 1: int8 codes; 2: fp16 codes in the fp16 variant's K order (f16_word)
   bool fold;      // fp16 values fp16(code x d_a) for the folded variant, where fold_carries(d_a)
   float* scales;
   int64_t scale_row_floats;
@@ -273,42 +273,11 @@ struct SplitDst {
   // scale (the int8 rescale's fast form would turn Inf into NaN), or one the
   // folded operands cannot carry. Marked in the block's non-finite byte.
   __device__ bool needs_exact(float d) const { return fold ? !fold_carries(d) : !isfinite(d); }
-  // Token tok's block b: its 32 codes (lo, hi) and its fp32 scale d.
-  __device__ void put(int64_t tok, int64_t b, uint4 lo, uint4 hi, float d) const {
-    if (code_elem == 2) {
-      put_f16(tok, b, lo, hi, fold && fold_carries(d) ? d : 1.0f);
-    } else {
-      uint4* dst = reinterpret_cast<uint4*>(codes + tok * k + b * 32);
-      dst[0] = lo;
-      dst[1] = hi;
-    }
+  // Token tok's block b's scale d: (d, -M d) in its pair's float4.
+  __device__ void put_scale(int64_t tok, int64_t b, float d) const {
     float* slot = scale_slot(tok, b);
     slot[0] = d;
     slot[2] = -kMagic * d;  // exact: 2 significant bits times 11
-  }
-  // The fp16 variant's codes: 32 fp16 (exact: |code| <= 128), K step s's
-  // slot 8h + 2t + l holding element 16s + 4t + 2l + h, the order in which
-  // load_w_f16 unpacks W (any permutation of a block's K applied to both
-  // operands leaves its integer sum unchanged). Each is code x scale: the
-  // exact fp32 product (8 bits times 11) rounded once to fp16; scale 1 for
-  // the codes themselves.
-  __device__ void put_f16(int64_t tok, int64_t b, uint4 lo, uint4 hi, float scale) const {
-    const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    auto code = [&](int e) -> uint32_t {
-      const int8_t c = static_cast<int8_t>(w[e / 4] >> (8 * (e % 4)));
-      return __half_as_ushort(__float2half_rn(static_cast<float>(c) * scale));
-    };
-    uint32_t out[16];
-#pragma unroll
-    for (int st = 0; st < 2; ++st)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int t = 0; t < 4; ++t)
-          out[8 * st + 4 * h + t] = code(16 * st + 4 * t + h) | (code(16 * st + 4 * t + 2 + h) << 16);
-    uint4* dst = reinterpret_cast<uint4*>(codes + (tok * k + b * 32) * 2);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dst[i] = make_uint4(out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
   }
   // The odd last token's partner slot (token n, which does not exist).
   __device__ void put_partner(int64_t tok, int64_t b) const {
@@ -325,38 +294,100 @@ struct SplitDst {
   }
 };
 
-// One CTA per 128 tokens x 8 blocks; thread pairs share a token, 4 blocks
-// each (144 bytes: nine 16-byte loads).
-__global__ void __launch_bounds__(256) split_q8_1_kernel(const uint8_t* a, int64_t lda, int64_t n, SplitDst dst) {
-  __shared__ int nonfinite[kBlocks];
-  dst.begin(nonfinite);
-  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kSplitTokens + threadIdx.x / 2;
-  const int part = threadIdx.x % 2;
-  const int64_t b0 = static_cast<int64_t>(blockIdx.y) * kBlocks + 4 * part;
-  if (tok < n) {
-    uint32_t w[36];
-    const uint4* src = reinterpret_cast<const uint4*>(a + tok * lda + b0 * kQ8_1Bytes);
-#pragma unroll
-    for (int i = 0; i < 9; ++i) {
-      const uint4 v = src[i];
-      w[4 * i] = v.x;
-      w[4 * i + 1] = v.y;
-      w[4 * i + 2] = v.z;
-      w[4 * i + 3] = v.w;
+// The fp16 variant's codes: 32 fp16 a block (exact: |code| <= 128), K step
+// s's slot 8h + 2t + l holding element 16s + 4t + 2l + h, the order in which
+// load_w_f16 unpacks W (any permutation of a block's K applied to both
+// operands leaves its integer sum unchanged). So the block's 16-byte piece
+// 2s + h is, for t = 0..3, the pair (byte h, byte h + 2) of code word
+// 4s + t, and this is one such pair: each is code x scale, the exact fp32
+// product (8 bits times 11) rounded once to fp16; scale 1 for the codes
+// themselves.
+__device__ __forceinline__ uint32_t f16_word(uint32_t codes4, int h, float scale) {
+  auto code = [&](int byte) -> uint32_t {
+    const int8_t c = static_cast<int8_t>(codes4 >> (8 * byte));
+    return __half_as_ushort(__float2half_rn(static_cast<float>(c) * scale));
+  };
+  return code(h) | (code(h + 2) << 16);
+}
+
+// Both re-layout passes stage a CTA's 128 tokens x 8 blocks in shared
+// memory as Q8_1 blocks (fp16 d, 2 bytes unused, 32 codes), each token's 8
+// blocks in a row of 288 bytes as they lie in a Q8_1 tensor, and then write
+// them out with every thread's global access a 16-byte piece of a
+// contiguous run: a warp writes one token's 512 (fp16) or 256 (int8) code
+// bytes, or 32 tokens' scales of one block. (The first pass had each thread
+// convert and write its own blocks: 16-byte stores 64 bytes apart, and on
+// an H100 the pass took 25 of a 135 µs GEMM at N = 512, K = 14336, reading
+// and writing about 1 TB/s.)
+constexpr int kStageRowBytes = kBlocks * kQ8_1Bytes;  // 288
+constexpr int kStageWords = kSplitTokens * kStageRowBytes / 4;
+
+// The staged rows of tokens tok0 .. tok0 + tokens - 1 (blocks b0 ..
+// b0 + 7) out to dst; every thread of the CTA calls it after the staging.
+template <int kCodeElem>
+__device__ void write_staged_as(const SplitDst& dst, const uint32_t* stage, int64_t tok0, int tokens, int64_t b0,
+                                int64_t n, int (&nonfinite)[kBlocks]) {
+  auto scale_of = [&](int tk, int b) {
+    return half_bits_to_float(stage[(tk * kStageRowBytes + b * kQ8_1Bytes) / 4] & 0xFFFFu);
+  };
+  // Scales, tokens fastest: a warp's stores fill 16 pairs' float4.
+  for (int i = threadIdx.x; i < kBlocks * kSplitTokens; i += blockDim.x) {
+    const int b = i / kSplitTokens, tk = i % kSplitTokens;
+    if (tk < tokens) {
+      const float d = scale_of(tk, b);
+      dst.put_scale(tok0 + tk, b0 + b, d);
+      if (dst.needs_exact(d)) atomicOr(&nonfinite[b], 1);  // non-finite, or a scale the fold cannot carry
+    } else if (tok0 + tk == n && (n & 1)) {
+      dst.put_partner(tok0 + tk, b0 + b);
     }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float da = half_bits_to_float(w[9 * i] & 0xFFFFu);
-      dst.put(tok, b0 + i, make_uint4(w[9 * i + 1], w[9 * i + 2], w[9 * i + 3], w[9 * i + 4]),
-              make_uint4(w[9 * i + 5], w[9 * i + 6], w[9 * i + 7], w[9 * i + 8]), da);
-      if (dst.needs_exact(da)) atomicOr(&nonfinite[4 * part + i], 1);
-    }
-  } else if (tok == n && (n & 1)) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dst.put_partner(tok, b0 + i);
   }
+  // Codes: a token's row is kPieces 16-byte pieces, piece p of block p / kPer.
+  constexpr int kPer = 2 * kCodeElem, kPieces = kBlocks * kPer;
+  for (int i = threadIdx.x; i < tokens * kPieces; i += blockDim.x) {
+    const int tk = i / kPieces, p = i % kPieces, b = p / kPer, half = (p % kPer) / kCodeElem;
+    const uint32_t* w = stage + (tk * kStageRowBytes + b * kQ8_1Bytes + 4 + 16 * half) / 4;
+    uint4 v;
+    if constexpr (kCodeElem == 1) {
+      v = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+      const int h = p % 2;
+      const float d = scale_of(tk, b);
+      const float scale = dst.fold && fold_carries(d) ? d : 1.0f;
+      v = make_uint4(f16_word(w[0], h, scale), f16_word(w[1], h, scale), f16_word(w[2], h, scale),
+                     f16_word(w[3], h, scale));
+    }
+    reinterpret_cast<uint4*>(dst.codes + ((tok0 + tk) * dst.k + b0 * 32) * kCodeElem)[p] = v;
+  }
+}
+__device__ void write_staged(const SplitDst& dst, const uint32_t* stage, int64_t tok0, int tokens, int64_t b0,
+                             int64_t n, int (&nonfinite)[kBlocks]) {
+  if (dst.code_elem == 2) write_staged_as<2>(dst, stage, tok0, tokens, b0, n, nonfinite);
+  else write_staged_as<1>(dst, stage, tok0, tokens, b0, n, nonfinite);
+}
+
+// One CTA per 128 tokens x 8 blocks: the Q8_1 rows come in as 16-byte
+// pieces (a token's 8 blocks are 288 contiguous bytes, 18 pieces), then
+// write_staged.
+constexpr int kSplitThreads = 256;
+__global__ void __launch_bounds__(kSplitThreads) split_q8_1_kernel(const uint8_t* a, int64_t lda, int64_t n,
+                                                                   SplitDst dst) {
+  __shared__ int nonfinite[kBlocks];
+  __shared__ __align__(16) uint32_t stage[kStageWords];
+  dst.begin(nonfinite);
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * kSplitTokens, b0 = static_cast<int64_t>(blockIdx.y) * kBlocks;
+  const int tokens = static_cast<int>(n - tok0 < kSplitTokens ? n - tok0 : kSplitTokens);
+  constexpr int kRowPieces = kStageRowBytes / 16;
+  const uint8_t* src = a + tok0 * lda + b0 * kQ8_1Bytes;
+#pragma unroll
+  for (int r = 0; r < kSplitTokens * kRowPieces / kSplitThreads; ++r) {  // all loads issued before the first store
+    const int i = threadIdx.x + r * kSplitThreads, tk = i / kRowPieces, p = i % kRowPieces;
+    if (tk < tokens) reinterpret_cast<uint4*>(stage)[i] = __ldg(reinterpret_cast<const uint4*>(src + tk * lda) + p);
+  }
+  __syncthreads();
+  write_staged(dst, stage, tok0, tokens, b0, n, nonfinite);
   dst.end(nonfinite);
 }
+static_assert(kSplitTokens * (kStageRowBytes / 16) % kSplitThreads == 0, "whole rounds of 16-byte loads");
 
 // linear_q4_0's activations quantized to Q8_1 (quant_block.h's reference
 // arithmetic: the same codes and fp16 scales as quantize_q8_1) straight into
@@ -365,7 +396,8 @@ __global__ void __launch_bounds__(256) split_q8_1_kernel(const uint8_t* a, int64
 // fewer. Grid as split_q8_1_kernel's (128 tokens x 8 blocks a CTA, so that
 // a CTA owns its non-finite bytes), one thread per (token, block): thread
 // 8 t + j takes block j of token t, so each 8 threads read one token's 256
-// consecutive values and write its 256 consecutive codes.
+// consecutive values; the blocks are staged as Q8_1 and written out by
+// write_staged.
 constexpr int kQuantizeSplitThreads = kSplitTokens * kBlocks;
 
 // 32 values of a block into v. vec: 16-byte loads (x and its row stride
@@ -402,35 +434,35 @@ __global__ void __launch_bounds__(kQuantizeSplitThreads)
 quantize_split_kernel(const uint8_t* x, int64_t x_row_stride, bool x_vec, bool x_aligned, int64_t n, SplitDst dst) {
   constexpr int kEsize = T == DType::f32 ? 4 : 2;
   __shared__ int nonfinite[kBlocks];
+  __shared__ __align__(16) uint32_t stage[kStageWords];
   dst.begin(nonfinite);
-  const int j = threadIdx.x % kBlocks;
-  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kSplitTokens + threadIdx.x / kBlocks;
-  const int64_t b = static_cast<int64_t>(blockIdx.y) * kBlocks + j;
-  if (tok < n) {
+  const int j = threadIdx.x % kBlocks, tk = threadIdx.x / kBlocks;
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * kSplitTokens, b0 = static_cast<int64_t>(blockIdx.y) * kBlocks;
+  const int tokens = static_cast<int>(n - tok0 < kSplitTokens ? n - tok0 : kSplitTokens);
+  if (tk < tokens) {
     float v[32];
-    load_block<T>(x + (tok * x_row_stride + b * 32) * kEsize, x_vec, x_aligned, v);
+    load_block<T>(x + ((tok0 + tk) * x_row_stride + (b0 + j) * 32) * kEsize, x_vec, x_aligned, v);
     int8_t q[32];
-    float d;
+    uint32_t dbits = kFp16NaN;  // a non-finite block: the reference's bytes, NaN scale and zero codes
     if (block_is_finite(v)) {
       int sum;
-      d = fp16_to_fp32(fp32_to_fp16(quantize_codes_q8(v, q, &sum)));  // the GEMM sees the format's fp16 scale
-      if (dst.needs_exact(d)) atomicOr(&nonfinite[j], 1);  // the scale overflowed fp16, or the folded operands cannot carry it
-    } else {  // the reference's bytes: NaN scale, zero codes
-      d = fp16_to_fp32(kFp16NaN);
+      dbits = fp32_to_fp16(quantize_codes_q8(v, q, &sum));  // the GEMM sees the format's fp16 scale
+    } else {
 #pragma unroll
       for (int i = 0; i < 32; ++i) q[i] = 0;
-      nonfinite[j] = 1;
     }
-    uint32_t w[8];
+    uint32_t* w = stage + (tk * kStageRowBytes + j * kQ8_1Bytes) / 4;
+    w[0] = dbits;
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      w[i] = static_cast<uint8_t>(q[4 * i]) | (static_cast<uint32_t>(static_cast<uint8_t>(q[4 * i + 1])) << 8) |
-             (static_cast<uint32_t>(static_cast<uint8_t>(q[4 * i + 2])) << 16) |
-             (static_cast<uint32_t>(static_cast<uint8_t>(q[4 * i + 3])) << 24);
-    dst.put(tok, b, make_uint4(w[0], w[1], w[2], w[3]), make_uint4(w[4], w[5], w[6], w[7]), d);
-  } else if (tok == n && (n & 1)) {
-    dst.put_partner(tok, b);
+      w[1 + i] = static_cast<uint8_t>(q[4 * i]) | (static_cast<uint32_t>(static_cast<uint8_t>(q[4 * i + 1])) << 8) |
+                 (static_cast<uint32_t>(static_cast<uint8_t>(q[4 * i + 2])) << 16) |
+                 (static_cast<uint32_t>(static_cast<uint8_t>(q[4 * i + 3])) << 24);
   }
+  __syncthreads();
+  // write_staged marks the blocks the GEMM must treat apart: a scale that
+  // overflowed fp16, a NaN one, or one the folded operands cannot carry.
+  write_staged(dst, stage, tok0, tokens, b0, n, nonfinite);
   dst.end(nonfinite);
 }
 
@@ -449,7 +481,7 @@ struct Shape {
   unsigned* unsafe_marks;  // per shared tile: whether a part met a scale the fold cannot carry
   const uint8_t* w;
   int64_t w_row_stride;
-  const uint16_t* act;     // [N, K] fp16, put_f16's order
+  const uint16_t* act;     // [N, K] fp16, f16_word's order
   const float* act_scales;
   int64_t scale_row_floats, k;
 };
@@ -591,7 +623,7 @@ __device__ __forceinline__ uint32_t f16_pair(uint32_t v, uint32_t magic, uint32_
 // 12 bits has, at bits 0..3 and 16..19, elements (4t, 4t + 2), (4t + 1,
 // 4t + 3), (16 + 4t, 16 + 4t + 2) and (16 + 4t + 1, 16 + 4t + 3): the K slots
 // (2t, 2t + 1) and (2t + 8, 2t + 9) of K steps 0 and 1, which is the order
-// SplitDst::put_f16 gives the activations.
+// f16_word gives the activations.
 template <int kB>
 __device__ __forceinline__ void load_w_f16(uint32_t row, int t, uint32_t (&a)[8], float (&dw)[2], uint32_t magic,
                                            uint32_t bias) {
@@ -894,7 +926,7 @@ __device__ void recompute_exact(const Shape& s, float (&acc)[C::kUnits][C::kSums
           const uint16_t* v = s.act + tok * s.k + b * 32;
           int isum[2] = {0, 0};
           for (int slot = 0; slot < 32; ++slot) {
-            // put_f16's order: K step st's slot 8h + 2u + l2 holds element 16 st + 4u + 2 l2 + h.
+            // f16_word's order: K step st's slot 8h + 2u + l2 holds element 16 st + 4u + 2 l2 + h.
             const int st = slot / 16, h = (slot / 8) % 2, u = (slot / 2) % 4, l2 = slot % 2;
             const int e = 16 * st + 4 * u + 2 * l2 + h;
             const float x = half_bits_to_float(v[slot]);
@@ -1269,8 +1301,8 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
     else if (q.x_dtype == DType::bf16) launch_from(quantize_split_kernel<DType::bf16>, 2);
     else launch_from(quantize_split_kernel<DType::f32>, 4);
   } else {
-    split_q8_1_kernel<<<split_grid, 256, 0, cs>>>(static_cast<const uint8_t*>(args.b.data), args.b.row_stride, n,
-                                                  dst);
+    split_q8_1_kernel<<<split_grid, kSplitThreads, 0, cs>>>(static_cast<const uint8_t*>(args.b.data),
+                                                            args.b.row_stride, n, dst);
   }
 
   CUtensorMap map_w, map_codes, map_scales, map_flags;
