@@ -63,6 +63,29 @@ TEST_F(CudaLinear, TensorCoreShapes) {
   run_all(qgtest::linear::tensor_core_cases(), rng);
 }
 
+// Enough tokens and K that the quantizing re-layout pass has more CTAs than
+// an H100 or H200 has SMs, so it runs them at 256 threads (several an SM)
+// instead of one thread per (token, block): each x dtype, an odd N (the last
+// token pair's empty half), x rows padded.
+TEST_F(CudaLinear, QuantizingPassWithManyCtas) {
+  QG_SEEDED_RNG(rng, 9);
+  std::vector<Case> cases;
+  int i = 0;
+  for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16})
+    for (int64_t n : {600, 601}) {
+      Case c;
+      c.n = n;
+      c.m = 128;
+      c.k = 14336;  // 5 x 56 CTAs of 128 tokens x 8 blocks
+      c.x_dtype = dt;
+      c.bias = i % 2 == 0;
+      c.x_pad = i % 3 == 1 ? 8 : (i % 3 == 2 ? 5 : 0);  // 5: x rows not 16-byte aligned, element loads
+      ++i;
+      cases.push_back(c);
+    }
+  run_all(cases, rng);
+}
+
 // linear_int8: the int8 kernels' decode, tile and split shapes, tails, and
 // the layouts that rule out their 16-byte paths.
 TEST_F(CudaLinear, Int8MatchesQuantizeThenGemm) {
