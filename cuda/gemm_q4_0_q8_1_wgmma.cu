@@ -402,9 +402,10 @@ static_assert(kSplitTokens * (kStageRowBytes / 16) % kSplitThreads == 0, "whole 
 // Threads a CTA: one per item (1024) where the CTAs are fewer than the SMs;
 // 256 where they are not, so that several CTAs share an SM and one's
 // quantizing and writing overlap another's reads. Measured on an H100
-// (cold, 4096 x 14336, µs of the pass alone / of linear_q4_0): 256 threads
-// took 20 against 27 at N = 512 (224 CTAs) and 144 against 165 at N = 4096;
-// at N = 16..128 (56 CTAs) linear_q4_0 was 1-3 % slower with 256.
+// (cold, 4096 x 14336): at 256 threads the pass took 20 µs at N = 512 (224
+// CTAs) and 144 at N = 4096, against 27 and 165 for the first, unstaged
+// pass (staged at 1024 threads, linear_q4_0 was level with that one); at
+// N = 16..128 (56 CTAs) linear_q4_0 was 1-3 % slower with 256.
 constexpr int kQuantizeSplitThreads = kSplitTokens * kBlocks, kQuantizeSplitThreadsShared = 256;
 
 // 32 values of a block into v. vec: 16-byte loads (x and its row stride

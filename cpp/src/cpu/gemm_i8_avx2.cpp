@@ -115,10 +115,8 @@ void two_rows_times_cols(const uint8_t* a0, const uint8_t* a1, const int16_t* co
   };
   for (int64_t x = 0; x < k16; x += 16) {
     if (PF && (x & 63) == 0) {
-      const int64_t ahead = x + kPrefetchBytes;
-      const int64_t pf = prefetch_offset(ahead, k, next);
-      _mm_prefetch(reinterpret_cast<const char*>(a0 + pf), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(a1 + pf), _MM_HINT_T1);
+      const uint8_t* rows[2] = {a0, a1};
+      prefetch_rows(rows, 2, x + kPrefetchBytes, k, next);
     }
     step(widen16(a0 + x), widen16(a1 + x), x);
   }
@@ -143,9 +141,7 @@ void four_rows_times_one(const uint8_t* const* w, const int16_t* b, int64_t k, i
   };
   int64_t x = 0;
   for (; x + 64 <= k; x += 64) {
-    const int64_t ahead = x + kPrefetchBytes;
-    const int64_t pf = prefetch_offset(ahead, k, next);
-    for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T1);
+    prefetch_rows(w, 4, x + kPrefetchBytes, k, next);
     step(x);
     step(x + 16);
     step(x + 32);

@@ -85,11 +85,7 @@ void rows_times_cols(const uint8_t* const* a, const uint8_t* const* b, const int
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_si512();
   }
   for (int64_t x = 0; x < k; x += kStep) {
-    if (PF) {
-      const int64_t ahead = x + kPrefetchBytes;
-      const int64_t pf = prefetch_offset(ahead, k, next);
-      for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(a[r] + pf), _MM_HINT_T1);
-    }
+    if (PF) prefetch_rows(a, kRows, x + kPrefetchBytes, k, next);
     const __mmask64 m = x + kStep <= k ? ~__mmask64{0} : tail_mask(k);
     __m512i bv[NR];
     for (int j = 0; j < NR; ++j) bv[j] = _mm512_maskz_loadu_epi8(m, b[j] + x);

@@ -99,9 +99,7 @@ void two_rows_times_cols(const uint8_t* const* w, const uint8_t* const* a, const
     const uint8_t* p1 = w1 + b * kQ4Bytes;
     if (PF) {
       // One prefetch per row and block (18 bytes): no 64-byte line is missed.
-      const int64_t pf = prefetch_offset(b * kQ4Bytes + kPrefetchBytes, row_bytes, next) - b * kQ4Bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(p0 + pf), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(p1 + pf), _MM_HINT_T1);
+      prefetch_rows(w, 2, b * kQ4Bytes + kPrefetchBytes, row_bytes, next);
     }
     const __m256i q = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p1 + 2),
                                           reinterpret_cast<const __m128i*>(p0 + 2));
@@ -195,8 +193,7 @@ void four_rows_times_one(const uint8_t* const* w0, int64_t next, const uint8_t* 
   const int64_t row_bytes = nb * kQ4Bytes;
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const int64_t pf = prefetch_offset(b * kQ4Bytes + kPrefetchBytes, row_bytes, next) - b * kQ4Bytes;
-    for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T1);
+    prefetch_rows(w0, 4, b * kQ4Bytes + kPrefetchBytes, row_bytes, next);
     four_rows_block(w, a + b * kQ8Bytes, corr + b * 4, da + b, acc01, acc23);
     for (int r = 0; r < 4; ++r) w[r] += kQ4Bytes;
     four_rows_block(w, a + (b + 1) * kQ8Bytes, corr + (b + 1) * 4, da + b + 1, acc01, acc23);
@@ -248,10 +245,7 @@ void pack_panel(const uint8_t* const* w0, int64_t nb, int64_t next, uint8_t* pan
   const int64_t row_bytes = nb * kQ4Bytes;
   for (int64_t b = 0; b < nb; ++b, panel += kPanelBlockBytes) {
     // One prefetch per row every two blocks (36 bytes: no line skipped).
-    if ((b & 1) == 0) {
-      const int64_t pf = prefetch_offset(b * kQ4Bytes + kPrefetchBytes, row_bytes, next) - b * kQ4Bytes;
-      for (int r = 0; r < kPanelRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T1);
-    }
+    if ((b & 1) == 0) prefetch_rows(w0, kPanelRows, b * kQ4Bytes + kPrefetchBytes, row_bytes, next);
     pack_half(w, panel);
     pack_half(w + 8, panel + 32);
     for (int r = 0; r < kPanelRows; ++r) w[r] += kQ4Bytes;

@@ -115,11 +115,7 @@ void four_rows_times_cols(const uint8_t* const* w, const uint8_t* const* a, cons
     const uint8_t* p3 = w[3] + b * kQ4Bytes;
     if (PF) {
       // One prefetch per row and block (18 bytes): no 64-byte line is missed.
-      const int64_t pf = prefetch_offset(b * kQ4Bytes + kPrefetchBytes, row_bytes, next) - b * kQ4Bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(p0 + pf), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(p1 + pf), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(p2 + pf), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(p3 + pf), _MM_HINT_T1);
+      prefetch_rows(w, 4, b * kQ4Bytes + kPrefetchBytes, row_bytes, next);
     }
     const __m512i q = load_codes4(p0, p1, p2, p3);
     const __m512i lo = _mm512_and_si512(q, low4);
@@ -165,8 +161,7 @@ void four_rows_times_one(const uint8_t* const* w0, int64_t next, const uint8_t* 
   const int64_t row_bytes = nb * kQ4Bytes;
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const int64_t pf = prefetch_offset(b * kQ4Bytes + kPrefetchBytes, row_bytes, next) - b * kQ4Bytes;
-    for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T1);
+    prefetch_rows(w0, 4, b * kQ4Bytes + kPrefetchBytes, row_bytes, next);
     acc = four_rows_block(w, a + b * kQ8Bytes, corr + b * 4, da + b, acc);
     for (int r = 0; r < 4; ++r) w[r] += kQ4Bytes;
     acc = four_rows_block(w, a + (b + 1) * kQ8Bytes, corr + (b + 1) * 4, da + b + 1, acc);
@@ -199,10 +194,7 @@ void pack_panel(const uint8_t* const* w0, int64_t nb, int64_t next, uint8_t* pan
   const __m512i odd = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
   for (int64_t b = 0; b < nb; ++b, panel += kPanelBlockBytes) {
     // One prefetch per row every two blocks (36 bytes: no line skipped).
-    if ((b & 1) == 0) {
-      const int64_t pf = prefetch_offset(b * kQ4Bytes + kPrefetchBytes, row_bytes, next) - b * kQ4Bytes;
-      for (int r = 0; r < kPanelRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + pf), _MM_HINT_T1);
-    }
+    if ((b & 1) == 0) prefetch_rows(w0, kPanelRows, b * kQ4Bytes + kPrefetchBytes, row_bytes, next);
     const __m512i z0 = load_codes4(w[0], w[1], w[2], w[3]);
     const __m512i z1 = load_codes4(w[4], w[5], w[6], w[7]);
     const __m512i z2 = load_codes4(w[8], w[9], w[10], w[11]);

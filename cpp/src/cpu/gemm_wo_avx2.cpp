@@ -113,12 +113,7 @@ void tile(const uint8_t* const* w, const int64_t* rows, const float* const* xp, 
       for (int j = 0; j < NR; ++j) plo[r][j] = phi[r][j] = _mm256_setzero_ps();
     const int64_t c1 = (g + 1) * chunks_per_group;
     for (int64_t c = g * chunks_per_group; c < c1; ++c) {
-      if (PF && (c & 3) == 0)
-        for (int r = 0; r < R; ++r) {
-          const int64_t ahead = c * 16 + kPrefetchBytes;
-          const uint8_t* p = w[r] + prefetch_offset(ahead, row_bytes, next_step);
-          _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
-        }
+      if (PF && (c & 3) == 0) prefetch_rows(w, R, c * 16 + kPrefetchBytes, row_bytes, next_step);
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w[r] + c * 16;
         const __m256i b0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));

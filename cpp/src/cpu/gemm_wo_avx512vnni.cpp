@@ -263,12 +263,7 @@ void tile(const uint8_t* const* w, const StepScales& ss, const XChunk* const* x,
       chunk_in_group = 0;
       g0 += L.groups_per_chunk;
     }
-    if (PF)
-      for (int r = 0; r < R; ++r) {
-        const int64_t ahead = c * kChunkBytes + kPrefetchBytes;
-        const uint8_t* p = w[r] + prefetch_offset(ahead, row_bytes, next_step);
-        _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
-      }
+    if (PF) prefetch_rows(w, R, c * kChunkBytes + kPrefetchBytes, row_bytes, next_step);
     const __mmask64 mask = c + 1 < L.chunks ? ~__mmask64{0} : L.tail_mask;
     // The rows' codes first, then each X row's six digit vectors loaded once
     // and used by all R rows: with the digits as memory operands of every
