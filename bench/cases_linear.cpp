@@ -10,6 +10,9 @@
 // graph: hot, kGraphCalls calls in one CUDA graph (run_graph_timed), timed as
 // llama.cpp's test-backend-ops perf mode times MUL_MAT: its figures set
 // beside these compare like with like.
+//   linear_q4_0_f16/cuda/<cold|hot>/M:<M>/K:<K>/N:<N>/manual_time
+// The same call as a half-precision model makes it: fp16 x, fp16 y and an
+// fp16 bias [M], so that the GEMM's epilogue adds the bias and converts.
 #include <string>
 
 #include "harness.h"
@@ -18,10 +21,14 @@ namespace qgbench {
 
 namespace {
 
-qg::LinearQ4_0Args linear_args(int64_t m, int64_t n, int64_t k, const void* x, void* ws, const void* w, void* y) {
+// f16: x, y and the bias are fp16 (bias non-null); otherwise x and y are
+// fp32 and there is no bias.
+qg::LinearQ4_0Args linear_args(int64_t m, int64_t n, int64_t k, const void* x, void* ws, const void* w, void* y,
+                               const void* bias) {
+  const qg::DType dt = bias ? qg::DType::f16 : qg::DType::f32;
   qg::LinearQ4_0Args a;
   a.x = x;
-  a.x_dtype = qg::DType::f32;
+  a.x_dtype = dt;
   a.n = n;
   a.k = k;
   a.x_row_stride = k;
@@ -30,8 +37,10 @@ qg::LinearQ4_0Args linear_args(int64_t m, int64_t n, int64_t k, const void* x, v
   a.m = m;
   a.weight_row_stride = qg::row_bytes(qg::format_traits(qg::Format::q4_0), k);
   a.y = y;
-  a.y_dtype = qg::DType::f32;
+  a.y_dtype = dt;
   a.ldy = m;
+  a.bias = bias;
+  a.bias_dtype = dt;
   a.device = device_of(Backend::cuda);
   return a;
 }
@@ -40,15 +49,18 @@ constexpr int kGraphCalls = 64;
 
 enum class Mode { cold, hot, graph };
 
-void bm_linear(benchmark::State& st, int64_t m, int64_t k, int64_t n, Mode mode) {
+void bm_linear(benchmark::State& st, int64_t m, int64_t k, int64_t n, Mode mode, bool f16) {
   const bool cold = mode == Mode::cold;
   const Backend be = Backend::cuda;
+  const int64_t esize = f16 ? 2 : 4;
   const int64_t xq_bytes = n * qg::row_bytes(qg::format_traits(qg::Format::q8_1), k);
-  int64_t y_bytes = m * n * 4;
+  int64_t y_bytes = m * n * esize;
   if (y_bytes == xq_bytes) y_bytes += 4;  // output buffers of one size are one buffer
-  RotationPtr w, x, ws, y;
+  RotationPtr w, x, ws, y, bias;
   std::string err = packed_rows(be, "w", qg::Format::q4_0, m, k, &w);
-  if (err.empty()) err = f32_rows(be, n, k, &x);
+  if (err.empty()) err = f16 ? f16_rows(be, "x", n, k, &x) : f32_rows(be, n, k, &x);
+  if (err.empty() && f16) err = f16_rows(be, "bias", 1, m, &bias);
+  if (err.empty() && f16) err = bias->prepare(false);
   if (err.empty()) err = output_buffer(be, xq_bytes, &ws);
   if (err.empty()) err = output_buffer(be, y_bytes, &y);
   if (err.empty()) err = w->prepare(cold);
@@ -59,7 +71,8 @@ void bm_linear(benchmark::State& st, int64_t m, int64_t k, int64_t n, Mode mode)
     st.SkipWithError(err.c_str());
     return;
   }
-  qg::LinearQ4_0Args a = linear_args(m, n, k, x->slot(0), ws->slot(0), w->slot(0), y->slot(0));
+  qg::LinearQ4_0Args a =
+      linear_args(m, n, k, x->slot(0), ws->slot(0), w->slot(0), y->slot(0), f16 ? bias->slot(0) : nullptr);
   // The label names the GEMM kernel (after its quantizer, or quantizing x
   // itself where it can).
   qg::GemmArgs g;
@@ -68,11 +81,14 @@ void bm_linear(benchmark::State& st, int64_t m, int64_t k, int64_t n, Mode mode)
   g.c = a.y;
   g.ldc = 1;
   g.ldc_n = m;
+  g.c_dtype = a.y_dtype;
+  g.epilogue.bias = a.bias;
+  g.epilogue.bias_dtype = a.bias_dtype;
   g.device = a.device;
   qg::Explanation ex;
   if (qg::explain(g, &ex).ok()) st.SetLabel("gemm kernel " + ex.chosen);
   const Work work{2.0 * m * n * k, double(m * qg::row_bytes(qg::format_traits(qg::Format::q4_0), k)) +
-                                       4.0 * n * k + 4.0 * m * n};
+                                       double(esize) * (n * k + m * n) + (f16 ? 2.0 * m : 0.0)};
   const qg::Stream stream = stream_of(be);
   auto call = [&]() {
     a.weight_q = w->take(cold);
@@ -92,12 +108,13 @@ void add_linear_cases(CaseList& cases) {
     for (int64_t n : n_list(be)) {
       const int64_t m = s.m, k = s.k;
       for (bool cold : {true, false})
-        cases.push_back({case_name("linear_q4_0", be, cold, m, k, n), be,
-                         [=](benchmark::State& st) { bm_linear(st, m, k, n, cold ? Mode::cold : Mode::hot); },
-                         nullptr});
+        for (bool f16 : {false, true})
+          cases.push_back({case_name(f16 ? "linear_q4_0_f16" : "linear_q4_0", be, cold, m, k, n), be,
+                           [=](benchmark::State& st) { bm_linear(st, m, k, n, cold ? Mode::cold : Mode::hot, f16); },
+                           nullptr});
       cases.push_back({"linear_q4_0/cuda/graph/M:" + std::to_string(m) + "/K:" + std::to_string(k) +
                            "/N:" + std::to_string(n),
-                       be, [=](benchmark::State& st) { bm_linear(st, m, k, n, Mode::graph); }, nullptr});
+                       be, [=](benchmark::State& st) { bm_linear(st, m, k, n, Mode::graph, false); }, nullptr});
     }
 }
 

@@ -477,7 +477,7 @@ quantize_split_kernel(const uint8_t* x, int64_t x_row_stride, bool x_vec, bool x
 struct Shape {
   int64_t m, n, nb;
   bool m_contiguous;     // C's m step is 1: the epilogue's lanes run along m
-  bool plain_c;          // fp32 C with nothing to apply (EpilogueParams::plain), 4-byte aligned: store_unit_plain
+  bool unit_c;           // C's elements lie at their own alignment: whole units go through store_unit
   WorkSplit work;        // which steps of which tiles each CTA runs (work_split.h)
   float* parts;          // shared tiles: work.part_slots() slots of kBM x BN floats
   unsigned* tickets;     // per shared tile: CTAs that have finished their steps of it
@@ -954,21 +954,28 @@ __device__ void recompute_exact(const Shape& s, float (&acc)[C::kUnits][C::kSums
     for (int i = 0; i < C::kSums; ++i) acc[q][i] = sums[q][i];
 }
 
-// The common case of a staged unit (16 W rows x kUnitN tokens), stored
-// without epilogue_store's per-element work: fp32 C with nothing to apply,
-// 4-byte aligned, every row and token of the unit inside C. Each lane's
-// stores step one pointer by a constant stride, unrolled. Through
-// epilogue_store each element paid a dependent chain of 64-bit address
-// arithmetic in a loop that was not unrolled, and the tile's eight inlined
-// copies of it missed the instruction cache on every tile: Nsight Compute
-// put 28 % of the warps' samples of the 256-row tile (14336 x 4096, N = 512)
-// in those loops, stalled on fixed-latency waits and instruction fetch.
+// A staged unit (16 W rows x kUnitN tokens, every one inside C, C's
+// elements aligned: Shape::unit_c) stored by each lane stepping one pointer
+// by a constant stride. Two versions:
+// - fp32 with nothing to apply (EpilogueParams::plain), unrolled. Through
+//   epilogue_store each element had paid a dependent chain of 64-bit address
+//   arithmetic in a loop that was not unrolled, and the tile's eight inlined
+//   copies of that loop missed the instruction cache on every tile: Nsight
+//   Compute put 28 % of the warps' samples of the 256-row tile (14336 x
+//   4096, N = 512) in those loops, stalled on fixed-latency waits and
+//   instruction fetch.
+// - any other epilogue, a loop that is not unrolled (unrolled, its eight
+//   copies of every epilogue step made ptxas spill in the main loop and take
+//   20x as long), with the terms of the lane's one W row (m-contiguous C: its
+//   bias, its row scale) or its one token (its column scale) loaded once
+//   before it. Through epilogue_store every element waited on its bias load
+//   (an L2 round trip, two consumer warps a scheduler to hide it): fp16 y with
+//   an fp16 bias took 1.5x the time of plain fp32 y at 14336 x 4096.
 template <int kUnitN>
-__device__ __forceinline__ bool store_unit_plain(const Shape& s, const EpilogueParams& ep, const float* buf,
+__device__ __forceinline__ void store_unit_plain(const EpilogueParams& ep, bool m_contiguous, const float* buf,
                                                  int64_t m0, int64_t nc, int lane) {
-  if (!s.plain_c || m0 + 16 > s.m || nc + kUnitN > s.n) return false;
   float* c = reinterpret_cast<float*>(ep.c);
-  if (s.m_contiguous) {  // lane: W row m0 + lane % 16, tokens lane / 16 + 2 j
+  if (m_contiguous) {  // lane: W row m0 + lane % 16, tokens lane / 16 + 2 j
     float* p = c + (m0 + lane % 16) + (nc + lane / 16) * ep.ldc_n;
     const int64_t step = 2 * ep.ldc_n;
 #pragma unroll
@@ -978,6 +985,50 @@ __device__ __forceinline__ bool store_unit_plain(const Shape& s, const EpilogueP
 #pragma unroll
     for (int r = 0; r < 16; ++r) p[r * ep.ldc] = buf[lane * kEpiPitch + r];
   }
+}
+
+__device__ __forceinline__ void store_float_aligned(uint8_t* p, DType dtype, float v) {
+  if (dtype == DType::f32) *reinterpret_cast<float*>(p) = v;
+  else if (dtype == DType::f16) *reinterpret_cast<uint16_t*>(p) = fp32_to_fp16(v);
+  else *reinterpret_cast<uint16_t*>(p) = fp32_to_bf16(v);
+}
+
+template <int kUnitN>
+__device__ __forceinline__ void store_unit_epilogue(const EpilogueParams& ep, bool m_contiguous, const float* buf,
+                                                    int64_t m0, int64_t nc, int lane) {
+  const int esize = dtype_bytes(ep.c_dtype);
+  if (m_contiguous) {
+    const int64_t m = m0 + lane % 16;
+    const EpilogueRowTerms row = epilogue_row_terms(ep, m);
+    uint8_t* p = ep.c + (m + (nc + lane / 16) * ep.ldc_n) * esize;
+    const int64_t step = 2 * ep.ldc_n * esize;
+#pragma unroll 1
+    for (int i = lane / 16; i < kUnitN; i += 2, p += step)
+      store_float_aligned(p, ep.c_dtype,
+                          epilogue_value(ep, buf[i * kEpiPitch + lane % 16], row, epilogue_col_scale(ep, nc + i), p));
+  } else if (lane < kUnitN) {
+    const float col_scale = epilogue_col_scale(ep, nc + lane);
+    uint8_t* p = ep.c + (m0 * ep.ldc + (nc + lane) * ep.ldc_n) * esize;
+    const int64_t step = ep.ldc * esize;
+#pragma unroll 1
+    for (int r = 0; r < 16; ++r, p += step)
+      store_float_aligned(p, ep.c_dtype,
+                          epilogue_value(ep, buf[lane * kEpiPitch + r], epilogue_row_terms(ep, m0 + r), col_scale, p));
+  }
+}
+
+// false leaves the unit to epilogue_store (tails, unaligned C). The fp16
+// variant keeps epilogue_store for every epilogue but the plain one: with
+// store_unit_epilogue inlined ptxas spilled 120 bytes in it (the only
+// configuration that spilled), and that variant serves only
+// QG_CUDA_FOLDED=0.
+template <class C>
+__device__ __forceinline__ bool store_unit(const Shape& s, const EpilogueParams& ep, const float* buf, int64_t m0,
+                                           int64_t nc, int lane) {
+  constexpr bool kUnitEpilogue = !(C::kF16 && !C::kFold);
+  if (!s.unit_c || m0 + 16 > s.m || nc + C::kUnitN > s.n || (!ep.plain && !kUnitEpilogue)) return false;
+  if (ep.plain) store_unit_plain<C::kUnitN>(ep, s.m_contiguous, buf, m0, nc, lane);
+  else if constexpr (kUnitEpilogue) store_unit_epilogue<C::kUnitN>(ep, s.m_contiguous, buf, m0, nc, lane);
   return true;
 }
 
@@ -1003,7 +1054,7 @@ __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams&
     }
     __syncwarp();
     const int64_t nc = n0 + q * C::kUnitN;
-    if (!store_unit_plain<C::kUnitN>(s, ep, buf, m0, nc, lane)) {  // tails, other dtypes, scales, bias, ReLU
+    if (!store_unit<C>(s, ep, buf, m0, nc, lane)) {  // tails, unaligned C
       if (s.m_contiguous) {
         const int mi = lane % 16;
         if (m0 + mi < s.m) {
@@ -1294,7 +1345,9 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
   s.n = n;
   s.nb = nb;
   s.m_contiguous = args.ldc == 1;
-  s.plain_c = epilogue_params(args).plain && is_aligned(args.c, 4);
+  const EpilogueParams ep = epilogue_params(args);
+  s.unit_c = args.c_dtype != DType::i32 &&  // (validation gives this op fp32, fp16 or bf16 C)
+              is_aligned(args.c, static_cast<uintptr_t>(dtype_bytes(args.c_dtype)));
   s.f16_magic = 0x64006400u;
   s.f16_bias = 0x64086408u;
   const int64_t slots = static_cast<int64_t>(lim.sms) * fit.blocks_per_sm;
@@ -1353,7 +1406,7 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
                               lay.flag_row, kFlagBytes, 1))
     return refused(args, "the driver refused the operands' tensor maps; a driver for CUDA 12 or newer is needed");
   gemm_q4_0_wgmma_kernel<C><<<static_cast<unsigned>(grid), kThreads, C::kSmemBytes, cs>>>(
-      map_w, map_codes, map_scales, map_flags, s, epilogue_params(args));
+      map_w, map_codes, map_scales, map_flags, s, ep);
   return gemm_launch_status(args);
 }
 

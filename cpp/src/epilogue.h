@@ -130,24 +130,47 @@ QG_HD void store_float_any(uint8_t* p, DType dtype, float v) {
 
 QG_HD int dtype_bytes(DType d) { return d == DType::f32 || d == DType::i32 ? 4 : 2; }
 
-// The fixed order of ops.h's Epilogue. The scales are applied as two
-// separate multiplies so that alpha = 1 and no scales leave acc bit-exact.
+// The terms of the epilogue that belong to W row m (C's row, an output
+// feature): its scale and its bias. A kernel whose thread stores many
+// tokens of one row loads them once (the warpgroup kernels' unit stores).
+struct EpilogueRowTerms {
+  float scale = 1.0f, bias = 0.0f;
+};
+QG_HD EpilogueRowTerms epilogue_row_terms(const EpilogueParams& p, int64_t m) {
+  EpilogueRowTerms t;
+  if (p.row_scale)
+    t.scale = bits_float(load_u32_any(reinterpret_cast<const uint8_t*>(p.row_scale + m * p.row_scale_step)));
+  if (p.bias) t.bias = load_float_any(p.bias + m * dtype_bytes(p.bias_dtype), p.bias_dtype);
+  return t;
+}
+QG_HD float epilogue_col_scale(const EpilogueParams& p, int64_t n) {
+  return p.col_scale ? bits_float(load_u32_any(reinterpret_cast<const uint8_t*>(p.col_scale + n * p.col_scale_step)))
+                     : 1.0f;
+}
+
+// The fixed order of ops.h's Epilogue on one sum, dst being where it goes
+// (beta reads it). The scales are applied as two separate multiplies so
+// that alpha = 1 and no scales leave acc bit-exact; each step is skipped,
+// not applied as a neutral value, so that -0 and NaN bits pass unchanged.
+QG_HD float epilogue_value(const EpilogueParams& p, float acc, const EpilogueRowTerms& row, float col_scale,
+                           const uint8_t* dst) {
+  float v = acc;
+  if (p.alpha != 1.0f) v = mul_rn(v, p.alpha);
+  if (p.row_scale) v = mul_rn(v, row.scale);
+  if (p.col_scale) v = mul_rn(v, col_scale);
+  if (p.beta != 0.0f) v = add_rn(v, mul_rn(p.beta, load_float_any(dst, p.c_dtype)));
+  if (p.bias) v = add_rn(v, row.bias);
+  if (p.relu) v = v < 0.0f ? 0.0f : v;  // NaN is not < 0: it passes through
+  return v;
+}
+
 QG_HD void epilogue_store(const EpilogueParams& p, int64_t m, int64_t n, float acc) {
   if (p.plain) {  // one uniform branch: small-K GEMMs spend their time here
     store_u32_any(p.c + (m * p.ldc + n * p.ldc_n) * 4, float_bits(acc));
     return;
   }
-  float v = acc;
-  if (p.alpha != 1.0f) v = mul_rn(v, p.alpha);
-  if (p.row_scale)
-    v = mul_rn(v, bits_float(load_u32_any(reinterpret_cast<const uint8_t*>(p.row_scale + m * p.row_scale_step))));
-  if (p.col_scale)
-    v = mul_rn(v, bits_float(load_u32_any(reinterpret_cast<const uint8_t*>(p.col_scale + n * p.col_scale_step))));
   uint8_t* dst = p.c + (m * p.ldc + n * p.ldc_n) * dtype_bytes(p.c_dtype);
-  if (p.beta != 0.0f) v = add_rn(v, mul_rn(p.beta, load_float_any(dst, p.c_dtype)));
-  if (p.bias) v = add_rn(v, load_float_any(p.bias + m * dtype_bytes(p.bias_dtype), p.bias_dtype));
-  if (p.relu) v = v < 0.0f ? 0.0f : v;  // NaN is not < 0: it passes through
-  store_float_any(dst, p.c_dtype, v);
+  store_float_any(dst, p.c_dtype, epilogue_value(p, acc, epilogue_row_terms(p, m), epilogue_col_scale(p, n), dst));
 }
 
 // Integer operands: acc = sum qa * qb over K (int32, wrapping), sum_a = sum

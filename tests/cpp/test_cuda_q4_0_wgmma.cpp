@@ -142,6 +142,28 @@ TEST_P(CudaQ4Wgmma, EpilogueFeatures) {
       }
 }
 
+// Whole units of an aligned C go through the unrolled unit stores; C one
+// byte off its alignment sends every element through epilogue_store. Both
+// must give the same bytes, for every output dtype, with every epilogue
+// step at once, C m-contiguous (x @ W^T) and interleaved.
+TEST_P(CudaQ4Wgmma, UnitStoresMatchElementStores) {
+  QG_SEEDED_RNG(rng, 11);
+  const Shape s{160, 136, 512};
+  const auto& all = qgtest::gemm_suite::epilogue_configs().back();  // every step, bias bf16
+  for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16})
+    for (const qgtest::gemm_suite::CLayout& l : {qgtest::gemm_suite::CLayout{"transposed", 1, s.m + 2},
+                                                 qgtest::gemm_suite::CLayout{"interleaved", 2 * s.n + 1, 2}}) {
+      SCOPED_TRACE(std::string("out ") + qg::dtype_name(dt) + ", C " + l.name);
+      GemmCase c = qgtest::gemm_suite::epilogue_case(rng, s, all, dt, l);
+      check(c);
+      const std::vector<uint8_t> units = c.c_out;
+      c.c_offset = 1;
+      check(c);
+      ASSERT_EQ(units.size(), c.c_out.size());
+      EXPECT_EQ(0, std::memcmp(units.data(), c.c_out.data(), units.size()));
+    }
+}
+
 // The integer part at its extremes with unit scales: exact.
 TEST_P(CudaQ4Wgmma, ExtremeCodesExact) {
   struct Ext {
