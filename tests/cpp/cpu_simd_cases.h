@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
-// cpu_simd_cases.h: the N = 1 (decode) cases that every SIMD CPU kernel with a
-// dedicated single-row path must pass (cpu_avx2, cpu_avx512_vnni). `check`
-// runs a case on the kernel under test and checks it against the float64
-// reference (and whatever else that kernel's file compares it with).
+// cpu_simd_cases.h: the cases the SIMD CPU Q4_0 kernels share beyond the
+// GEMM suite: the shape sweeps their tiles and panels are tested over, the
+// byte extremes, non-finite scales, and the N = 1 (decode) cases that every
+// kernel with a dedicated single-row path must pass (cpu_avx2,
+// cpu_avx512_vnni). `check` runs a case on the kernel under test and checks
+// it against the float64 reference (and whatever else that kernel's file
+// compares it with).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,10 +16,46 @@
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 
 namespace qgtest::cpu_simd {
+
+// A random case at every K x M x N (in that order, case i seeded seed_base
+// + i), each through `check`; stops at the first failure.
+template <class Check>
+void random_shapes(const std::vector<int64_t>& ks, const std::vector<int64_t>& ms, const std::vector<int64_t>& ns,
+                   Check&& check, uint64_t seed_base) {
+  uint64_t salt = 0;
+  for (int64_t k : ks)
+    for (int64_t m : ms)
+      for (int64_t n : ns) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+        QG_SEEDED_RNG(rng, seed_base + ++salt);
+        check(random_case(rng, m, n, k));
+        if (::testing::Test::HasFailure()) return;
+      }
+}
+
+// Odd row strides (every block load is unaligned) and a transposed C with
+// gaps, of each output type, K = 160, at every M x N: only each row's blocks
+// are read, only C's elements written.
+template <class Check>
+void padded_rows_and_strided_c(const std::vector<int64_t>& ms, const std::vector<int64_t>& ns, Check&& check,
+                               uint64_t seed_base) {
+  uint64_t salt = 0;
+  for (int64_t m : ms)
+    for (int64_t n : ns)
+      for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16}) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " " + qg::dtype_name(dt));
+        QG_SEEDED_RNG(rng, seed_base + ++salt);
+        GemmCase c = random_case(rng, m, n, 160, /*a_pad=*/7, /*b_pad=*/13);
+        set_c_layout(c, dt, 1, m + 3);
+        check(c);
+        if (::testing::Test::HasFailure()) return;
+      }
+}
 
 // M from 1 to 9 covers every four-row remainder, 17, 63..65 and 129 the
 // 64-row task edges; K = 32 and 64 leave the two-block loop empty, 96 and 160
@@ -138,6 +177,27 @@ inline void fill_extreme_codes(GemmCase& c, std::mt19937_64& rng) {
       store_u16(c.a_block(r, blk) + 2, 0x7E00);
       for (int i = 0; i < 32; ++i) c.a_block(r, blk)[4 + i] = static_cast<uint8_t>(codes[rng() % 4]);
     }
+}
+
+// fill_extreme_codes at every K x M x N: each output exact on the kernel
+// under test (t), then `also` on the case (a kernel's further comparisons).
+template <class Also>
+void extreme_codes_exact(GemmKernelTester& t, const std::vector<int64_t>& ks, const std::vector<int64_t>& ms,
+                         const std::vector<int64_t>& ns, Also&& also, uint64_t seed_base) {
+  uint64_t salt = 0;
+  for (int64_t k : ks)
+    for (int64_t m : ms)
+      for (int64_t n : ns) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+        QG_SEEDED_RNG(rng, seed_base + ++salt);
+        GemmCase c = random_case(rng, m, n, k);
+        fill_extreme_codes(c, rng);
+        GemmCase v = c;
+        ASSERT_TRUE(t.run(v)) << t.refusals();
+        expect_gemm_exact(v);
+        also(c);
+        if (::testing::Test::HasFailure()) return;
+      }
 }
 
 // Unit scales, every nibble `nib` and every code `code`: the largest block

@@ -70,46 +70,21 @@ TEST_P(CpuPanel, EveryPanelGroupAndChunkTail) {
   std::vector<int64_t> ms;
   for (int64_t m = 1; m <= 17; ++m) ms.push_back(m);
   for (int64_t m : {31, 32, 33}) ms.push_back(m);
-  const std::vector<int64_t> ns = {4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 31, 32, 33, 63, 64, 65, 129};
-  uint64_t salt = 0;
-  for (int64_t k : {32, 96})
-    for (int64_t m : ms)
-      for (int64_t n : ns) {
-        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
-        QG_SEEDED_RNG(rng, 5000 + ++salt);
-        run_check(qgtest::random_case(rng, m, n, k));
-        if (HasFailure()) return;
-      }
+  qgtest::cpu_simd::random_shapes({32, 96}, ms, {4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 31, 32, 33, 63, 64, 65, 129},
+                                  [this](const GemmCase& c) { run_check(c); }, 5000);
 }
 
 // K = 4096 and 14336: long rows, the pack's prefetch running past each row's
 // end, panels of 128 and 448 blocks.
 TEST_P(CpuPanel, LongRows) {
-  uint64_t salt = 0;
-  for (int64_t k : {4096, 14336})
-    for (int64_t m : {5, 16, 33})
-      for (int64_t n : {4, 5, 16, 17, 70}) {
-        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
-        QG_SEEDED_RNG(rng, 5100 + ++salt);
-        run_check(qgtest::random_case(rng, m, n, k));
-        if (HasFailure()) return;
-      }
+  qgtest::cpu_simd::random_shapes({4096, 14336}, {5, 16, 33}, {4, 5, 16, 17, 70},
+                                  [this](const GemmCase& c) { run_check(c); }, 5100);
 }
 
-// Odd row strides (every block load is unaligned) and a strided C of each
-// output type: only each row's blocks are read, only C's elements written.
+// Odd row strides and a strided C of each output type.
 TEST_P(CpuPanel, PaddedRowsAndStridedC) {
-  uint64_t salt = 0;
-  for (int64_t m : {1, 9, 17})
-    for (int64_t n : {5, 17, 40})
-      for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16}) {
-        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " " + qg::dtype_name(dt));
-        QG_SEEDED_RNG(rng, 5200 + ++salt);
-        GemmCase c = qgtest::random_case(rng, m, n, 160, /*a_pad=*/7, /*b_pad=*/13);
-        qgtest::set_c_layout(c, dt, 1, m + 3);  // transposed, with gaps
-        run_check(c);
-        if (HasFailure()) return;
-      }
+  qgtest::cpu_simd::padded_rows_and_strided_c({1, 9, 17}, {5, 17, 40}, [this](const GemmCase& c) { run_check(c); },
+                                              5200);
 }
 
 // K = 0 with the whole epilogue (alpha, beta * C, bf16 bias, relu) in every
@@ -190,19 +165,8 @@ TEST_P(CpuPanel, NonFiniteScaleInEveryLane) {
 // integer the kernel must hit exactly; then the largest block sums of either
 // sign (|sum| = 2^15 at the extreme, still exact in fp32).
 TEST_P(CpuPanel, ExtremeCodesExact) {
-  uint64_t salt = 0;
-  for (int64_t k : {32, 4096})
-    for (int64_t m : {1, 16, 19})
-      for (int64_t n : {4, 5, 16, 21}) {
-        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
-        QG_SEEDED_RNG(rng, 5500 + ++salt);
-        GemmCase c = qgtest::random_case(rng, m, n, k);
-        qgtest::cpu_simd::fill_extreme_codes(c, rng);
-        GemmCase v = c;
-        ASSERT_TRUE(gemm_.run(v));
-        qgtest::expect_gemm_exact(v);
-        if (HasFailure()) return;
-      }
+  qgtest::cpu_simd::extreme_codes_exact(gemm_, {32, 4096}, {1, 16, 19}, {4, 5, 16, 21}, [](const GemmCase&) {}, 5500);
+  if (HasFailure()) return;
   for (uint8_t nib : {uint8_t{0}, uint8_t{15}})
     for (int8_t code : {int8_t{-128}, int8_t{127}}) {
       SCOPED_TRACE("nibble " + std::to_string(nib) + " code " + std::to_string(code));

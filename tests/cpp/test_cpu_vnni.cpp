@@ -66,46 +66,22 @@ class CpuVnniTiles : public ::testing::TestWithParam<std::string> {
 // 63..65 and 129 the 64-column task edges; K = 32 is one block, 96 an odd
 // count. N = 1 goes to its own path (four_rows_times_one).
 TEST_P(CpuVnniTiles, GemmEveryTileTail) {
-  const std::vector<int64_t> ms = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 65};
-  const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 63, 64, 65, 129};
-  uint64_t salt = 0;
-  for (int64_t k : {32, 64, 96})
-    for (int64_t m : ms)
-      for (int64_t n : ns) {
-        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
-        QG_SEEDED_RNG(rng, 3000 + ++salt);
-        run_check_and_compare(qgtest::random_case(rng, m, n, k));
-        if (HasFailure()) return;
-      }
+  qgtest::cpu_simd::random_shapes({32, 64, 96}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 65},
+                                  {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 63, 64, 65, 129},
+                                  [this](const GemmCase& c) { run_check_and_compare(c); }, 3000);
 }
 
 // K = 4096: long rows, so the first pass of each task prefetches past the end
 // of its four rows into the task's next four.
 TEST_P(CpuVnniTiles, GemmTileTailsLongRows) {
-  uint64_t salt = 0;
-  for (int64_t m : {1, 3, 4, 5, 17, 33, 65})
-    for (int64_t n : {2, 5, 16, 17, 65}) {
-      SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n));
-      QG_SEEDED_RNG(rng, 3100 + ++salt);
-      run_check_and_compare(qgtest::random_case(rng, m, n, 4096));
-      if (HasFailure()) return;
-    }
+  qgtest::cpu_simd::random_shapes({4096}, {1, 3, 4, 5, 17, 33, 65}, {2, 5, 16, 17, 65},
+                                  [this](const GemmCase& c) { run_check_and_compare(c); }, 3100);
 }
 
-// Odd row strides (every block load is unaligned) and a strided C of each
-// output type: only each row's blocks are read, only C's elements written.
+// Odd row strides and a strided C of each output type.
 TEST_P(CpuVnniTiles, GemmTailsWithPaddedRowsAndStridedC) {
-  uint64_t salt = 0;
-  for (int64_t m : {1, 3, 6, 9})
-    for (int64_t n : {1, 2, 5, 7, 17})
-      for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16}) {
-        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " " + qg::dtype_name(dt));
-        QG_SEEDED_RNG(rng, 3200 + ++salt);
-        GemmCase c = qgtest::random_case(rng, m, n, 160, /*a_pad=*/7, /*b_pad=*/13);
-        qgtest::set_c_layout(c, dt, 1, m + 3);  // transposed, with gaps
-        run_check_and_compare(c);
-        if (HasFailure()) return;
-      }
+  qgtest::cpu_simd::padded_rows_and_strided_c({1, 3, 6, 9}, {1, 2, 5, 7, 17},
+                                              [this](const GemmCase& c) { run_check_and_compare(c); }, 3200);
 }
 
 // Enough A rows that the per-call A side data (20 bytes a block) outgrows the
@@ -148,20 +124,9 @@ TEST_P(CpuVnniTiles, GemmSingleActivationRowNonFiniteScales) {
 // nibbles, unsigned codes) or a saturating vpdpbusds would be off here by
 // whole multiples of 256 (code -128 read as 128) or clipped sums.
 TEST_P(CpuVnniTiles, GemmExtremeCodesExact) {
-  uint64_t salt = 0;
-  for (int64_t k : {32, 96, 4096})
-    for (int64_t m : {1, 4, 5, 9})
-      for (int64_t n : {1, 3, 4, 6}) {
-        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
-        QG_SEEDED_RNG(rng, 3800 + ++salt);
-        GemmCase c = qgtest::random_case(rng, m, n, k);
-        qgtest::cpu_simd::fill_extreme_codes(c, rng);
-        GemmCase v = c;
-        ASSERT_TRUE(gemm_.run(v));
-        qgtest::expect_gemm_exact(v);
-        run_check_and_compare(c);
-        if (HasFailure()) return;
-      }
+  qgtest::cpu_simd::extreme_codes_exact(gemm_, {32, 96, 4096}, {1, 4, 5, 9}, {1, 3, 4, 6},
+                                        [this](const GemmCase& c) { run_check_and_compare(c); }, 3800);
+  if (HasFailure()) return;
   // The largest lane sums of either sign: every nibble 15 (w - 8 = 7) or 0
   // (-8) against every code -128 or 127, in every position.
   for (uint8_t nib : {uint8_t{0}, uint8_t{15}})
