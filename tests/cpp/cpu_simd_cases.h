@@ -22,20 +22,28 @@
 
 namespace qgtest::cpu_simd {
 
-// A random case at every K x M x N (in that order, case i seeded seed_base
-// + i), each through `check`; stops at the first failure.
-template <class Check>
-void random_shapes(const std::vector<int64_t>& ks, const std::vector<int64_t>& ms, const std::vector<int64_t>& ns,
-                   Check&& check, uint64_t seed_base) {
+// fn(rng, m, n, k) at every K x M x N (in that order; case i's rng seeded
+// seed_base + i); stops at the first failure.
+template <class Fn>
+void each_shape(const std::vector<int64_t>& ks, const std::vector<int64_t>& ms, const std::vector<int64_t>& ns,
+                Fn&& fn, uint64_t seed_base) {
   uint64_t salt = 0;
   for (int64_t k : ks)
     for (int64_t m : ms)
       for (int64_t n : ns) {
         SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
         QG_SEEDED_RNG(rng, seed_base + ++salt);
-        check(random_case(rng, m, n, k));
+        fn(rng, m, n, k);
         if (::testing::Test::HasFailure()) return;
       }
+}
+
+// A random case at every K x M x N, each through `check`.
+template <class Check>
+void random_shapes(const std::vector<int64_t>& ks, const std::vector<int64_t>& ms, const std::vector<int64_t>& ns,
+                   Check&& check, uint64_t seed_base) {
+  each_shape(ks, ms, ns, [&](std::mt19937_64& rng, int64_t m, int64_t n, int64_t k) { check(random_case(rng, m, n, k)); },
+             seed_base);
 }
 
 // Odd row strides (every block load is unaligned) and a transposed C with
@@ -184,20 +192,17 @@ inline void fill_extreme_codes(GemmCase& c, std::mt19937_64& rng) {
 template <class Also>
 void extreme_codes_exact(GemmKernelTester& t, const std::vector<int64_t>& ks, const std::vector<int64_t>& ms,
                          const std::vector<int64_t>& ns, Also&& also, uint64_t seed_base) {
-  uint64_t salt = 0;
-  for (int64_t k : ks)
-    for (int64_t m : ms)
-      for (int64_t n : ns) {
-        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
-        QG_SEEDED_RNG(rng, seed_base + ++salt);
+  each_shape(
+      ks, ms, ns,
+      [&](std::mt19937_64& rng, int64_t m, int64_t n, int64_t k) {
         GemmCase c = random_case(rng, m, n, k);
         fill_extreme_codes(c, rng);
         GemmCase v = c;
         ASSERT_TRUE(t.run(v)) << t.refusals();
         expect_gemm_exact(v);
         also(c);
-        if (::testing::Test::HasFailure()) return;
-      }
+      },
+      seed_base);
 }
 
 // Unit scales, every nibble `nib` and every code `code`: the largest block
