@@ -965,8 +965,8 @@ __device__ void recompute_exact(const Shape& s, float (&acc)[C::kUnits][C::kSums
 //   4096, N = 512) in those loops, stalled on fixed-latency waits and
 //   instruction fetch.
 // - any other epilogue, a loop that is not unrolled (unrolled, its eight
-//   copies of every epilogue step made ptxas spill in the main loop and take
-//   20x as long), with the terms of the lane's one W row (m-contiguous C: its
+//   copies of every epilogue step made ptxas spill in two configurations,
+//   take 20x as long, and the kernel slower), with the terms of the lane's one W row (m-contiguous C: its
 //   bias, its row scale) or its one token (its column scale) loaded once
 //   before it. Through epilogue_store every element waited on its bias load
 //   (an L2 round trip, two consumer warps a scheduler to hide it): fp16 y with
@@ -1054,7 +1054,7 @@ __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams&
     }
     __syncwarp();
     const int64_t nc = n0 + q * C::kUnitN;
-    if (!store_unit<C>(s, ep, buf, m0, nc, lane)) {  // tails, unaligned C
+    if (!store_unit<C>(s, ep, buf, m0, nc, lane)) {  // tails, unaligned C, the fp16 variant's epilogues
       if (s.m_contiguous) {
         const int mi = lane % 16;
         if (m0 + mi < s.m) {
