@@ -22,6 +22,7 @@
 
 #include "backend.h"
 #include "cpu/kernels.h"
+#include "epilogue.h"
 #include "cpu_simd_cases.h"
 #include "test_util.h"
 
@@ -106,6 +107,47 @@ TEST_P(CpuPanel, EpilogueWithKZero) {
       c.activation = qg::Activation::relu;
       run_check(c);
       if (HasFailure()) return;
+    }
+}
+
+// The panels store a non-plain epilogue a run of 16 rows at a time
+// (cpu/epilogue_rows.h): the same bytes as epilogue_store on each of the
+// plain call's fp32 sums, for every output dtype, every epilogue step at
+// once, C m-contiguous (x @ W^T) and interleaved, panels whole and cut.
+TEST_P(CpuPanel, EpilogueRunsMatchElementEpilogue) {
+  QG_SEEDED_RNG(rng, 5280);
+  const qgtest::gemm_suite::Shape s{37, 21, 256};
+  const auto& all = qgtest::gemm_suite::epilogue_configs().back();  // every step, bias bf16
+  for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16})
+    for (const qgtest::gemm_suite::CLayout& l : qgtest::gemm_suite::run_layouts(s.m, s.n)) {
+      SCOPED_TRACE(std::string("out ") + qg::dtype_name(dt) + ", C " + l.name);
+      GemmCase e = qgtest::gemm_suite::epilogue_case(rng, s, all, dt, l);
+      GemmCase sums = e;  // the same operands, C = the plain fp32 sums
+      sums.alpha = 1.0f;
+      sums.beta = 0.0f;
+      sums.row_scale.clear();
+      sums.col_scale.clear();
+      sums.bias.clear();
+      sums.activation = qg::Activation::none;
+      qgtest::set_c_layout(sums, qg::DType::f32, 1, s.m);
+      ASSERT_TRUE(gemm_.run(sums)) << gemm_.refusals();
+      ASSERT_TRUE(gemm_.run(e)) << gemm_.refusals();
+      std::vector<uint8_t> expect = e.c_init;
+      qg::detail::EpilogueParams p;
+      p.c = expect.data() + qgtest::kCFront;
+      p.ldc = e.ldc;
+      p.ldc_n = e.ldc_n;
+      p.c_dtype = e.c_dtype;
+      p.alpha = e.alpha;
+      p.beta = e.beta;
+      p.row_scale = e.row_scale.data();
+      p.col_scale = e.col_scale.data();
+      p.bias = e.bias.data();
+      p.bias_dtype = e.bias_dtype;
+      p.relu = e.activation == qg::Activation::relu;
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) qg::detail::epilogue_store(p, i, j, static_cast<float>(sums.out(i, j)));
+      EXPECT_EQ(expect, e.c_out);
     }
 }
 

@@ -151,8 +151,7 @@ TEST_P(CudaQ4Wgmma, UnitStoresMatchElementStores) {
   const Shape s{160, 136, 512};
   const auto& all = qgtest::gemm_suite::epilogue_configs().back();  // every step, bias bf16
   for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16})
-    for (const qgtest::gemm_suite::CLayout& l : {qgtest::gemm_suite::CLayout{"transposed", 1, s.m + 2},
-                                                 qgtest::gemm_suite::CLayout{"interleaved", 2 * s.n + 1, 2}}) {
+    for (const qgtest::gemm_suite::CLayout& l : qgtest::gemm_suite::run_layouts(s.m, s.n)) {
       SCOPED_TRACE(std::string("out ") + qg::dtype_name(dt) + ", C " + l.name);
       GemmCase c = qgtest::gemm_suite::epilogue_case(rng, s, all, dt, l);
       check(c);

@@ -989,6 +989,12 @@ inline std::vector<CLayout> c_layouts(int64_t m, int64_t n) {
           {"interleaved", 2 * n + 1, 2}};
 }
 
+// C m-contiguous (x @ W^T, padded) and interleaved: the layouts for which a
+// kernel's run-at-a-time epilogue is checked against epilogue_store's bytes.
+inline std::vector<CLayout> run_layouts(int64_t m, int64_t n) {
+  return {{"transposed padded", 1, m + 2}, {"interleaved", 2 * n + 1, 2}};
+}
+
 // Scales small enough that no float16 output overflows (|C| < 1e4).
 inline GemmCase epilogue_case(std::mt19937_64& rng, const Shape& s, const EpilogueConfig& e, qg::DType dt,
                               const CLayout& l) {

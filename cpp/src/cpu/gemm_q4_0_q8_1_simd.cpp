@@ -41,6 +41,7 @@ Status not_compiled(const char* what) {
 #include <vector>
 
 #include "cpu/call_scratch.h"
+#include "cpu/epilogue_rows.h"
 #include "cpu/float_elem.h"
 #include "cpu/thread_pool.h"
 #include "epilogue.h"
@@ -268,17 +269,23 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
       // shorter: those prefetches then fall on rows of this panel or past W,
       // harmless either way).
       p.pack(w, nb, pi + 1 < p1 ? kPanelRows * g.a.row_stride : 0, panel);
+      static_assert(kPanelRows <= kMaxEpilogueRun, "a panel's rows are one epilogue run");
+      RowTerms terms;  // the panel's rows' bias and scale, loaded once for all its columns
+      load_row_terms(ep, m0, rows, &terms);
       for (int64_t grp = g0; grp < g1; ++grp) {
         const int64_t n = group_start(grp);
         const int cols = static_cast<int>(group_start(grp + 1) - n);
         float out[kPanelCols][kPanelRows];
         p.cols[cols](panel, nb, group_data(agroups, grp), out);
-        for (int j = 0; j < cols; ++j)
+        for (int j = 0; j < cols; ++j) {
           for (int r = 0; r < rows; ++r) {
             float v = out[j][r];
             if (!is_finite(v)) v = exact_element(w[r], A + (n + j) * g.b.row_stride, nb);
-            epilogue_store(ep, m0 + r, n + j, v);
+            if (ep.plain) epilogue_store(ep, m0 + r, n + j, v);
+            else out[j][r] = v;
           }
+          if (!ep.plain) epilogue_store_rows(ep, terms, m0, rows, n + j, out[j]);
+        }
       }
     }
   });
