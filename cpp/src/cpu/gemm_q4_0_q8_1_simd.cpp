@@ -277,14 +277,19 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
         const int cols = static_cast<int>(group_start(grp + 1) - n);
         float out[kPanelCols][kPanelRows];
         p.cols[cols](panel, nb, group_data(agroups, grp), out);
-        for (int j = 0; j < cols; ++j) {
-          for (int r = 0; r < rows; ++r) {
-            float v = out[j][r];
-            if (!is_finite(v)) v = exact_element(w[r], A + (n + j) * g.b.row_stride, nb);
-            if (ep.plain) epilogue_store(ep, m0 + r, n + j, v);
-            else out[j][r] = v;
+        if (ep.plain) {
+          for (int j = 0; j < cols; ++j)
+            for (int r = 0; r < rows; ++r) {
+              float v = out[j][r];
+              if (!is_finite(v)) v = exact_element(w[r], A + (n + j) * g.b.row_stride, nb);
+              epilogue_store(ep, m0 + r, n + j, v);
+            }
+        } else {
+          for (int j = 0; j < cols; ++j) {
+            for (int r = 0; r < rows; ++r)
+              if (!is_finite(out[j][r])) out[j][r] = exact_element(w[r], A + (n + j) * g.b.row_stride, nb);
+            epilogue_store_rows(ep, terms, m0, rows, n + j, out[j]);
           }
-          if (!ep.plain) epilogue_store_rows(ep, terms, m0, rows, n + j, out[j]);
         }
       }
     }
