@@ -21,11 +21,9 @@ namespace qgbench {
 
 namespace {
 
-// f16: x, y and the bias are fp16 (bias non-null); otherwise x and y are
-// fp32 and there is no bias.
-qg::LinearQ4_0Args linear_args(int64_t m, int64_t n, int64_t k, const void* x, void* ws, const void* w, void* y,
-                               const void* bias) {
-  const qg::DType dt = bias ? qg::DType::f16 : qg::DType::f32;
+// x, y and the bias (null: none) all of dtype dt.
+qg::LinearQ4_0Args linear_args(int64_t m, int64_t n, int64_t k, qg::DType dt, const void* x, void* ws, const void* w,
+                               void* y, const void* bias) {
   qg::LinearQ4_0Args a;
   a.x = x;
   a.x_dtype = dt;
@@ -72,7 +70,8 @@ void bm_linear(benchmark::State& st, int64_t m, int64_t k, int64_t n, Mode mode,
     return;
   }
   qg::LinearQ4_0Args a =
-      linear_args(m, n, k, x->slot(0), ws->slot(0), w->slot(0), y->slot(0), f16 ? bias->slot(0) : nullptr);
+      linear_args(m, n, k, f16 ? qg::DType::f16 : qg::DType::f32, x->slot(0), ws->slot(0), w->slot(0), y->slot(0),
+                  f16 ? bias->slot(0) : nullptr);
   // The label names the GEMM kernel (after its quantizer, or quantizing x
   // itself where it can).
   qg::GemmArgs g;

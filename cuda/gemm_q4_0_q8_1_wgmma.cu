@@ -965,10 +965,10 @@ __device__ void recompute_exact(const Shape& s, float (&acc)[C::kUnits][C::kSums
 //   4096, N = 512) in those loops, stalled on fixed-latency waits and
 //   instruction fetch.
 // - any other epilogue, a loop that is not unrolled (unrolled, its eight
-//   copies of every epilogue step made ptxas spill in two configurations,
-//   take 20x as long, and the kernel slower), with the terms of the lane's one W row (m-contiguous C: its
-//   bias, its row scale) or its one token (its column scale) loaded once
-//   before it. Through epilogue_store every element waited on its bias load
+//   copies of every epilogue step made ptxas spill in two configurations
+//   and take 6-30x as long on each kernel, and the kernel slower), with the
+//   terms of the lane's one W row (m-contiguous C: its bias, its row scale)
+//   or its one token (its column scale) loaded once before it. Through epilogue_store every element waited on its bias load
 //   (an L2 round trip, two consumer warps a scheduler to hide it): fp16 y with
 //   an fp16 bias took 1.5x the time of plain fp32 y at 14336 x 4096.
 template <int kUnitN>
