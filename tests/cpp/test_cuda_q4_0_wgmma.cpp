@@ -145,15 +145,18 @@ TEST_P(CudaQ4Wgmma, EpilogueFeatures) {
 // Whole units of an aligned C go through the unit stores; C one byte off
 // its alignment sends every element through epilogue_store. Both must give
 // the same bytes: the plain epilogue (fp32, nothing to apply: every
-// variant's unrolled stores) and every epilogue step at once in each output
-// dtype (the loop the fp16 variant leaves to epilogue_store), C
-// m-contiguous (x @ W^T) and interleaved.
+// variant's unrolled stores), a linear layer's bias and ReLU (the loop
+// specialised by output dtype), and every epilogue step at once (the
+// general loop; the fp16 variant leaves both to epilogue_store), in each
+// output dtype, C m-contiguous (x @ W^T) and interleaved.
 TEST_P(CudaQ4Wgmma, UnitStoresMatchElementStores) {
   QG_SEEDED_RNG(rng, 11);
   const Shape s{160, 136, 512};
   const auto& plain = qgtest::gemm_suite::epilogue_configs().front();  // nothing to apply
-  const auto& all = qgtest::gemm_suite::epilogue_configs().back();     // every step, bias bf16
-  for (const auto* e : {&plain, &all})
+  const qgtest::gemm_suite::EpilogueConfig linear{"bias f16, relu", false, false, false, false, true,
+                                                  qg::DType::f16, true};
+  const auto& all = qgtest::gemm_suite::epilogue_configs().back();  // every step, bias bf16
+  for (const auto* e : {&plain, &linear, &all})
     for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16})
       for (const qgtest::gemm_suite::CLayout& l : qgtest::gemm_suite::run_layouts(s.m, s.n)) {
         if (e == &plain && dt != qg::DType::f32) continue;  // fp16 / bf16 C is the other epilogue
