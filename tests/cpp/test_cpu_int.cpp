@@ -20,6 +20,7 @@
 
 #include "backend.h"
 #include "dispatch.h"
+#include "epilogue.h"
 #include "int_formats.h"
 #include "qg/qg.h"
 #include "test_util.h"
@@ -721,6 +722,65 @@ TEST(CpuWeightOnlyGemm, DeterministicAcrossThreadsAndPaths) {
     ASSERT_TRUE(k->run(wo_args(col, single), nullptr).ok());
     EXPECT_EQ(std::memcmp(single.data(), four.data() + 2 * c.w.rows, single.size() * 4), 0) << k->name;
   }
+}
+
+// The weight-only kernels store a non-plain epilogue by register tile
+// (cpu/epilogue_rows.h): the same bytes as epilogue_store applied to the
+// plain call's fp32 sums, in every output dtype with every epilogue step at
+// once, C m-contiguous (x @ W^T, padded) and row-major, at N = 1 (the GEMV
+// paths) and N = 6 (a tile of 4 columns and one of 2); 21 rows leave a
+// tail of one.
+TEST(CpuWeightOnlyGemm, EpilogueTilesMatchElementEpilogue) {
+  QG_SEEDED_RNG(rng, 650);
+  const int64_t m = 21, k = 256;
+  for (Format xf : {Format::bf16, Format::f32})
+    for (int64_t n : {1, 6}) {
+      WoCase c = make_wo(rng, Format::i4, xf, m, n, k, 128, DType::f16, true, DType::i8);
+      std::vector<float> row_scale, col_scale;
+      auto scale = [&] { return qgtest::uniform(rng, 0.25f, 2.0f) * ((rng() & 1) ? 1.0f : -1.0f); };
+      for (int64_t i = 0; i < m; ++i) row_scale.push_back(scale());
+      for (int64_t j = 0; j < n; ++j) col_scale.push_back(scale());
+      std::vector<uint8_t> bias(static_cast<size_t>(2 * m));
+      for (int64_t i = 0; i < m; ++i) qgtest::encode_float(&bias[2 * i], DType::bf16, qgtest::uniform(rng, -30, 30));
+      for (const qg::detail::GemmKernel* kern : kernels_for(Format::i4, xf)) {
+        std::string why;
+        if (kern && !qgtest::gemm_kernel_runs_on(*kern, qg::Device::cpu(), &why)) continue;
+        std::vector<float> sums;
+        const qg::GemmArgs plain = wo_args(c, sums);
+        ASSERT_TRUE((kern ? kern->run(plain, nullptr) : qg::gemm(plain)).ok()) << name_of(kern);
+        for (DType dt : {DType::f32, DType::f16, DType::bf16})
+          for (bool m_contiguous : {true, false}) {
+            SCOPED_TRACE(name_of(kern) + ", x " + qg::format_traits(xf).name + ", N=" + std::to_string(n) +
+                         ", out " + qg::dtype_name(dt) + (m_contiguous ? ", C [N, M]" : ", C [M, N]"));
+            const int64_t es = qg::dtype_size(dt);
+            const int64_t ldc = m_contiguous ? 1 : n + 1, ldc_n = m_contiguous ? m + 2 : 1;
+            std::vector<uint8_t> cbuf(static_cast<size_t>(((m - 1) * ldc + (n - 1) * ldc_n + 1) * es), 0xA5);
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j)
+                qgtest::encode_float(&cbuf[(i * ldc + j * ldc_n) * es], dt, qgtest::uniform(rng, -40, 40));
+            std::vector<float> unused;
+            qg::GemmArgs e = wo_args(c, unused);
+            e.c = cbuf.data();
+            e.c_dtype = dt;
+            e.ldc = ldc;
+            e.ldc_n = ldc_n;
+            e.epilogue.alpha = -0.625f;
+            e.epilogue.row_scale = row_scale.data();
+            e.epilogue.col_scale = col_scale.data();
+            e.epilogue.beta = 0.5f;
+            e.epilogue.bias = bias.data();
+            e.epilogue.bias_dtype = DType::bf16;
+            e.epilogue.activation = qg::Activation::relu;
+            std::vector<uint8_t> expect = cbuf;
+            qg::detail::EpilogueParams p = qg::detail::epilogue_params(e);
+            p.c = expect.data();
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j) qg::detail::epilogue_store(p, i, j, sums[j * m + i]);
+            ASSERT_TRUE((kern ? kern->run(e, nullptr) : qg::gemm(e)).ok()) << name_of(kern);
+            EXPECT_EQ(expect, cbuf);
+          }
+      }
+    }
 }
 
 const qg::detail::GemmKernel* wo_kernel(const char* name, Format xf) {

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "cpu/call_scratch.h"
+#include "cpu/epilogue_rows.h"
 #include "epilogue.h"
 
 namespace qg::detail::cpu {
@@ -201,9 +202,13 @@ Status gemm_i8_avx2(const GemmArgs& g) {
         const int rows = static_cast<int>(m1 - m < 4 ? m1 - m : 4);
         const uint8_t* w[4];
         for (int r = 0; r < 4; ++r) w[r] = A + (m + (r < rows ? r : rows - 1)) * g.a.row_stride;
-        int32_t out[4];
+        int32_t out[4], col[4][1], sum_a[4];
         four_rows_times_one(w, wide, k, m + 4 < m1 ? 4 * g.a.row_stride : 0, out);
-        for (int r = 0; r < rows; ++r) epilogue_store_int(ep, m + r, 0, out[r], zp ? code_sum(w[r], k) : 0, sum_b[0]);
+        for (int r = 0; r < rows; ++r) {
+          col[r][0] = out[r];
+          sum_a[r] = zp ? code_sum(w[r], k) : 0;
+        }
+        epilogue_store_int_tile(ep, m, rows, 0, 1, col, sum_a, sum_b);
       }
     });
     return {};
@@ -234,9 +239,7 @@ Status gemm_i8_avx2(const GemmArgs& g) {
         const uint8_t* a1 = rows == 2 ? a0 + g.a.row_stride : a0;
         int32_t out[2][4];
         tile(a0, a1, b, k, m + 2 < m1 ? 2 * g.a.row_stride : 0, out);
-        for (int r = 0; r < rows; ++r)
-          for (int j = 0; j < cols; ++j)
-            epilogue_store_int(ep, m + r, n + j, out[r][j], sum_a[m + r - m0], sum_b[n + j]);
+        epilogue_store_int_tile(ep, m, rows, n, cols, out, sum_a + (m - m0), sum_b + n);
       }
     }
   });

@@ -30,6 +30,7 @@
     defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include "cpu/epilogue_rows.h"
 #include "epilogue.h"
 
 namespace qg::detail::cpu {
@@ -146,9 +147,7 @@ void run(const GemmArgs& g) {
         for (int r = 0; r < kRows; ++r) a[r] = A + (m + (r < rows ? r : rows - 1)) * g.a.row_stride;
         int32_t out[kRows][4];
         tile(a, b + n, b_offset + n, k, m + kRows < m1 ? kRows * g.a.row_stride : 0, out, sum_a + (m - m0));
-        for (int r = 0; r < rows; ++r)
-          for (int j = 0; j < cols; ++j)
-            epilogue_store_int(ep, m + r, n + j, out[r][j], sum_a[m - m0 + r], sum_b[n + j]);
+        epilogue_store_int_tile(ep, m, rows, n, cols, out, sum_a + (m - m0), sum_b + n);
       }
     }
   });

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "cpu/call_scratch.h"
+#include "cpu/epilogue_rows.h"
 #include "cpu/float_elem.h"
 #include "epilogue.h"
 
@@ -188,7 +189,7 @@ Status run(const GemmArgs& g) {
         // which this task reads next (none after the task's last step).
         const int64_t next = m + kStepRowsN1 < m1 ? kStepRowsN1 * g.a.row_stride : 0;
         tile<kStepRowsN1, 1, ZP, true>(w, idx, x, s, g.a.scales, g.a.zero_points, groups, cpg, next, out);
-        for (int r = 0; r < rows; ++r) epilogue_store(ep, m + r, 0, out[r][0]);
+        epilogue_store_tile(ep, m, rows, 0, 1, out);
       }
     });
     return {};
@@ -215,7 +216,7 @@ Status run(const GemmArgs& g) {
         const uint8_t* w[1] = {W + m * g.a.row_stride};
         float out[1][4];
         kTiles[cols](w, &m, x, s, g.a.scales, g.a.zero_points, groups, cpg, 0, out);
-        for (int j = 0; j < cols; ++j) epilogue_store(ep, m, n + j, out[0][j]);
+        epilogue_store_tile(ep, m, 1, n, cols, out);
       }
     }
   });

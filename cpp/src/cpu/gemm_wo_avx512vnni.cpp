@@ -82,6 +82,7 @@
 #include <vector>
 
 #include "cpu/call_scratch.h"
+#include "cpu/epilogue_rows.h"
 #include "cpu/float_elem.h"
 #include "epilogue.h"
 
@@ -352,8 +353,7 @@ void run(const GemmArgs& g, const Layout& L, const XChunk* xc) {
         float out[kStepRows][4];
         const int64_t next = m + kStepRows < m1 ? kStepRows * g.a.row_stride : 0;
         tile_fn(w, ss, x, L, next, out);
-        for (int r = 0; r < rows; ++r)
-          for (int j = 0; j < cols; ++j) epilogue_store(ep, m + r, n + j, out[r][j]);
+        epilogue_store_tile(ep, m, rows, n, cols, out);
       }
     }
   });
