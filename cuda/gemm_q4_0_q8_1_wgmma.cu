@@ -122,7 +122,8 @@ constexpr int kFlagStride = 128;  // tensor copies land on 128-byte-aligned shar
 // from N = 16 to 128 and 0-4 % at 512 than the plain launch; all of the
 // ring's W early was 2.5-3 µs slower than two stages at N <= 32 (our
 // reading: the first stage's codes queue behind every stage's W); above 512
-// tokens no gain, and linear_q4_0 1-4 % slower at N = 4096.
+// tokens the GEMM level or up to 5 % faster, but linear_q4_0 1-4 % slower
+// at N = 4096.
 constexpr int kEarlyWStages = 2;
 constexpr int64_t kEarlyLaunchMaxN = 512;
 constexpr int kSplitTokens = 128; // tokens a CTA of the re-layout pass takes (and a non-finite byte covers)
@@ -1020,7 +1021,9 @@ __device__ __forceinline__ void store_float_aligned(uint8_t* p, DType dtype, flo
 // µs against 127.1 with plain fp32 C (Nsight Compute, H200): 34 % of the
 // warps' samples sat in the epilogue's 13,000 instructions, a third of those
 // waiting on instruction fetch. With this loop linear_q4_0_f16 went from
-// 158.4-159.6 to 148.4-148.5 µs there (docs/architecture.md, "The
+// 158.4-159.6 to 148.4-148.5 µs there, but fp16 C without a bias is still
+// about 25 µs slower than fp32 C: that loop was part of the gap, not all of
+// it, and the rest is not yet profiled (docs/architecture.md, "The
 // epilogue's unit stores").
 template <int kUnitN, DType CT>
 __device__ __forceinline__ void store_unit_bias_relu(EpilogueParams e, const float* buf, int64_t m0, int64_t nc,

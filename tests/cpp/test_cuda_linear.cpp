@@ -194,6 +194,47 @@ TEST_F(CudaLinear, BackToBackOnTheDefaultStream) {
   back_to_back(mem_, c, 16, nullptr, rng);
 }
 
+// Weights written by the work just before a call (a copy on the same
+// stream) are the weights it reads. On sm_90a up to 512 tokens the
+// warpgroup GEMM requests its first stages of W before it waits for its
+// quantizing pass (programmatic dependent launch), which is right only
+// because that pass starts after everything before it on the stream.
+TEST_F(CudaLinear, WeightsWrittenJustBeforeTheCall) {
+  QG_SEEDED_RNG(rng, 7);
+  for (int64_t n : {16, 128, 512}) {
+    Case c;
+    c.n = n;
+    c.m = 512;
+    c.k = 4096;
+    c.bias = true;
+    SCOPED_TRACE(c.describe());
+    qgtest::linear::HostData first = qgtest::linear::make_data(c, rng);
+    first.x = qgtest::linear::random_x(c, rng, false);  // finite: the two calls' y must differ
+    const qgtest::linear::HostData second = qgtest::linear::make_data(c, rng);
+    qgtest::linear::Buffers b(mem_, c, first);   // b.w: the first weights, then the second copied over them
+    qgtest::MemBytes w2(mem_, second.w, c.w_offset);
+    qgtest::MemBytes y1(mem_, first.y, 0), y2(mem_, first.y, 0);
+    const qg::Device d = mem_.device();
+    auto call = [&](void* y) {
+      return qg::linear_q4_0(qgtest::linear::linear_args(c, b.x.ptr(), b.ws.ptr(), b.w.ptr(), y, b.bias.ptr(), d),
+                             stream_);
+    };
+    const qg::Status s1 = call(y1.ptr());
+    ASSERT_TRUE(s1.ok()) << s1.message();
+    ASSERT_EQ(cudaMemcpyAsync(b.w.ptr(), w2.ptr(), second.w.size(), cudaMemcpyDeviceToDevice, stream_), cudaSuccess);
+    const qg::Status s2 = call(y2.ptr());
+    ASSERT_TRUE(s2.ok()) << s2.message();
+    mem_.synchronize(stream_);
+    const qg::Status r = qgtest::linear::quantize_then_gemm(c, b.x.ptr(), b.ws_ref.ptr(), w2.ptr(), nullptr,
+                                                            b.y_ref.ptr(), b.bias.ptr(), d, stream_);
+    ASSERT_TRUE(r.ok()) << r.message();
+    mem_.synchronize(stream_);
+    const int64_t at = qgtest::linear::first_difference(y2.read(), b.y_ref.read());
+    EXPECT_EQ(at, -1) << "the call after the copy differs from quantize + gemm on the copied weights at byte " << at;
+    EXPECT_NE(qgtest::linear::first_difference(y1.read(), y2.read()), -1) << "both calls gave the same y";
+  }
+}
+
 // linear_q4_0 captured into a CUDA graph, as torch's CUDA graphs and
 // llama.cpp replay a model: the graph, launched twice, writes what the direct
 // calls would. From N = 7 on sm_90a each call takes its scratch from qg's

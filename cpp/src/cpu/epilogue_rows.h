@@ -69,8 +69,8 @@ inline void epilogue_store_rows(const EpilogueParams& p, const RowTerms& t, int6
 // scale once a column instead of once an element. Runs of 2 to 4 rows
 // through epilogue_store_rows were tried first and cost more than they
 // saved: QuantizedLinear(int8)'s call at 64 tokens x 128 x 1024 (scales and
-// a bias) took 470-520 µs against 300-370 element by element, and 250-280
-// this way (2-core VM).
+// a bias) took 471-624 µs against 301-372 element by element, and 254-280
+// this way (the rounds' medians, 2-core VM).
 template <int kR, int kC>
 inline void epilogue_store_tile(const EpilogueParams& p, int64_t m0, int rows, int64_t n0, int cols,
                                 const float (&acc)[kR][kC]) {
