@@ -986,9 +986,10 @@ __device__ void recompute_exact(const Shape& s, float (&acc)[C::kUnits][C::kSums
 //   copies of every epilogue step made ptxas spill in two configurations
 //   and take 6-30x as long on each kernel, and the kernel slower), with the
 //   terms of the lane's one W row (m-contiguous C: its bias, its row scale)
-//   or its one token (its column scale) loaded once before it. Through epilogue_store every element waited on its bias load
-//   (an L2 round trip, two consumer warps a scheduler to hide it): fp16 y with
-//   an fp16 bias took 1.5x the time of plain fp32 y at 14336 x 4096.
+//   or its one token (its column scale) loaded once before it. Through
+//   epilogue_store every element waited on its bias load (an L2 round trip,
+//   two consumer warps a scheduler to hide it): fp16 y with an fp16 bias
+//   took 1.5x the time of plain fp32 y at 14336 x 4096.
 template <int kUnitN>
 __device__ __forceinline__ void store_unit_plain(const EpilogueParams& ep, bool m_contiguous, const float* buf,
                                                  int64_t m0, int64_t nc, int lane) {

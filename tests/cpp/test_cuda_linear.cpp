@@ -194,6 +194,16 @@ TEST_F(CudaLinear, BackToBackOnTheDefaultStream) {
   back_to_back(mem_, c, 16, nullptr, rng);
 }
 
+// A 512 x 4096 layer with a bias, at n tokens: the stream-order tests' case.
+Case biased_layer(int64_t n) {
+  Case c;
+  c.n = n;
+  c.m = 512;
+  c.k = 4096;
+  c.bias = true;
+  return c;
+}
+
 // Weights written by the work just before a call (a copy on the same
 // stream) are the weights it reads. On sm_90a up to 512 tokens the
 // warpgroup GEMM requests its first stages of W before it waits for its
@@ -202,11 +212,7 @@ TEST_F(CudaLinear, BackToBackOnTheDefaultStream) {
 TEST_F(CudaLinear, WeightsWrittenJustBeforeTheCall) {
   QG_SEEDED_RNG(rng, 7);
   for (int64_t n : {16, 128, 512}) {
-    Case c;
-    c.n = n;
-    c.m = 512;
-    c.k = 4096;
-    c.bias = true;
+    const Case c = biased_layer(n);
     SCOPED_TRACE(c.describe());
     qgtest::linear::HostData first = qgtest::linear::make_data(c, rng);
     first.x = qgtest::linear::random_x(c, rng, false);  // finite: the two calls' y must differ
@@ -242,11 +248,7 @@ TEST_F(CudaLinear, WeightsWrittenJustBeforeTheCall) {
 TEST_F(CudaLinear, CapturedInACudaGraph) {
   QG_SEEDED_RNG(rng, 6);
   for (int64_t n : {1, 16, 100}) {
-    Case c;
-    c.n = n;
-    c.m = 512;
-    c.k = 4096;
-    c.bias = true;
+    const Case c = biased_layer(n);
     SCOPED_TRACE(c.describe());
     const qgtest::linear::HostData h = qgtest::linear::make_data(c, rng);
     qgtest::linear::Buffers b(mem_, c, h);

@@ -202,13 +202,10 @@ Status gemm_i8_avx2(const GemmArgs& g) {
         const int rows = static_cast<int>(m1 - m < 4 ? m1 - m : 4);
         const uint8_t* w[4];
         for (int r = 0; r < 4; ++r) w[r] = A + (m + (r < rows ? r : rows - 1)) * g.a.row_stride;
-        int32_t out[4], col[4][1], sum_a[4];
-        four_rows_times_one(w, wide, k, m + 4 < m1 ? 4 * g.a.row_stride : 0, out);
-        for (int r = 0; r < rows; ++r) {
-          col[r][0] = out[r];
-          sum_a[r] = zp ? code_sum(w[r], k) : 0;
-        }
-        epilogue_store_int_tile(ep, m, rows, 0, 1, col, sum_a, sum_b);
+        int32_t out[4][1], sum_a[4];  // the tile's one column
+        four_rows_times_one(w, wide, k, m + 4 < m1 ? 4 * g.a.row_stride : 0, &out[0][0]);
+        for (int r = 0; r < rows; ++r) sum_a[r] = zp ? code_sum(w[r], k) : 0;
+        epilogue_store_int_tile(ep, m, rows, 0, 1, out, sum_a, sum_b);
       }
     });
     return {};
