@@ -493,6 +493,7 @@ struct Shape {
   int64_t m, n, nb;
   bool m_contiguous;     // C's m step is 1: the epilogue's lanes run along m
   bool unit_c;           // C's elements lie at their own alignment: whole units go through store_unit
+  bool pair_c;           // and m-contiguous C's pairs of rows (m even) at twice it: store_unit_pairs
   WorkSplit work;        // which steps of which tiles each CTA runs (work_split.h)
   float* parts;          // shared tiles: work.part_slots() slots of kBM x BN floats
   unsigned* tickets;     // per shared tile: CTAs that have finished their steps of it
@@ -970,18 +971,38 @@ __device__ void recompute_exact(const Shape& s, float (&acc)[C::kUnits][C::kSums
     for (int i = 0; i < C::kSums; ++i) acc[q][i] = sums[q][i];
 }
 
+// The staging buffer by 32-bit shared address. Through a generic pointer
+// every load of it was an LD with 64-bit address arithmetic around it:
+// Nsight Compute's SASS of the folded 128-row tile (14336 x 4096, N = 512,
+// H200) counted about 9 instructions an element for plain fp32 C and 22 for
+// fp16 C. "memory": the fill, the __syncwarp and the loads keep their order.
+__device__ __forceinline__ void sts_f32(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ float lds_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ float2 lds_f2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 // A staged unit (16 W rows x kUnitN tokens, every one inside C, C's
 // elements aligned: Shape::unit_c) stored by each lane stepping one pointer
 // by a constant stride. Three versions:
-// - fp32 with nothing to apply (EpilogueParams::plain), unrolled. Through
+// - m-contiguous C with two rows a lane (Shape::pair_c: C's pairs of rows
+//   aligned), fp32 with nothing to apply or a linear layer's bias and ReLU
+//   in any dtype (store_unit_pairs, below);
+// - fp32 with nothing to apply otherwise (store_unit_plain). Through
 //   epilogue_store each element had paid a dependent chain of 64-bit address
 //   arithmetic in a loop that was not unrolled, and the tile's eight inlined
 //   copies of that loop missed the instruction cache on every tile: Nsight
 //   Compute put 28 % of the warps' samples of the 256-row tile (14336 x
 //   4096, N = 512) in those loops, stalled on fixed-latency waits and
 //   instruction fetch.
-// - a linear layer's bias and ReLU, one loop per output dtype
-//   (store_unit_bias_relu, below);
 // - any other epilogue, a loop that is not unrolled (unrolled, its eight
 //   copies of every epilogue step made ptxas spill in two configurations
 //   and take 6-30x as long on each kernel, and the kernel slower), with the
@@ -991,18 +1012,19 @@ __device__ void recompute_exact(const Shape& s, float (&acc)[C::kUnits][C::kSums
 //   two consumer warps a scheduler to hide it): fp16 y with an fp16 bias
 //   took 1.5x the time of plain fp32 y at 14336 x 4096.
 template <int kUnitN>
-__device__ __forceinline__ void store_unit_plain(const EpilogueParams& ep, bool m_contiguous, const float* buf,
+__device__ __forceinline__ void store_unit_plain(const EpilogueParams& ep, bool m_contiguous, uint32_t buf,
                                                  int64_t m0, int64_t nc, int lane) {
   float* c = reinterpret_cast<float*>(ep.c);
   if (m_contiguous) {  // lane: W row m0 + lane % 16, tokens lane / 16 + 2 j
+    const uint32_t src = buf + 4 * ((lane / 16) * kEpiPitch + lane % 16);
     float* p = c + (m0 + lane % 16) + (nc + lane / 16) * ep.ldc_n;
     const int64_t step = 2 * ep.ldc_n;
 #pragma unroll
-    for (int j = 0; j < kUnitN / 2; ++j) p[j * step] = buf[(lane / 16 + 2 * j) * kEpiPitch + lane % 16];
+    for (int j = 0; j < kUnitN / 2; ++j, p += step) *p = lds_f32(src + 4 * 2 * j * kEpiPitch);
   } else if (lane < kUnitN) {  // lane: token nc + lane, W rows m0 + r
     float* p = c + m0 * ep.ldc + (nc + lane) * ep.ldc_n;
 #pragma unroll
-    for (int r = 0; r < 16; ++r) p[r * ep.ldc] = buf[lane * kEpiPitch + r];
+    for (int r = 0; r < 16; ++r, p += ep.ldc) *p = lds_f32(buf + 4 * (lane * kEpiPitch + r));
   }
 }
 
@@ -1012,49 +1034,60 @@ __device__ __forceinline__ void store_float_aligned(uint8_t* p, DType dtype, flo
   else *reinterpret_cast<uint16_t*>(p) = fp32_to_bf16(v);
 }
 
-// A linear layer's epilogue: C of dtype CT (m-contiguous), a bias and/or
-// ReLU, nothing else. The steps are epilogue_value's, called on a copy of
-// ep whose dtype, alpha, beta and scales the compiler then knows, so the
-// bytes are epilogue_store's and each element costs a shared load, the bias
-// add, ReLU, the conversion and the store. Through the loop below (every
-// step and every dtype decided per element, about 24 instructions an
-// element) the 256-row tile at 14336 x 4096 N = 512 with fp16 C took 153.7
-// µs against 127.1 with plain fp32 C (Nsight Compute, H200): 34 % of the
-// warps' samples sat in the epilogue's 13,000 instructions, a third of those
-// waiting on instruction fetch. With this loop linear_q4_0_f16 went from
-// 158.4-159.6 to 148.4-148.5 µs there, but fp16 C without a bias is still
-// about 25 µs slower than fp32 C: that loop was part of the gap, not all of
-// it, and the rest is not yet profiled (docs/architecture.md, "The
-// epilogue's unit stores").
-template <int kUnitN, DType CT>
-__device__ __forceinline__ void store_unit_bias_relu(EpilogueParams e, const float* buf, int64_t m0, int64_t nc,
-                                                     int lane) {
+// Two adjacent elements of C (lo at p, hi after it) in one store. fp16: one
+// cvt.rn.f16x2.f32 for both, which rounds as fp32_to_fp16 does; NaN, whose
+// bits the hardware makes 0x7FFF, takes fp32_to_fp16's path.
+template <DType CT>
+__device__ __forceinline__ void store_pair(uint8_t* p, float lo, float hi) {
+  if constexpr (CT == DType::f32) {
+    *reinterpret_cast<float2*>(p) = make_float2(lo, hi);
+  } else if constexpr (CT == DType::f16) {
+    uint32_t w;
+    if (lo != lo || hi != hi) w = fp32_to_fp16(lo) | (static_cast<uint32_t>(fp32_to_fp16(hi)) << 16);
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    *reinterpret_cast<uint32_t*>(p) = w;
+  } else {
+    *reinterpret_cast<uint32_t*>(p) = fp32_to_bf16(lo) | (static_cast<uint32_t>(fp32_to_bf16(hi)) << 16);
+  }
+}
+
+// m-contiguous C, two W rows a lane: rows m0 + 2 (lane % 8) and the next,
+// tokens nc + lane / 8 + 4 j. Either plain fp32 (kPlain) or a linear layer's
+// epilogue: C of dtype CT, a bias and/or ReLU, nothing else. The steps are
+// epilogue_value's, called on a copy of ep whose dtype, alpha, beta and
+// scales the compiler then knows, so the bytes are epilogue_store's. Half
+// the store instructions of a lane a row, and for fp16 one conversion a
+// pair. Before it, with one row a lane and a generic pointer to the staged
+// values, the 128-row folded tile at 14336 x 4096 N = 512 took 148.4 µs
+// with fp16 C against 128.7 with plain fp32 C (Nsight Compute, H200).
+template <int kUnitN, DType CT, bool kPlain>
+__device__ __forceinline__ void store_unit_pairs(EpilogueParams e, uint32_t buf, int64_t m0, int64_t nc, int lane) {
   e.c_dtype = CT;
   e.alpha = 1.0f;
   e.beta = 0.0f;
   e.row_scale = nullptr;
   e.col_scale = nullptr;
-  constexpr int64_t kEsize = CT == DType::f32 ? 4 : 2;
-  const int64_t m = m0 + lane % 16;
-  const EpilogueRowTerms row = epilogue_row_terms(e, m);
-  uint8_t* p = e.c + (m + (nc + lane / 16) * e.ldc_n) * kEsize;
-  const int64_t step = 2 * e.ldc_n * kEsize;
-#pragma unroll 4
-  for (int j = 0; j < kUnitN / 2; ++j) {
-    uint8_t* dst = p + j * step;
-    store_float_aligned(dst, CT, epilogue_value(e, buf[(lane / 16 + 2 * j) * kEpiPitch + lane % 16], row, 1.0f, dst));
+  if constexpr (kPlain) {
+    e.bias = nullptr;
+    e.relu = false;
   }
+  constexpr int64_t kEsize = CT == DType::f32 ? 4 : 2;
+  const int64_t m = m0 + 2 * (lane % 8);
+  const EpilogueRowTerms row_lo = epilogue_row_terms(e, m), row_hi = epilogue_row_terms(e, m + 1);
+  const uint32_t src = buf + 4 * ((lane / 8) * kEpiPitch + 2 * (lane % 8));
+  float2 v[kUnitN / 4];
+#pragma unroll
+  for (int j = 0; j < kUnitN / 4; ++j) v[j] = lds_f2(src + 4 * 4 * j * kEpiPitch);
+  uint8_t* p = e.c + (m + (nc + lane / 8) * e.ldc_n) * kEsize;
+  const int64_t step = 4 * e.ldc_n * kEsize;
+#pragma unroll
+  for (int j = 0; j < kUnitN / 4; ++j, p += step)
+    store_pair<CT>(p, epilogue_value(e, v[j].x, row_lo, 1.0f, p), epilogue_value(e, v[j].y, row_hi, 1.0f, p + kEsize));
 }
 
 template <int kUnitN>
-__device__ __forceinline__ void store_unit_epilogue(const EpilogueParams& ep, bool m_contiguous, const float* buf,
+__device__ __forceinline__ void store_unit_epilogue(const EpilogueParams& ep, bool m_contiguous, uint32_t buf,
                                                     int64_t m0, int64_t nc, int lane) {
-  if (m_contiguous && ep.alpha == 1.0f && ep.beta == 0.0f && !ep.row_scale && !ep.col_scale) {
-    if (ep.c_dtype == DType::f16) store_unit_bias_relu<kUnitN, DType::f16>(ep, buf, m0, nc, lane);
-    else if (ep.c_dtype == DType::bf16) store_unit_bias_relu<kUnitN, DType::bf16>(ep, buf, m0, nc, lane);
-    else store_unit_bias_relu<kUnitN, DType::f32>(ep, buf, m0, nc, lane);
-    return;
-  }
   const int esize = dtype_bytes(ep.c_dtype);
   if (m_contiguous) {
     const int64_t m = m0 + lane % 16;
@@ -1064,7 +1097,8 @@ __device__ __forceinline__ void store_unit_epilogue(const EpilogueParams& ep, bo
 #pragma unroll 1
     for (int i = lane / 16; i < kUnitN; i += 2, p += step)
       store_float_aligned(p, ep.c_dtype,
-                          epilogue_value(ep, buf[i * kEpiPitch + lane % 16], row, epilogue_col_scale(ep, nc + i), p));
+                          epilogue_value(ep, lds_f32(buf + 4 * (i * kEpiPitch + lane % 16)), row,
+                                         epilogue_col_scale(ep, nc + i), p));
   } else if (lane < kUnitN) {
     const float col_scale = epilogue_col_scale(ep, nc + lane);
     uint8_t* p = ep.c + (m0 * ep.ldc + (nc + lane) * ep.ldc_n) * esize;
@@ -1072,8 +1106,15 @@ __device__ __forceinline__ void store_unit_epilogue(const EpilogueParams& ep, bo
 #pragma unroll 1
     for (int r = 0; r < 16; ++r, p += step)
       store_float_aligned(p, ep.c_dtype,
-                          epilogue_value(ep, buf[lane * kEpiPitch + r], epilogue_row_terms(ep, m0 + r), col_scale, p));
+                          epilogue_value(ep, lds_f32(buf + 4 * (lane * kEpiPitch + r)), epilogue_row_terms(ep, m0 + r),
+                                         col_scale, p));
   }
+}
+
+// A linear layer's epilogue: alpha 1, beta 0, no scales (a bias and ReLU
+// allowed, any C dtype).
+__device__ __forceinline__ bool linear_epilogue(const EpilogueParams& ep) {
+  return ep.alpha == 1.0f && ep.beta == 0.0f && !ep.row_scale && !ep.col_scale;
 }
 
 // false leaves the unit to epilogue_store (tails, unaligned C). The fp16
@@ -1082,23 +1123,34 @@ __device__ __forceinline__ void store_unit_epilogue(const EpilogueParams& ep, bo
 // configuration that spilled), and that variant serves only
 // QG_CUDA_FOLDED=0.
 template <class C>
-__device__ __forceinline__ bool store_unit(const Shape& s, const EpilogueParams& ep, const float* buf, int64_t m0,
+__device__ __forceinline__ bool store_unit(const Shape& s, const EpilogueParams& ep, uint32_t buf, int64_t m0,
                                            int64_t nc, int lane) {
   constexpr bool kUnitEpilogue = !(C::kF16 && !C::kFold);
   if (!s.unit_c || m0 + 16 > s.m || nc + C::kUnitN > s.n || (!ep.plain && !kUnitEpilogue)) return false;
-  if (ep.plain) store_unit_plain<C::kUnitN>(ep, s.m_contiguous, buf, m0, nc, lane);
-  else if constexpr (kUnitEpilogue) store_unit_epilogue<C::kUnitN>(ep, s.m_contiguous, buf, m0, nc, lane);
+  if (kUnitEpilogue && s.pair_c && ep.plain) {
+    store_unit_pairs<C::kUnitN, DType::f32, true>(ep, buf, m0, nc, lane);
+  } else if (ep.plain) {
+    store_unit_plain<C::kUnitN>(ep, s.m_contiguous, buf, m0, nc, lane);
+  } else if constexpr (kUnitEpilogue) {
+    if (s.pair_c && linear_epilogue(ep)) {
+      if (ep.c_dtype == DType::f16) store_unit_pairs<C::kUnitN, DType::f16, false>(ep, buf, m0, nc, lane);
+      else if (ep.c_dtype == DType::bf16) store_unit_pairs<C::kUnitN, DType::bf16, false>(ep, buf, m0, nc, lane);
+      else store_unit_pairs<C::kUnitN, DType::f32, false>(ep, buf, m0, nc, lane);
+    } else {
+      store_unit_epilogue<C::kUnitN>(ep, s.m_contiguous, buf, m0, nc, lane);
+    }
+  }
   return true;
 }
 
 // Stores a consumer warp's 16 W rows x BN tokens through its staging buffer
-// (32 tokens x kEpiPitch floats, one unit at a time): every store
-// instruction then covers 16 consecutive m (two tokens) or up to 32
-// consecutive tokens, whichever C's layout makes contiguous, instead of the
-// fragment's scattered pairs.
+// (32 tokens x kEpiPitch floats at shared address buf, one unit at a time):
+// every store instruction then covers 16 consecutive m (two tokens), or
+// eight pairs of them, or up to 32 consecutive tokens, whichever C's layout
+// makes contiguous, instead of the fragment's scattered pairs.
 template <class C>
 __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams& ep,
-                                           const float (&acc)[C::kUnits][C::kSums], float* buf, int64_t m0,
+                                           const float (&acc)[C::kUnits][C::kSums], uint32_t buf, int64_t m0,
                                            int64_t n0, int lane) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -1106,10 +1158,10 @@ __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams&
 #pragma unroll
     for (int j = 0; j < C::kUnitN / 8; ++j) {
       const int col = 8 * j + 2 * t;
-      buf[col * kEpiPitch + g] = acc[q][4 * j];
-      buf[(col + 1) * kEpiPitch + g] = acc[q][4 * j + 1];
-      buf[col * kEpiPitch + g + 8] = acc[q][4 * j + 2];
-      buf[(col + 1) * kEpiPitch + g + 8] = acc[q][4 * j + 3];
+      sts_f32(buf + 4 * (col * kEpiPitch + g), acc[q][4 * j]);
+      sts_f32(buf + 4 * ((col + 1) * kEpiPitch + g), acc[q][4 * j + 1]);
+      sts_f32(buf + 4 * (col * kEpiPitch + g + 8), acc[q][4 * j + 2]);
+      sts_f32(buf + 4 * ((col + 1) * kEpiPitch + g + 8), acc[q][4 * j + 3]);
     }
     __syncwarp();
     const int64_t nc = n0 + q * C::kUnitN;
@@ -1119,12 +1171,12 @@ __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams&
         if (m0 + mi < s.m) {
 #pragma unroll 1
           for (int i = lane / 16; i < C::kUnitN && nc + i < s.n; i += 2)
-            epilogue_store(ep, m0 + mi, nc + i, buf[i * kEpiPitch + mi]);
+            epilogue_store(ep, m0 + mi, nc + i, lds_f32(buf + 4 * (i * kEpiPitch + mi)));
         }
       } else if (lane < C::kUnitN && nc + lane < s.n) {
 #pragma unroll 1
         for (int r = 0; r < 16 && m0 + r < s.m; ++r)
-          epilogue_store(ep, m0 + r, nc + lane, buf[lane * kEpiPitch + r]);
+          epilogue_store(ep, m0 + r, nc + lane, lds_f32(buf + 4 * (lane * kEpiPitch + r)));
       }
     }
     __syncwarp();  // the buffer is refilled by the next unit
@@ -1301,7 +1353,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
     wait_prerequisite();  // the consumers read the pass's scales and counters themselves (recompute_exact, gather_parts)
     const int wq = warp % 4, g = lane / 4, t = lane % 4;
     const int w_row = warpgroup * 64 * C::kMSlices + wq * 16 + g;  // the stage's W row of a[0] (slice 0)
-    float* buf = staging + warp * 32 * kEpiPitch;
+    const uint32_t buf = smem_u32(staging + warp * 32 * kEpiPitch);
     const uint32_t ring_u32 = smem_u32(ring);
     uint32_t it = 0;
     for (WorkWalk walk(s.work, blockIdx.x); walk.next(sg);) {
@@ -1423,6 +1475,8 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
   const EpilogueParams ep = epilogue_params(args);
   s.unit_c = args.c_dtype != DType::i32 &&  // (validation gives this op fp32, fp16 or bf16 C)
               is_aligned(args.c, static_cast<uintptr_t>(dtype_bytes(args.c_dtype)));
+  s.pair_c = s.unit_c && s.m_contiguous && is_aligned(args.c, static_cast<uintptr_t>(2 * dtype_bytes(args.c_dtype))) &&
+             args.ldc_n % 2 == 0;
   s.f16_magic = 0x64006400u;
   s.f16_bias = 0x64086408u;
   const int64_t slots = static_cast<int64_t>(lim.sms) * fit.blocks_per_sm;
