@@ -1056,10 +1056,9 @@ __device__ __forceinline__ void store_pair(uint8_t* p, float lo, float hi) {
 // epilogue: C of dtype CT, a bias and/or ReLU, nothing else. The steps are
 // epilogue_value's, called on a copy of ep whose dtype, alpha, beta and
 // scales the compiler then knows, so the bytes are epilogue_store's. Half
-// the store instructions of a lane a row, and for fp16 one conversion a
-// pair. Before it, with one row a lane and a generic pointer to the staged
-// values, the 128-row folded tile at 14336 x 4096 N = 512 took 148.4 µs
-// with fp16 C against 128.7 with plain fp32 C (Nsight Compute, H200).
+// the store instructions of one row a lane, and for fp16 one conversion a
+// pair (docs/architecture.md, "The epilogue's unit stores", has the
+// figures).
 template <int kUnitN, DType CT, bool kPlain>
 __device__ __forceinline__ void store_unit_pairs(EpilogueParams e, uint32_t buf, int64_t m0, int64_t nc, int lane) {
   e.c_dtype = CT;
@@ -1118,18 +1117,22 @@ __device__ __forceinline__ bool linear_epilogue(const EpilogueParams& ep) {
 }
 
 // false leaves the unit to epilogue_store (tails, unaligned C). The fp16
-// variant keeps epilogue_store for every epilogue but the plain one: with
-// store_unit_epilogue inlined ptxas spilled 120 bytes in it (the only
-// configuration that spilled), and that variant serves only
-// QG_CUDA_FOLDED=0.
+// variant keeps epilogue_store for every epilogue but the plain one, and
+// one row a lane for that: with store_unit_epilogue inlined ptxas spilled
+// 120 bytes in it (the only configuration that spilled), and that variant
+// serves only QG_CUDA_FOLDED=0.
 template <class C>
 __device__ __forceinline__ bool store_unit(const Shape& s, const EpilogueParams& ep, uint32_t buf, int64_t m0,
                                            int64_t nc, int lane) {
   constexpr bool kUnitEpilogue = !(C::kF16 && !C::kFold);
   if (!s.unit_c || m0 + 16 > s.m || nc + C::kUnitN > s.n || (!ep.plain && !kUnitEpilogue)) return false;
-  if (kUnitEpilogue && s.pair_c && ep.plain) {
-    store_unit_pairs<C::kUnitN, DType::f32, true>(ep, buf, m0, nc, lane);
-  } else if (ep.plain) {
+  if (ep.plain) {
+    if constexpr (kUnitEpilogue) {
+      if (s.pair_c) {
+        store_unit_pairs<C::kUnitN, DType::f32, true>(ep, buf, m0, nc, lane);
+        return true;
+      }
+    }
     store_unit_plain<C::kUnitN>(ep, s.m_contiguous, buf, m0, nc, lane);
   } else if constexpr (kUnitEpilogue) {
     if (s.pair_c && linear_epilogue(ep)) {
@@ -1143,40 +1146,65 @@ __device__ __forceinline__ bool store_unit(const Shape& s, const EpilogueParams&
   return true;
 }
 
-// Stores a consumer warp's 16 W rows x BN tokens through its staging buffer
-// (32 tokens x kEpiPitch floats at shared address buf, one unit at a time):
-// every store instruction then covers 16 consecutive m (two tokens), or
-// eight pairs of them, or up to 32 consecutive tokens, whichever C's layout
-// makes contiguous, instead of the fragment's scattered pairs.
-template <class C>
-__device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams& ep,
-                                           const float (&acc)[C::kUnits][C::kSums], uint32_t buf, int64_t m0,
-                                           int64_t n0, int lane) {
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int q = 0; q < C::kUnits; ++q) {
+// Unit u of a consumer warp's sums (slice u / kUnits, unit u % kUnits) into
+// its staging buffer at shared address buf, as the fragments lie (token
+// columns of kEpiPitch floats). u is known at run time only, so that the
+// unit stores after it are one copy of code a kernel (store_tile); registers
+// cannot be indexed at run time, hence one compile-time case a unit.
+template <class C, int U = 0>
+__device__ __forceinline__ void stage_unit(const float (&acc)[C::kAccRows][C::kSums], int u, uint32_t buf, int lane) {
+  if constexpr (U < C::kAccRows) {
+    if (u != U) {
+      stage_unit<C, U + 1>(acc, u, buf, lane);
+      return;
+    }
+    const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int j = 0; j < C::kUnitN / 8; ++j) {
       const int col = 8 * j + 2 * t;
-      sts_f32(buf + 4 * (col * kEpiPitch + g), acc[q][4 * j]);
-      sts_f32(buf + 4 * ((col + 1) * kEpiPitch + g), acc[q][4 * j + 1]);
-      sts_f32(buf + 4 * (col * kEpiPitch + g + 8), acc[q][4 * j + 2]);
-      sts_f32(buf + 4 * ((col + 1) * kEpiPitch + g + 8), acc[q][4 * j + 3]);
+      sts_f32(buf + 4 * (col * kEpiPitch + g), acc[U][4 * j]);
+      sts_f32(buf + 4 * ((col + 1) * kEpiPitch + g), acc[U][4 * j + 1]);
+      sts_f32(buf + 4 * (col * kEpiPitch + g + 8), acc[U][4 * j + 2]);
+      sts_f32(buf + 4 * ((col + 1) * kEpiPitch + g + 8), acc[U][4 * j + 3]);
     }
+  }
+}
+
+// Stores a consumer warp's 16 W rows a slice x BN tokens (rows m0 + 64 sl
+// of the tile, tokens from n0) through its staging buffer (32 tokens x
+// kEpiPitch floats at shared address buf, one unit at a time): every store
+// instruction then covers 16 consecutive m (two tokens), or eight pairs of
+// them, or up to 32 consecutive tokens, whichever C's layout makes
+// contiguous, instead of the fragment's scattered pairs. The loop over the
+// units is not unrolled: unrolled, each of the tile's units had its own copy
+// of the stores, each fetched again at every tile. Nsight Compute (H200,
+// 14336 x 4096, N = 512, folded 128-row tile, fp16 C with the two-row
+// stores): 2796 of the 3238 warp samples in those copies waited on
+// instruction fetch, and the kernel took 145.0 µs against 117.8 with fp32 C.
+// The fp16 variant keeps it unrolled: its sums all live through the loop
+// made ptxas spill 208 bytes there (that variant serves QG_CUDA_FOLDED=0).
+template <class C>
+__device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams& ep,
+                                           const float (&acc)[C::kAccRows][C::kSums], uint32_t buf, int64_t m0,
+                                           int64_t n0, int lane) {
+#pragma unroll(C::kF16 && !C::kFold ? C::kAccRows : 1)
+  for (int u = 0; u < C::kAccRows; ++u) {
+    const int64_t mu = m0 + 64 * (u / C::kUnits), nc = n0 + (u % C::kUnits) * C::kUnitN;
+    if (mu >= s.m) break;  // this slice and the next are past M
+    stage_unit<C>(acc, u, buf, lane);
     __syncwarp();
-    const int64_t nc = n0 + q * C::kUnitN;
-    if (!store_unit<C>(s, ep, buf, m0, nc, lane)) {  // tails, unaligned C, the fp16 variant's epilogues
+    if (!store_unit<C>(s, ep, buf, mu, nc, lane)) {  // tails, unaligned C, the fp16 variant's epilogues
       if (s.m_contiguous) {
         const int mi = lane % 16;
-        if (m0 + mi < s.m) {
+        if (mu + mi < s.m) {
 #pragma unroll 1
           for (int i = lane / 16; i < C::kUnitN && nc + i < s.n; i += 2)
-            epilogue_store(ep, m0 + mi, nc + i, lds_f32(buf + 4 * (i * kEpiPitch + mi)));
+            epilogue_store(ep, mu + mi, nc + i, lds_f32(buf + 4 * (i * kEpiPitch + mi)));
         }
       } else if (lane < C::kUnitN && nc + lane < s.n) {
 #pragma unroll 1
-        for (int r = 0; r < 16 && m0 + r < s.m; ++r)
-          epilogue_store(ep, m0 + r, nc + lane, lds_f32(buf + 4 * (lane * kEpiPitch + r)));
+        for (int r = 0; r < 16 && mu + r < s.m; ++r)
+          epilogue_store(ep, mu + r, nc + lane, lds_f32(buf + 4 * (lane * kEpiPitch + r)));
       }
     }
     __syncwarp();  // the buffer is refilled by the next unit
@@ -1427,13 +1455,14 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       if constexpr (C::kFold) unsafe = consumers_any(worst > kFoldMaxWBits);
       if (sg.shared < 0 || gather_parts<C>(s, acc, sg, ticket, C::kFold ? &unsafe : nullptr)) {
         const int64_t n0 = tn * C::BN;
+        if constexpr (C::kFold) {
+          if (unsafe) {
 #pragma unroll
-        for (int sl = 0; sl < C::kMSlices; ++sl) {
-          const int64_t row = tm * C::kBM + w_row + 64 * sl;  // this thread's first
-          if constexpr (C::kFold)
-            if (unsafe) recompute_exact<C>(s, slice_acc<C>(acc, sl), row, n0, t);
-          if (row - g < s.m) store_tile<C>(s, ep, slice_acc<C>(acc, sl), buf, row - g, n0, lane);
+            for (int sl = 0; sl < C::kMSlices; ++sl)  // this thread's first row of the slice
+              recompute_exact<C>(s, slice_acc<C>(acc, sl), tm * C::kBM + w_row + 64 * sl, n0, t);
+          }
         }
+        store_tile<C>(s, ep, acc, buf, tm * C::kBM + w_row - g, n0, lane);
       }
     }
   }
