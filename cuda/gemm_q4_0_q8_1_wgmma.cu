@@ -1563,15 +1563,10 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
       !tma::encode_rows_plain(&map_flags, CU_TENSOR_MAP_DATA_TYPE_UINT8, flags, lay.flag_rows, lay.flag_row,
                               lay.flag_row, kFlagBytes, 1))
     return refused(args, "the driver refused the operands' tensor maps; a driver for CUDA 12 or newer is needed");
-  if (n <= kEarlyLaunchMaxN) {
-    s.early_w_stages = static_cast<uint32_t>(std::min(kEarlyWStages, C::kStages));
-    launch_after_prerequisite(gemm_q4_0_wgmma_kernel<C>, dim3(static_cast<unsigned>(grid)), dim3(kThreads),
-                              C::kSmemBytes, cs, map_w, map_codes, map_scales, map_flags, s, ep);
-  } else {
-    s.early_w_stages = 0;
-    gemm_q4_0_wgmma_kernel<C><<<static_cast<unsigned>(grid), kThreads, C::kSmemBytes, cs>>>(
-        map_w, map_codes, map_scales, map_flags, s, ep);
-  }
+  const bool early = n <= kEarlyLaunchMaxN;
+  s.early_w_stages = early ? static_cast<uint32_t>(std::min(kEarlyWStages, C::kStages)) : 0u;
+  launch_maybe_early(gemm_q4_0_wgmma_kernel<C>, dim3(static_cast<unsigned>(grid)), dim3(kThreads), C::kSmemBytes, cs,
+                     early, map_w, map_codes, map_scales, map_flags, s, ep);
   return gemm_launch_status(args);
 }
 

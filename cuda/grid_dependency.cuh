@@ -6,7 +6,7 @@
 // the GEMM that reads them) otherwise pays, between the two, the pass's
 // last wave, the launch of the GEMM's grid, and the GEMM's prologue (its
 // barriers, its tensor maps, the first stages' weight loads from HBM)
-// before its first MMA. With the GEMM launched by launch_after_prerequisite,
+// before its first MMA. With the GEMM launched early (launch_maybe_early),
 // its CTAs start once every CTA of the pass has called launch_dependents,
 // do all that does not read the pass's output, then wait_prerequisite: it
 // returns once the pass has completed and its writes are visible.
@@ -34,14 +34,15 @@ __device__ __forceinline__ void wait_prerequisite() {
 #endif
 }
 
-// kernel<<<grid, threads, smem, stream>>>(args...), allowed to start before
-// the stream's previous kernel has completed (it must call
-// wait_prerequisite before it reads what that kernel writes, and before it
-// writes what that kernel reads). Errors are left to cudaGetLastError, as a
-// <<<>>> launch leaves them.
+// kernel<<<grid, threads, smem, stream>>>(args...), and with `early` allowed
+// to start before the stream's previous kernel has completed (it must then
+// call wait_prerequisite before it reads what that kernel writes, and before
+// it writes what that kernel reads). One launch statement for both, so a
+// caller that launches early for some shapes only states which. Errors are
+// left to cudaGetLastError, as a <<<>>> launch leaves them.
 template <class... Params, class... Args>
-void launch_after_prerequisite(void (*kernel)(Params...), dim3 grid, dim3 threads, size_t smem, cudaStream_t stream,
-                               Args&&... args) {
+void launch_maybe_early(void (*kernel)(Params...), dim3 grid, dim3 threads, size_t smem, cudaStream_t stream,
+                        bool early, Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -51,7 +52,7 @@ void launch_after_prerequisite(void (*kernel)(Params...), dim3 grid, dim3 thread
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attr;
-  config.numAttrs = 1;
+  config.numAttrs = early ? 1 : 0;
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
