@@ -493,7 +493,7 @@ struct Shape {
   int64_t m, n, nb;
   bool m_contiguous;     // C's m step is 1: the epilogue's lanes run along m
   bool unit_c;           // C's elements lie at their own alignment: whole units go through store_unit
-  bool pair_c;           // and m-contiguous C's pairs of rows (m even) at twice it: store_unit_pairs
+  bool pair_c;           // and m-contiguous C at twice it, an even token stride: rows m, m + 1 (m even) in one store
   WorkSplit work;        // which steps of which tiles each CTA runs (work_split.h)
   float* parts;          // shared tiles: work.part_slots() slots of kBM x BN floats
   unsigned* tickets;     // per shared tile: CTAs that have finished their steps of it
@@ -973,7 +973,7 @@ __device__ void recompute_exact(const Shape& s, float (&acc)[C::kUnits][C::kSums
 
 // The staging buffer by 32-bit shared address. Through a generic pointer
 // every load of it was an LD with 64-bit address arithmetic around it:
-// Nsight Compute's SASS of the folded 128-row tile (14336 x 4096, N = 512,
+// Nsight Compute's SASS of the folded 256-row tile (14336 x 4096, N = 512,
 // H200) counted about 9 instructions an element for plain fp32 C and 22 for
 // fp16 C. "memory": the fill, the __syncwarp and the loads keep their order.
 __device__ __forceinline__ void sts_f32(uint32_t addr, float v) {
@@ -1003,9 +1003,11 @@ __device__ __forceinline__ float2 lds_f2(uint32_t addr) {
 //   Compute put 28 % of the warps' samples of the 256-row tile (14336 x
 //   4096, N = 512) in those loops, stalled on fixed-latency waits and
 //   instruction fetch.
-// - any other epilogue, a loop that is not unrolled (unrolled, its eight
+// - any other epilogue, a loop that is not unrolled (unrolled, back when
+//   each of the tile's units had its own copy of the stores, its eight
 //   copies of every epilogue step made ptxas spill in two configurations
-//   and take 6-30x as long on each kernel, and the kernel slower), with the
+//   and take 6-30x as long on each kernel, and the kernel slower; not tried
+//   again since the units share one copy, store_tile), with the
 //   terms of the lane's one W row (m-contiguous C: its bias, its row scale)
 //   or its one token (its column scale) loaded once before it. Through
 //   epilogue_store every element waited on its bias load (an L2 round trip,
@@ -1119,8 +1121,8 @@ __device__ __forceinline__ bool linear_epilogue(const EpilogueParams& ep) {
 // false leaves the unit to epilogue_store (tails, unaligned C). The fp16
 // variant keeps epilogue_store for every epilogue but the plain one, and
 // one row a lane for that: with store_unit_epilogue inlined ptxas spilled
-// 120 bytes in it (the only configuration that spilled), and that variant
-// serves only QG_CUDA_FOLDED=0.
+// 120 bytes in it, with store_unit_pairs 184 (the only configuration that
+// spilled each time), and that variant serves only QG_CUDA_FOLDED=0.
 template <class C>
 __device__ __forceinline__ bool store_unit(const Shape& s, const EpilogueParams& ep, uint32_t buf, int64_t m0,
                                            int64_t nc, int lane) {
@@ -1173,16 +1175,18 @@ __device__ __forceinline__ void stage_unit(const float (&acc)[C::kAccRows][C::kS
 // Stores a consumer warp's 16 W rows a slice x BN tokens (rows m0 + 64 sl
 // of the tile, tokens from n0) through its staging buffer (32 tokens x
 // kEpiPitch floats at shared address buf, one unit at a time): every store
-// instruction then covers 16 consecutive m (two tokens), or eight pairs of
-// them, or up to 32 consecutive tokens, whichever C's layout makes
-// contiguous, instead of the fragment's scattered pairs. The loop over the
+// instruction then covers 16 consecutive m of two tokens (one row a lane) or
+// of four tokens (two rows a lane), or up to 32 consecutive tokens,
+// whichever C's layout makes contiguous, instead of the fragment's
+// scattered pairs. The loop over the
 // units is not unrolled: unrolled, each of the tile's units had its own copy
 // of the stores, each fetched again at every tile. Nsight Compute (H200,
-// 14336 x 4096, N = 512, folded 128-row tile, fp16 C with the two-row
+// 14336 x 4096, N = 512, folded 256-row tile, fp16 C with the two-row
 // stores): 2796 of the 3238 warp samples in those copies waited on
 // instruction fetch, and the kernel took 145.0 µs against 117.8 with fp32 C.
-// The fp16 variant keeps it unrolled: its sums all live through the loop
-// made ptxas spill 208 bytes there (that variant serves QG_CUDA_FOLDED=0).
+// The fp16 variant keeps it unrolled: rolled, with all its sums live
+// through the loop, ptxas spilled 208 bytes there (that variant serves
+// QG_CUDA_FOLDED=0).
 template <class C>
 __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams& ep,
                                            const float (&acc)[C::kAccRows][C::kSums], uint32_t buf, int64_t m0,

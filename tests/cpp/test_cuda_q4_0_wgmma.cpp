@@ -57,6 +57,31 @@ class CudaQ4Wgmma : public qgtest::CudaFixture<::testing::TestWithParam<std::str
     ASSERT_TRUE(tester_.run_and_check(c)) << "refused: " << tester_.refusals();
   }
 
+  // UnitStoresMatchElementStores (below) on one shape.
+  void unit_stores_match_element_stores(std::mt19937_64& rng, const Shape& s) {
+    const auto& plain = qgtest::gemm_suite::epilogue_configs().front();  // nothing to apply
+    const qgtest::gemm_suite::EpilogueConfig linear{"bias f16, relu", false, false, false, false, true,
+                                                    qg::DType::f16, true};
+    const auto& all = qgtest::gemm_suite::epilogue_configs().back();  // every step, bias bf16
+    std::vector<qgtest::gemm_suite::CLayout> layouts = qgtest::gemm_suite::run_layouts(s.m, s.n);
+    layouts.push_back({"transposed, odd token stride", 1, s.m + 1});
+    for (const auto* e : {&plain, &linear, &all})
+      for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16})
+        for (const qgtest::gemm_suite::CLayout& l : layouts) {
+          if (e == &plain && dt != qg::DType::f32) continue;  // fp16 / bf16 C is the other epilogue
+          SCOPED_TRACE(std::string("epilogue ") + e->name + ", out " + qg::dtype_name(dt) + ", C " + l.name);
+          GemmCase c = qgtest::gemm_suite::epilogue_case(rng, s, *e, dt, l);
+          qgtest::store_u16(c.w_block(2, 3), 0x7E00);
+          qgtest::store_u16(c.w_block(5, 0), 0xFE00);
+          check(c);
+          const std::vector<uint8_t> units = c.c_out;
+          c.c_offset = 1;
+          check(c);
+          ASSERT_EQ(units.size(), c.c_out.size());
+          EXPECT_EQ(0, std::memcmp(units.data(), c.c_out.data(), units.size()));
+        }
+  }
+
   qgtest::CudaMemory mem_;
   qgtest::GemmKernelTester tester_{qg::detail::cuda::registry(), GetParam(), mem_};
 };
@@ -144,38 +169,21 @@ TEST_P(CudaQ4Wgmma, EpilogueFeatures) {
 
 // Whole units of an aligned C go through the unit stores; C one byte off
 // its alignment sends every element through epilogue_store. Both must give
-// the same bytes: the plain epilogue (fp32, nothing to apply: every
-// variant's unrolled stores), a linear layer's bias and ReLU (two rows a
-// lane where C's pairs of rows are aligned, by output dtype), and every
-// epilogue step at once (the general loop; the fp16 variant leaves both to
-// epilogue_store), in each output dtype, C m-contiguous (x @ W^T) with an
-// even and an odd token stride (pairs of rows aligned or not) and
-// interleaved. NaN W scales in rows 2 and 5 put NaN in the low and the high
-// element of a pair: the fp16 pair conversion's other path.
+// the same bytes: the plain epilogue (fp32, nothing to apply), a linear
+// layer's bias and ReLU, and every epilogue step at once (the general loop;
+// the fp16 variant leaves the last two to epilogue_store), in each output
+// dtype, C m-contiguous (x @ W^T) with an even token stride (two rows a
+// lane, store_unit_pairs) and an odd one (one row a lane), and interleaved;
+// the wide tiles' units of 32 tokens and, where the kernel has it, the
+// 16-token tile's units. NaN W scales in rows 2 and 5 put NaN in the low
+// and the high element of a pair: the fp16 pair conversion's other path.
 TEST_P(CudaQ4Wgmma, UnitStoresMatchElementStores) {
   QG_SEEDED_RNG(rng, 11);
-  const Shape s{160, 136, 512};
-  const auto& plain = qgtest::gemm_suite::epilogue_configs().front();  // nothing to apply
-  const qgtest::gemm_suite::EpilogueConfig linear{"bias f16, relu", false, false, false, false, true,
-                                                  qg::DType::f16, true};
-  const auto& all = qgtest::gemm_suite::epilogue_configs().back();  // every step, bias bf16
-  std::vector<qgtest::gemm_suite::CLayout> layouts = qgtest::gemm_suite::run_layouts(s.m, s.n);
-  layouts.push_back({"transposed, odd token stride", 1, s.m + 1});
-  for (const auto* e : {&plain, &linear, &all})
-    for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16})
-      for (const qgtest::gemm_suite::CLayout& l : layouts) {
-        if (e == &plain && dt != qg::DType::f32) continue;  // fp16 / bf16 C is the other epilogue
-        SCOPED_TRACE(std::string("epilogue ") + e->name + ", out " + qg::dtype_name(dt) + ", C " + l.name);
-        GemmCase c = qgtest::gemm_suite::epilogue_case(rng, s, *e, dt, l);
-        qgtest::store_u16(c.w_block(2, 3), 0x7E00);
-        qgtest::store_u16(c.w_block(5, 0), 0xFE00);
-        check(c);
-        const std::vector<uint8_t> units = c.c_out;
-        c.c_offset = 1;
-        check(c);
-        ASSERT_EQ(units.size(), c.c_out.size());
-        EXPECT_EQ(0, std::memcmp(units.data(), c.c_out.data(), units.size()));
-      }
+  for (const Shape& s : {Shape{160, 136, 512}, Shape{160, 16, 512}}) {
+    if (s.n < min_n()) continue;  // the narrow tiles: cuda_wgmma's only
+    SCOPED_TRACE("N = " + std::to_string(s.n));
+    unit_stores_match_element_stores(rng, s);
+  }
 }
 
 // The integer part at its extremes with unit scales: exact.
