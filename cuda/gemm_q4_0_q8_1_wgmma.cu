@@ -1178,9 +1178,9 @@ __device__ __forceinline__ void stage_unit(const float (&acc)[C::kAccRows][C::kS
 // instruction then covers 16 consecutive m of two tokens (one row a lane) or
 // of four tokens (two rows a lane), or up to 32 consecutive tokens,
 // whichever C's layout makes contiguous, instead of the fragment's
-// scattered pairs. The loop over the
-// units is not unrolled: unrolled, each of the tile's units had its own copy
-// of the stores, each fetched again at every tile. Nsight Compute (H200,
+// scattered pairs. The loop over the units is not unrolled: unrolled, each
+// of the tile's units had its own copy of the stores, each fetched again at
+// every tile. Nsight Compute (H200,
 // 14336 x 4096, N = 512, folded 256-row tile, fp16 C with the two-row
 // stores): 2796 of the 3238 warp samples in those copies waited on
 // instruction fetch, and the kernel took 145.0 µs against 117.8 with fp32 C.
@@ -1361,12 +1361,8 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
 #pragma unroll
           for (int i = 0; i < C::kSubTiles; ++i) {
             if (i == C::kSubTiles - 1) {
-              if (round > 0) {
-                bulk::mbar_wait(&pempty[C::kWPart], (round - 1) & 1);
-                load_w(stage, step, tm);
-              } else if (it >= early) {
-                load_w(stage, step, tm);
-              }
+              if (round > 0) bulk::mbar_wait(&pempty[C::kWPart], (round - 1) & 1);
+              if (round > 0 || it >= early) load_w(stage, step, tm);  // the first `early` went before the wait
               if constexpr (!C::kFold)
                 tma::load_2d(dst + C::kCodeBytes + C::kWBytes, &map_scales, 2 * n0, kb, &pfull[C::kWPart]);
               tma::load_2d(stage_flags + stage * kFlagStride, &map_flags, static_cast<int32_t>(step * kFlagBytes),
