@@ -49,7 +49,7 @@
 // into units of 32 (or 16) tokens with their own fp32 sums. A stage is 8
 // blocks x the units, each one MMA into one of kInFlight + 1 sets of sums:
 // unit U is issued, then unit U - kInFlight is waited for and rescaled, so
-// two (fp16 variant: three) MMAs stay queued while the FMAs run, and the W fragment of the next block and
+// two (fp16 variant and one-unit tiles: three) MMAs stay queued while the FMAs run, and the W fragment of the next block and
 // the scales of the next unit are loaded ahead (measured on an H200 with one
 // MMA in flight and no prefetch: issue slots 40 % busy, a third of the
 // stalls on those loads). The stage's code is straight-line and ends with
@@ -194,12 +194,16 @@ struct Cfg {
 };
 using CfgWide = Cfg<32, 4, 3>;  // N > 64: 128 tokens
 using Cfg64 = Cfg<32, 2, 5>;    // N = 33..64
-using Cfg32 = Cfg<32, 1, 7>;    // N = 17..32
-using Cfg16 = Cfg<16, 1, 8>;    // N <= 16
+// The one-unit tiles keep three MMAs queued, not two: one unit a block, so
+// each rescale waits on the MMA of two blocks back, and that latency is what
+// bounds these tiles (measured on an H200 with high_nibbles_x16: 1-2 % faster
+// at N = 16 and 32; the 128-token int8 tile gained nothing from three).
+using Cfg32 = Cfg<32, 1, 7, false, 3>;  // N = 17..32
+using Cfg16 = Cfg<16, 1, 8, false, 3>;  // N <= 16
 // The fp16 variant's tile: 128 tokens; a stage's codes take twice the bytes,
 // so two stages fill shared memory. Three MMAs stay queued while a unit is
 // rescaled (measured on an H200, 4096 x 14336: 4 to 6 % faster than two at N = 128, 512, 4096;
-// four were slower than three; the int8 tiles gained nothing from three).
+// four were slower than three).
 using CfgWideF16 = Cfg<32, 4, 2, true, 3>;
 // The folded variant's tiles: 128 or 256 W rows (one or two m64 slices a
 // consumer warpgroup) x 128 tokens, two stages (82 or 100 KB each).
@@ -288,11 +292,13 @@ struct SplitDst {
   // scale (the int8 rescale's fast form would turn Inf into NaN), or one the
   // folded operands cannot carry. Marked in the block's non-finite byte.
   __device__ bool needs_exact(float d) const { return fold ? !fold_carries(d) : !isfinite(d); }
-  // Token tok's block b's scale d: (d, -M d) in its pair's float4.
+  // Token tok's block b's scale d: (d, -M d) in its pair's float4. Int8
+  // codes take d / 16 (exact): their MMA sums are 16 isum (high_nibbles_x16).
   __device__ void put_scale(int64_t tok, int64_t b, float d) const {
     float* slot = scale_slot(tok, b);
-    slot[0] = d;
-    slot[2] = -kMagic * d;  // exact: 2 significant bits times 11
+    const float ds = code_elem == 1 ? d * 0.0625f : d;
+    slot[0] = ds;
+    slot[2] = -kMagic * ds;  // exact: 2 significant bits times 11
   }
   // The odd last token's partner slot (token n, which does not exist).
   __device__ void put_partner(int64_t tok, int64_t b) const {
@@ -535,10 +541,15 @@ __device__ __forceinline__ float lds_half(uint32_t addr) {
   return __half2float(__ushort_as_half(h));
 }
 
-// Four codes 0..15 held in bytes -> the signed bytes code - 8: adding 0x78
-// cannot carry out of a byte; flipping bit 7 gives two's complement.
-__device__ __forceinline__ int centered(uint32_t nibbles) {
-  return static_cast<int>((nibbles + 0x78787878u) ^ 0x80808080u);
+// Four codes 0..15 in the high nibbles of bytes (the low nibbles ignored)
+// -> the signed bytes 16 (code - 8): the mask keeps 16 code, flipping bit 7
+// subtracts 128 in two's complement. One LOP3 a register, where code - 8
+// from a low nibble took a mask, an add and an xor; the MMA's sums are 16
+// times the block's integer sum (|16 isum| <= 2^19, inside the magic
+// number's exact range), and the activations' scales in the table are
+// d / 16 (SplitDst::put_scale), so the rescale's products are the same.
+__device__ __forceinline__ int high_nibbles_x16(uint32_t bytes) {
+  return static_cast<int>((bytes & 0xF0F0F0F0u) ^ 0x80808080u);
 }
 
 // Block kB of the stage in W row `row` + 8 r (row: the W stage's row of lane
@@ -572,8 +583,8 @@ __device__ __forceinline__ void load_w(uint32_t row, int t, int (&a)[4], float (
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const uint32_t q = load_w_word<kB>(row, r, t, dw[r]);
-    a[r] = centered(q & 0x0F0F0F0Fu);
-    a[r + 2] = centered((q >> 4) & 0x0F0F0F0Fu);
+    a[r] = high_nibbles_x16(q << 4);  // the low nibbles, moved up
+    a[r + 2] = high_nibbles_x16(q);
   }
 }
 
@@ -1037,16 +1048,20 @@ __device__ __forceinline__ void store_float_aligned(uint8_t* p, DType dtype, flo
 }
 
 // Two adjacent elements of C (lo at p, hi after it) in one store. fp16: one
-// cvt.rn.f16x2.f32 for both, which rounds as fp32_to_fp16 does; NaN, whose
-// bits the hardware makes 0x7FFF, takes fp32_to_fp16's path.
+// cvt.rn.f16x2.f32 for both, which rounds as fp32_to_fp16 does; a NaN half,
+// whose bits the hardware makes 0x7FFF, is replaced by fp32_to_fp16's (the
+// sign and kFp16NaN) through a mask rather than a branch around every pair.
 template <DType CT>
 __device__ __forceinline__ void store_pair(uint8_t* p, float lo, float hi) {
   if constexpr (CT == DType::f32) {
     *reinterpret_cast<float2*>(p) = make_float2(lo, hi);
   } else if constexpr (CT == DType::f16) {
     uint32_t w;
-    if (lo != lo || hi != hi) w = fp32_to_fp16(lo) | (static_cast<uint32_t>(fp32_to_fp16(hi)) << 16);
-    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    const uint32_t mask = (lo != lo ? 0x0000FFFFu : 0u) | (hi != hi ? 0xFFFF0000u : 0u);
+    const uint32_t canon = ((__float_as_uint(lo) >> 16) & 0x8000u) | (__float_as_uint(hi) & 0x80000000u) |
+                           (static_cast<uint32_t>(kFp16NaN) * 0x00010001u);
+    w = (w & ~mask) | (canon & mask);
     *reinterpret_cast<uint32_t*>(p) = w;
   } else {
     *reinterpret_cast<uint32_t*>(p) = fp32_to_bf16(lo) | (static_cast<uint32_t>(fp32_to_bf16(hi)) << 16);
