@@ -186,24 +186,31 @@ TEST_P(CudaQ4Wgmma, UnitStoresMatchElementStores) {
   }
 }
 
-// The integer part at its extremes with unit scales: exact.
+// The integer part at its extremes with unit scales: exact. Each block's
+// MMA sum is then at its largest (the int8 tiles sum 16 (code - 8) x a:
+// 2^19 a block), on the 128-token tile and on the one-unit 16- and 32-token
+// tiles, whose pipelines differ.
 TEST_P(CudaQ4Wgmma, ExtremeCodesExact) {
   struct Ext {
     uint8_t nibble;
     int8_t a;
   };
-  for (const Ext& e : {Ext{0, -128}, Ext{15, -128}, Ext{0, 127}, Ext{15, 127}}) {
-    SCOPED_TRACE("nibble " + std::to_string(e.nibble) + " a " + std::to_string(e.a));
-    std::mt19937_64 unused(0);
-    GemmCase c = random_case(unused, 130, 140, 4096);
-    qgtest::set_all_scales(c, 0x3C00);
-    for (int64_t r = 0; r < c.m; ++r)
-      for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.w_block(r, blk) + 2, e.nibble | (e.nibble << 4), 16);
-    for (int64_t r = 0; r < c.n; ++r)
-      for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.a_block(r, blk) + 4, static_cast<uint8_t>(e.a), 32);
-    ASSERT_TRUE(tester_.run(c)) << tester_.refusals();
-    qgtest::expect_gemm_exact(c);
-    EXPECT_EQ(c.out(129, 139), (e.nibble - 8.0) * e.a * c.k);
+  for (int64_t n : {int64_t{140}, int64_t{16}, int64_t{24}}) {
+    if (n < min_n()) continue;
+    for (const Ext& e : {Ext{0, -128}, Ext{15, -128}, Ext{0, 127}, Ext{15, 127}}) {
+      SCOPED_TRACE("N " + std::to_string(n) + " nibble " + std::to_string(e.nibble) + " a " + std::to_string(e.a));
+      std::mt19937_64 unused(0);
+      GemmCase c = random_case(unused, 130, n, 4096);
+      qgtest::set_all_scales(c, 0x3C00);
+      for (int64_t r = 0; r < c.m; ++r)
+        for (int64_t blk = 0; blk < c.k / 32; ++blk)
+          std::memset(c.w_block(r, blk) + 2, e.nibble | (e.nibble << 4), 16);
+      for (int64_t r = 0; r < c.n; ++r)
+        for (int64_t blk = 0; blk < c.k / 32; ++blk) std::memset(c.a_block(r, blk) + 4, static_cast<uint8_t>(e.a), 32);
+      ASSERT_TRUE(tester_.run(c)) << tester_.refusals();
+      qgtest::expect_gemm_exact(c);
+      EXPECT_EQ(c.out(129, n - 1), (e.nibble - 8.0) * e.a * c.k);
+    }
   }
 }
 
