@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "backend.h"
+#include "cpu/features.h"
+#include "cpu/kernels.h"
 #include "dispatch.h"
 #include "epilogue.h"
 #include "int_formats.h"
@@ -1152,6 +1154,98 @@ TEST(CpuQuantizeTensor, NaNPoisonsItsScopeOnlyAndZeroScopes) {
     EXPECT_EQ(q.scales[2], 0.0f);
     for (int i = 6; i < 9; ++i) EXPECT_EQ(codes[i], asym ? q.zps[2] : 0);
   }
+}
+
+// The AVX2 loops of the integer quantizer against int_formats.h's scalar
+// rules, value by value: every dtype, lengths with every tail, values at
+// rounding ties, past the code range, signed zeros, subnormals, Inf and NaN
+// (which a static scope codes; a dynamic one is poisoned before coding).
+TEST(CpuQuantizeTensor, VectorLoopsMatchTheScalarRules) {
+  const auto& cf = qg::detail::cpu::cpu_features();
+  if (!(cf.avx2 && cf.fma && cf.f16c)) GTEST_SKIP() << "this CPU (or QG_CPU_ISA) has no AVX2 + FMA + F16C";
+  QG_SEEDED_RNG(rng, 830);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float specials[] = {0.0f, -0.0f, 0.5f, -0.5f, 1.5f, -2.5f, 126.5f, -127.5f, 127.5f, 1e30f, -1e30f,
+                            1e-40f, -1e-45f, 3.0e38f, inf, -inf, nan};
+  std::uniform_real_distribution<float> mag(-6.0f, 6.0f);
+  std::uniform_int_distribution<int> pick(0, 99);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (int64_t n = 0; n <= 67; ++n)
+      for (int trial = 0; trial < 3; ++trial) {
+        SCOPED_TRACE(std::string(qg::dtype_name(dt)) + " n " + std::to_string(n) + " trial " + std::to_string(trial));
+        // Values: random magnitudes and signs, some of them special; trial 0
+        // keeps them finite, so that the measured extent is compared too.
+        std::vector<float> v(static_cast<size_t>(n));
+        for (auto& x : v) {
+          const int p = pick(rng);
+          x = p < 15 ? specials[p % (trial == 0 ? 14 : 17)] : std::ldexp(mag(rng), static_cast<int>(mag(rng)));
+        }
+        std::vector<uint8_t> bytes(static_cast<size_t>(n) * qg::dtype_size(dt));
+        for (int64_t k = 0; k < n; ++k) {
+          if (dt == DType::f32) {
+            std::memcpy(&bytes[4 * k], &v[k], 4);
+            continue;
+          }
+          const uint16_t h = dt == DType::f16 ? qg::detail::fp32_to_fp16(v[k]) : qg::detail::fp32_to_bf16(v[k]);
+          std::memcpy(&bytes[2 * k], &h, 2);
+          v[k] = dt == DType::f16 ? qg::detail::fp16_to_fp32(h) : qg::detail::bf16_to_fp32(h);  // what the loops read
+        }
+        float lo = -1.0f, hi = -1.0f, absmax = -1.0f;
+        const bool finite = qg::detail::cpu::measure_scope_avx2(bytes.data(), dt, n, &lo, &hi, &absmax);
+        bool want_finite = true;
+        float want_lo = 0.0f, want_hi = 0.0f, want_abs = 0.0f;
+        for (float x : v) {
+          if (!qg::detail::is_finite(x)) {
+            want_finite = false;
+            continue;
+          }
+          want_lo = std::min(want_lo, x);
+          want_hi = std::max(want_hi, x);
+          want_abs = std::max(want_abs, std::fabs(x));
+        }
+        ASSERT_EQ(finite, want_finite);
+        if (finite) {  // zeros of either sign are the same extent
+          EXPECT_EQ(lo, want_lo);
+          EXPECT_EQ(hi, want_hi);
+          EXPECT_EQ(absmax, want_abs);
+        }
+        // Codes with a dynamic scope's parameters where it is finite, and
+        // with static ones (a plain, a tiny and a zero scale, zero points
+        // inside the range) for every trial.
+        std::vector<qg::detail::ScopeParams> params;
+        for (qg::Format f : {Format::i8, Format::i4}) {
+          const qg::detail::CodeRange c = qg::detail::code_range(f);
+          if (finite) {
+            params.push_back(qg::detail::symmetric_params(want_abs, c));
+            params.push_back(qg::detail::asymmetric_params(want_lo, want_hi, c));
+          }
+          params.push_back(qg::detail::static_params(0.25f, f == Format::i8 ? -3 : 2));
+          params.push_back(qg::detail::static_params(1e-30f, 0));
+          params.push_back(qg::detail::static_params(0.0f, 1));
+          for (const qg::detail::ScopeParams& p : params) {
+            std::vector<int8_t> codes(static_cast<size_t>(n) + 1, 77);
+            qg::detail::cpu::quantize_codes_avx2(bytes.data(), dt, n, p.inv, p.zp, c.qmin, c.qmax, codes.data());
+            for (int64_t k = 0; k < n; ++k)
+              ASSERT_EQ(codes[k], qg::detail::quantize_value(v[k], p, c))
+                  << "x " << v[k] << " scale " << p.scale << " zp " << p.zp << " qmax " << c.qmax << " at " << k;
+            EXPECT_EQ(codes[n], 77) << "wrote past n";
+          }
+          params.clear();
+        }
+      }
+  // Packing 4-bit codes two a byte, both forms, every tail.
+  std::uniform_int_distribution<int> code(-8, 7);
+  for (int64_t n = 0; n <= 99; ++n)
+    for (Format f : {Format::i4, Format::i4x8}) {
+      std::vector<int8_t> codes(static_cast<size_t>(n));
+      for (auto& c : codes) c = static_cast<int8_t>(code(rng));
+      std::vector<uint8_t> packed(static_cast<size_t>(n + 1) / 2 + 1, 0xA5);
+      qg::detail::cpu::pack_nibbles_avx2(codes.data(), n, f == Format::i4x8, packed.data());
+      for (int64_t i = 0; i < n; i += 2)
+        ASSERT_EQ(packed[i / 2], qg::detail::pack_pair(f, codes[i], i + 1 < n ? codes[i + 1] : 0))
+            << qg::format_traits(f).name << " n " << n << " byte " << i / 2;
+      EXPECT_EQ(packed.back(), 0xA5) << "wrote past the last byte, n " << n;
+    }
 }
 
 // quantize -> dequantize within half a scale, for every format, scope and

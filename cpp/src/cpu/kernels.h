@@ -39,6 +39,19 @@ Status gemm_wo_avx512vnni(const GemmArgs& args);
 // 32 finite floats, with AVX2 (callable only where cpu_features().avx2);
 // false, writing nothing, where the block holds NaN or +-Inf.
 bool quantize_codes_q8_avx2(const float* x, int8_t* qs, float* d, int* code_sum);
+// The integer quantizer's loops (quantize_tensor.cpp) with AVX2, callable
+// only where cpu_features().avx2, .fma and .f16c: n values of dtype d at x
+// (f32, f16 or bf16). The scope's minimum, maximum and largest magnitude
+// (each at least as low / high as 0), false where it holds Inf or NaN; and
+// its codes clamp(rint(x * inv) + zp, qmin, qmax), zp where x * inv is NaN,
+// one signed byte each.
+bool measure_scope_avx2(const uint8_t* x, DType d, int64_t n, float* lo, float* hi, float* absmax);
+void quantize_codes_avx2(const uint8_t* x, DType d, int64_t n, float inv, int32_t zp, int qmin, int qmax,
+                         int8_t* codes);
+// n 4-bit codes (-8..7, one a byte) two a byte, low nibble first: as
+// two's complement nibbles (i4) or as v + 8 (offset8: i4x8); an odd n's
+// last byte gets a 0 code in its high nibble. int_formats.h's pack_pair.
+void pack_nibbles_avx2(const int8_t* codes, int64_t n, bool offset8, uint8_t* out);
 
 // Readable reference: one block dot product at a time (quant_block.h).
 Status gemm_q4_0_q8_1_scalar(const GemmArgs& args);
