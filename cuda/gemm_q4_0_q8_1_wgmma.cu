@@ -49,8 +49,9 @@
 // into units of 32 (or 16) tokens with their own fp32 sums. A stage is 8
 // blocks x the units, each one MMA into one of kInFlight + 1 sets of sums:
 // unit U is issued, then unit U - kInFlight is waited for and rescaled, so
-// two (fp16 variant and one-unit tiles: three) MMAs stay queued while the FMAs run, and the W fragment of the next block and
-// the scales of the next unit are loaded ahead (measured on an H200 with one
+// two (fp16 variant and one-unit tiles: three) MMAs stay queued while the
+// FMAs run, and the W fragment of the next block and the scales of the next
+// unit are loaded ahead (measured on an H200 with one
 // MMA in flight and no prefetch: issue slots 40 % busy, a third of the
 // stalls on those loads). The stage's code is straight-line and ends with
 // nothing in flight.
@@ -132,7 +133,8 @@ static_assert(kMinM * kWRowBytes % 1024 == 0 && kWRowBytes % 16 == 0, "W boxes: 
 // A tile: BN = kUnits x kUnitN tokens, each unit one wgmma.m64n<kUnitN>k32
 // a block; kStages stages in the ring (narrow tiles stream W, so they take
 // as many as shared memory holds). kABufs W fragments rotate: with one unit
-// a block, two MMAs in flight span two blocks, so a third buffer is needed.
+// a block, kInFlight MMAs in flight span as many blocks, so one buffer more
+// is needed.
 //
 // kF16_: the fp16 variant (cuda_wgmma_f16, "The fp16 variant" below): codes
 // as fp16, two m64n32k16 MMAs a unit and block, fp32 sums.
@@ -196,8 +198,8 @@ using CfgWide = Cfg<32, 4, 3>;  // N > 64: 128 tokens
 using Cfg64 = Cfg<32, 2, 5>;    // N = 33..64
 // The one-unit tiles keep three MMAs queued, not two: one unit a block, so
 // each rescale waits on the MMA of two blocks back, and that latency is what
-// bounds these tiles (measured on an H200 with high_nibbles_x16: 1-2 % faster
-// at N = 16 and 32; the 128-token int8 tile gained nothing from three).
+// bounds these tiles (measured on an H200 with high_nibbles_x16: 0.4-2 %
+// faster at N = 16 and 32; the 128-token int8 tile gained nothing from three).
 using Cfg32 = Cfg<32, 1, 7, false, 3>;  // N = 17..32
 using Cfg16 = Cfg<16, 1, 8, false, 3>;  // N <= 16
 // The fp16 variant's tile: 128 tokens; a stage's codes take twice the bytes,
@@ -543,8 +545,9 @@ __device__ __forceinline__ float lds_half(uint32_t addr) {
 
 // Four codes 0..15 in the high nibbles of bytes (the low nibbles ignored)
 // -> the signed bytes 16 (code - 8): the mask keeps 16 code, flipping bit 7
-// subtracts 128 in two's complement. One LOP3 a register, where code - 8
-// from a low nibble took a mask, an add and an xor; the MMA's sums are 16
+// subtracts 128 in two's complement. One LOP3 a register (the low nibbles'
+// after a shift), where code - 8 from a low nibble took a mask, an add and
+// an xor; the MMA's sums are 16
 // times the block's integer sum (|16 isum| <= 2^19, inside the magic
 // number's exact range), and the activations' scales in the table are
 // d / 16 (SplitDst::put_scale), so the rescale's products are the same.

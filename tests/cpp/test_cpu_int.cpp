@@ -1167,18 +1167,23 @@ TEST(CpuQuantizeTensor, VectorLoopsMatchTheScalarRules) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const float specials[] = {0.0f, -0.0f, 0.5f, -0.5f, 1.5f, -2.5f, 126.5f, -127.5f, 127.5f, 1e30f, -1e30f,
                             1e-40f, -1e-45f, 3.0e38f, inf, -inf, nan};
+  constexpr int kFinite = 14;  // specials[0 .. kFinite - 1] are finite (in f32)
   std::uniform_real_distribution<float> mag(-6.0f, 6.0f);
-  std::uniform_int_distribution<int> pick(0, 99);
+  std::uniform_int_distribution<int> pick(0, 99), finite_special(0, kFinite - 1), any_special(0, 16);
   for (DType dt : {DType::f32, DType::f16, DType::bf16})
     for (int64_t n = 0; n <= 67; ++n)
       for (int trial = 0; trial < 3; ++trial) {
         SCOPED_TRACE(std::string(qg::dtype_name(dt)) + " n " + std::to_string(n) + " trial " + std::to_string(trial));
-        // Values: random magnitudes and signs, some of them special; trial 0
-        // keeps them finite, so that the measured extent is compared too.
+        // Values: random magnitudes and signs, 15 % of them special. Trial 0
+        // draws no Inf or NaN in f32 (f16 turns its largest values into Inf),
+        // so that the measured extent is compared too; the others draw all.
         std::vector<float> v(static_cast<size_t>(n));
         for (auto& x : v) {
-          const int p = pick(rng);
-          x = p < 15 ? specials[p % (trial == 0 ? 14 : 17)] : std::ldexp(mag(rng), static_cast<int>(mag(rng)));
+          if (pick(rng) >= 15) {
+            x = std::ldexp(mag(rng), static_cast<int>(mag(rng)));
+            continue;
+          }
+          x = specials[trial == 0 ? finite_special(rng) : any_special(rng)];
         }
         std::vector<uint8_t> bytes(static_cast<size_t>(n) * qg::dtype_size(dt));
         for (int64_t k = 0; k < n; ++k) {
@@ -1210,8 +1215,10 @@ TEST(CpuQuantizeTensor, VectorLoopsMatchTheScalarRules) {
           EXPECT_EQ(absmax, want_abs);
         }
         // Codes with a dynamic scope's parameters where it is finite, and
-        // with static ones (a plain, a tiny and a zero scale, zero points
-        // inside the range) for every trial.
+        // with static ones for every trial: a plain, a tiny and a zero scale,
+        // and a zero point past the code range (which NaN codes store as its
+        // low byte; validation of the public calls refuses it, the loops
+        // must still match the scalar code).
         std::vector<qg::detail::ScopeParams> params;
         for (qg::Format f : {Format::i8, Format::i4}) {
           const qg::detail::CodeRange c = qg::detail::code_range(f);
@@ -1222,11 +1229,13 @@ TEST(CpuQuantizeTensor, VectorLoopsMatchTheScalarRules) {
           params.push_back(qg::detail::static_params(0.25f, f == Format::i8 ? -3 : 2));
           params.push_back(qg::detail::static_params(1e-30f, 0));
           params.push_back(qg::detail::static_params(0.0f, 1));
+          params.push_back(qg::detail::static_params(0.5f, 200));
+          params.push_back(qg::detail::static_params(0.0f, -300));
           for (const qg::detail::ScopeParams& p : params) {
             std::vector<int8_t> codes(static_cast<size_t>(n) + 1, 77);
             qg::detail::cpu::quantize_codes_avx2(bytes.data(), dt, n, p.inv, p.zp, c.qmin, c.qmax, codes.data());
             for (int64_t k = 0; k < n; ++k)
-              ASSERT_EQ(codes[k], qg::detail::quantize_value(v[k], p, c))
+              ASSERT_EQ(codes[k], static_cast<int8_t>(qg::detail::quantize_value(v[k], p, c)))
                   << "x " << v[k] << " scale " << p.scale << " zp " << p.zp << " qmax " << c.qmax << " at " << k;
             EXPECT_EQ(codes[n], 77) << "wrote past n";
           }
@@ -1246,6 +1255,72 @@ TEST(CpuQuantizeTensor, VectorLoopsMatchTheScalarRules) {
             << qg::format_traits(f).name << " n " << n << " byte " << i / 2;
       EXPECT_EQ(packed.back(), 0xA5) << "wrote past the last byte, n " << n;
     }
+}
+
+// Whole calls on rows longer than the loops' vectors and the 4-bit path's
+// runs of 256 codes, against the scalar rules applied here element by
+// element: every format, scope and form, an odd K, a NaN that poisons its
+// scope, an Inf, ties. On an AVX2 CPU this is the vector path end to end.
+TEST(CpuQuantizeTensor, LongRowsMatchTheScalarRules) {
+  namespace d = qg::detail;
+  uint64_t salt = 840;
+  for (Format f : {Format::i8, Format::i4, Format::i4x8})
+    for (qg::Granularity gr : {qg::Granularity::tensor, qg::Granularity::row, qg::Granularity::group})
+      for (int64_t group : {int64_t{32}, int64_t{128}})
+        for (bool asym : {false, true}) {
+          if ((asym && f == Format::i4x8) || (gr != qg::Granularity::group && group == 128)) continue;
+          const int64_t rows = 3, k = gr == qg::Granularity::group ? 768 : (f == Format::i4 ? 701 : 704);
+          const int64_t g = gr == qg::Granularity::group ? group : 0;
+          SCOPED_TRACE(std::string(qg::format_traits(f).name) + (asym ? " asymmetric" : " symmetric") + " scope " +
+                       std::to_string(static_cast<int>(gr)) + " group " + std::to_string(g));
+          QG_SEEDED_RNG(rng, ++salt);
+          std::normal_distribution<float> gauss(asym ? 0.5f : 0.0f, 3.0f);
+          std::vector<float> x(static_cast<size_t>(rows * k));
+          for (auto& v : x) v = gauss(rng);
+          for (int64_t i = 0; i < k; i += 7) x[i] = 0.5f * static_cast<float>(i % 9) - 2.0f;  // ties once scaled by 1
+          x[1 * k + 300] = std::numeric_limits<float>::quiet_NaN();  // poisons row 1 (or its group, or the tensor)
+          x[2 * k + 37] = std::numeric_limits<float>::infinity();
+          const Quantized q = quantize(f, x, rows, k, gr, g, asym);
+          const d::CodeRange c = d::code_range(f);
+          const int64_t per_row = gr == qg::Granularity::tensor ? rows * k : gr == qg::Granularity::row ? k : g;
+          const int64_t rb = qg::row_bytes(qg::format_traits(f), k);
+          for (int64_t r = 0; r < rows; ++r) {
+            std::vector<int> codes(static_cast<size_t>(k) + 1, 0);
+            for (int64_t e = 0; e < k; ++e) {
+              const int64_t scope = d::scope_index(gr, r, e, k, g);
+              // The scope's values: the whole tensor, the row, or the group.
+              const int64_t first =
+                  gr == qg::Granularity::tensor ? 0 : r * k + (gr == qg::Granularity::group ? (e / g) * g : 0);
+              bool finite = true;
+              float lo = 0.0f, hi = 0.0f, am = 0.0f;
+              for (int64_t i = first; i < first + per_row; ++i) {
+                if (!d::is_finite(x[i])) {
+                  finite = false;
+                  continue;
+                }
+                lo = std::min(lo, x[i]);
+                hi = std::max(hi, x[i]);
+                am = std::max(am, std::fabs(x[i]));
+              }
+              const float nan = std::numeric_limits<float>::quiet_NaN();
+              const d::ScopeParams p = asym ? d::asymmetric_params(finite ? lo : nan, finite ? hi : nan, c)
+                                            : d::symmetric_params(finite ? am : nan, c);
+              if (e == 0 || scope != d::scope_index(gr, r, e - 1, k, g)) {
+                ASSERT_EQ(d::float_bits(q.scales[scope]), d::float_bits(p.scale)) << "scope " << scope;
+                if (asym) {
+                  ASSERT_EQ(q.zps[scope], p.zp) << "scope " << scope;
+                }
+              }
+              codes[e] = d::quantize_value(x[r * k + e], p, c);
+            }
+            for (int64_t b = 0; b < rb; ++b) {
+              const int hi = 2 * b + 1 < k ? codes[2 * b + 1] : 0;
+              const uint8_t want = f == Format::i8 ? static_cast<uint8_t>(static_cast<int8_t>(codes[b]))
+                                                   : d::pack_pair(f, codes[2 * b], hi);
+              ASSERT_EQ(q.codes[r * rb + b], want) << "row " << r << " byte " << b;
+            }
+          }
+        }
 }
 
 // quantize -> dequantize within half a scale, for every format, scope and

@@ -44,7 +44,8 @@ bool quantize_codes_q8_avx2(const float* x, int8_t* qs, float* d, int* code_sum)
 // (f32, f16 or bf16). The scope's minimum, maximum and largest magnitude
 // (each at least as low / high as 0), false where it holds Inf or NaN; and
 // its codes clamp(rint(x * inv) + zp, qmin, qmax), zp where x * inv is NaN,
-// one signed byte each.
+// one signed byte each (a zero point is stored as its low byte, as the
+// scalar code's cast does).
 bool measure_scope_avx2(const uint8_t* x, DType d, int64_t n, float* lo, float* hi, float* absmax);
 void quantize_codes_avx2(const uint8_t* x, DType d, int64_t n, float inv, int32_t zp, int qmin, int qmax,
                          int8_t* codes);

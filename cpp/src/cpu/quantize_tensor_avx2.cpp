@@ -8,7 +8,9 @@
 //    scope non-finite, which is all the scalar Extent keeps of it;
 //  - coding: x * inv is one vmulps (IEEE, never an FMA), vroundps in its
 //    nearest-even mode is rintf, r + zp one vaddps, and the clamp to
-//    [qmin, qmax] a max and a min; a NaN r takes zp, as quantize_value.
+//    [qmin, qmax] a max and a min; a NaN r takes zp, as quantize_value, as
+//    the low byte the scalar code stores (blended in before the narrowing,
+//    whose saturation would otherwise change a zero point past the range).
 // Rows of f32 load as they are, f16 through vcvtph2ps (exact), bf16 as
 // their bits shifted up (exact).
 #include "cpu/kernels.h"
@@ -94,13 +96,14 @@ void quantize_codes_avx2(const uint8_t* x, DType d, int64_t n, float inv, int32_
   const int64_t es = dtype_size(d);
   const __m256 vinv = _mm256_set1_ps(inv), vzp = _mm256_set1_ps(static_cast<float>(zp));
   const __m256 vmin = _mm256_set1_ps(static_cast<float>(qmin)), vmax = _mm256_set1_ps(static_cast<float>(qmax));
+  const __m256i zp_byte = _mm256_set1_epi32(static_cast<int8_t>(zp));
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) {
     const __m256 r = _mm256_round_ps(_mm256_mul_ps(load8(x + k * es, d), vinv),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(r, vzp), vmin), vmax);
-    t = _mm256_blendv_ps(t, vzp, _mm256_cmp_ps(r, r, _CMP_UNORD_Q));
-    const __m256i i = _mm256_cvttps_epi32(t);
+    const __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(r, vzp), vmin), vmax);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(r, r, _CMP_UNORD_Q));
+    const __m256i i = _mm256_blendv_epi8(_mm256_cvttps_epi32(t), zp_byte, nan);
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + k), _mm_packs_epi16(w, w));
   }
@@ -123,16 +126,14 @@ void pack_nibbles_avx2(const int8_t* codes, int64_t n, bool offset8, uint8_t* ou
   const __m256i low_byte = _mm256_set1_epi16(0x00FF);
   int64_t k = 0;
   for (; k + 32 <= n; k += 32) {
-    __m256i v = _mm256_xor_si256(_mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + k)), keep), flip);
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + k));
+    __m256i v = _mm256_xor_si256(_mm256_and_si256(c, keep), flip);
     v = _mm256_and_si256(_mm256_or_si256(v, _mm256_srli_epi16(v, 4)), low_byte);
     const __m128i b = _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k / 2), b);
   }
-  for (; k < n; k += 2) {
-    const int lo = codes[k], hi = k + 1 < n ? codes[k + 1] : 0;
-    out[k / 2] = offset8 ? static_cast<uint8_t>((lo + 8) | ((hi + 8) << 4))
-                         : static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
-  }
+  const Format f = offset8 ? Format::i4x8 : Format::i4;
+  for (; k < n; k += 2) out[k / 2] = pack_pair(f, codes[k], k + 1 < n ? codes[k + 1] : 0);
 }
 
 }  // namespace qg::detail::cpu
