@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "int_formats.h"
+
 namespace qg::detail {
 
 namespace {
@@ -104,6 +106,23 @@ int64_t int_k_limit(const GemmArgs& g) {
   return ((int64_t{1} << 31) - 1) / (ra * rb);
 }
 
+// Zero points a kernel subtracts from codes lie in the codes' range: the
+// int32 K limit above counts on it, and a code written as a zero point must
+// fit its storage. Read where the caller's memory is the host's (a device
+// array would need a copy and a synchronisation per call: for those it is
+// the caller's to hold, as qg's Python layer checks on the host).
+Status check_zero_point_range(const char* fn, const char* what, const int32_t* zp, int64_t count, Format f,
+                              Device device) {
+  if (zp == nullptr || device.type != DeviceType::cpu) return {};
+  const CodeRange c = code_range(f);
+  for (int64_t i = 0; i < count; ++i)
+    if (zp[i] < c.qmin || zp[i] > c.qmax)
+      return invalid(fn, std::string(what) + "[" + num(i) + "]=" + num(zp[i]) + " is outside the code range [" +
+                             num(c.qmin) + ", " + num(c.qmax) + "] of " + format_traits(f).name +
+                             "; pass zero points in it");
+  return {};
+}
+
 Status check_gemm_formats(const char* fn, const GemmArgs& g) {
   const bool ia = is_integer_format(g.a.format), ib = is_integer_format(g.b.format);
   const Epilogue& e = g.epilogue;
@@ -118,6 +137,16 @@ Status check_gemm_formats(const char* fn, const GemmArgs& g) {
     if (e.alpha != 1.0f || e.row_scale || e.col_scale || e.beta != 0.0f || e.bias)
       return invalid(fn, "int32 output is the exact integer sum: scales, alpha, beta and bias are float "
                          "operations; pass out_dtype float32 (or float16, bfloat16) to apply them");
+  }
+  if (ia && ib) {
+    if (Status s = check_zero_point_range(fn, "row zero point", e.row_zero_point,
+                                          e.row_zero_point_scalar ? 1 : g.a.rows, g.a.format, g.device);
+        !s.ok())
+      return s;
+    if (Status s = check_zero_point_range(fn, "column zero point", e.col_zero_point,
+                                          e.col_zero_point_scalar ? 1 : g.b.rows, g.b.format, g.device);
+        !s.ok())
+      return s;
   }
   if (ia && ib && g.a.k > int_k_limit(g))
     return invalid(fn, "K=" + num(g.a.k) + " is past " + num(int_k_limit(g)) + ", the largest K whose " +
@@ -227,6 +256,11 @@ Status check_quantize_args(const QuantizeArgs& a, bool need_output) {
   if (outside && a.static_scales && (a.scales || a.zero_points))
     return invalid(fn, "pass either static scales (read) or scale outputs (written), not both");
   if (a.rows == 0 || a.k == 0) return {};
+  if (outside)
+    if (Status s = check_zero_point_range(fn, "static zero point", a.static_zero_points,
+                                          scale_count(a.granularity, a.rows, a.k, a.group_size), a.format, a.device);
+        !s.ok())
+      return s;
   const int64_t rb = row_bytes(t, a.k);
   if (a.x == nullptr) return invalid(fn, "x must not be null");
   if (outside && !a.static_scales && need_output && !a.scales)

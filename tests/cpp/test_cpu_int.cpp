@@ -581,6 +581,56 @@ TEST(CpuIntGemm, ValidationErrors) {
   EXPECT_NE(s.message().find("zero points"), std::string::npos) << s.message();
 }
 
+// Zero points outside their operand's code range are refused where they are
+// host memory (the int32 K limit, and the codes a zero point becomes, count
+// on the range), naming the first one out of it.
+TEST(CpuIntGemm, ZeroPointsOutsideTheCodeRangeRefused) {
+  std::vector<uint8_t> a(64 * 3), b(64 * 2);
+  std::vector<int32_t> c(6);
+  qg::GemmArgs g;
+  g.a = qg::packed_operand(a.data(), Format::i8, 3, 64);
+  g.b = qg::packed_operand(b.data(), Format::i8, 2, 64);
+  g.c = c.data();
+  g.c_dtype = DType::i32;
+  g.ldc = 2;
+  g.device = qg::Device::cpu();
+  const int32_t rows_ok[3] = {-128, 0, 127}, rows_bad[3] = {5, 128, 0}, col_bad = -129;
+  g.epilogue.row_zero_point = rows_ok;
+  EXPECT_TRUE(qg::gemm(g).ok());
+  g.epilogue.row_zero_point = rows_bad;
+  qg::Status s = qg::gemm(g);
+  EXPECT_EQ(s.code(), qg::StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("row zero point[1]=128 is outside the code range [-128, 127]"), std::string::npos)
+      << s.message();
+  g.epilogue.row_zero_point = nullptr;
+  g.epilogue.col_zero_point = &col_bad;
+  g.epilogue.col_zero_point_scalar = true;
+  s = qg::gemm(g);
+  EXPECT_NE(s.message().find("column zero point[0]=-129"), std::string::npos) << s.message();
+  // Static zero points of quantize: i4 codes are -8..7.
+  const std::vector<float> x(2 * 64, 1.0f);
+  const float scales[2] = {0.5f, 0.5f};
+  const int32_t zps[2] = {7, 8};
+  std::vector<uint8_t> y(2 * 32, qgtest::kSentinelByte);
+  qg::QuantizeArgs q;
+  q.format = Format::i4;
+  q.x = x.data();
+  q.rows = 2;
+  q.k = 64;
+  q.x_row_stride = 64;
+  q.y = y.data();
+  q.y_row_stride = 32;
+  q.device = qg::Device::cpu();
+  q.granularity = qg::Granularity::row;
+  q.static_scales = scales;
+  q.static_zero_points = zps;
+  s = qg::quantize(q);
+  EXPECT_EQ(s.code(), qg::StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("static zero point[1]=8 is outside the code range [-8, 7] of i4"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(y, std::vector<uint8_t>(2 * 32, qgtest::kSentinelByte)) << "nothing written";
+}
+
 // ------------------------------------------------------------------ weight-only
 struct WoCase {
   IntOperand w;

@@ -82,7 +82,9 @@ struct Epilogue {
   bool row_scale_scalar = false;     // one value for every row (a per-tensor scale in device memory)
   bool col_scale_scalar = false;
   // Integer operands only: int32 zero points of a's rows and b's rows
-  // ([M] / [N], or [1] when *_scalar), or null.
+  // ([M] / [N], or [1] when *_scalar), or null. Each in its operand's code
+  // range (i8: -128..127): refused otherwise where they are host memory;
+  // in device memory they are the caller's to keep there.
   const int32_t* row_zero_point = nullptr;
   const int32_t* col_zero_point = nullptr;
   bool row_zero_point_scalar = false;
@@ -135,8 +137,9 @@ struct QuantizeArgs {
   // or group of group_size elements of K. Dynamic: the kernel computes each
   // scope's fp32 scale (and int32 zero point when zero_points is given:
   // asymmetric) and writes them, [1], [rows] or [rows, K / group_size]
-  // contiguous. Static: static_scales (and static_zero_points) of those
-  // shapes are read instead, and scales / zero_points stay unused.
+  // contiguous. Static: static_scales (and static_zero_points, in the
+  // format's code range: refused otherwise where they are host memory) of
+  // those shapes are read instead, and scales / zero_points stay unused.
   Granularity granularity = Granularity::none;
   int64_t group_size = 0;
   float* scales = nullptr;
