@@ -121,6 +121,17 @@ void expect_same_codes(const float* x, const std::string& what) {
   ASSERT_EQ(qgtest::f2u(got_d), qgtest::f2u(want_d)) << what;
   ASSERT_EQ(got_sum, want_sum) << what;
   for (int j = 0; j < 32; ++j) ASSERT_EQ(got[j], want[j]) << what << ": element " << j << " x=" << x[j];
+  // The whole block, fp16 scale and sum included, as quantize_block_q8_1 and
+  // _q8_0 write it (d and s through vcvtps2ph against fp32_to_fp16).
+  qg::block_q8_1 want1, got1;
+  qg::detail::quantize_block_q8_1(x, &want1, qg::Q8_1Convention::reference);
+  ASSERT_TRUE(qg::detail::cpu::quantize_block_q8_avx2(x, got1.qs, &got1.d, &got1.s)) << what;
+  ASSERT_EQ(got1.d, want1.d) << what;
+  ASSERT_EQ(got1.s, want1.s) << what << ": sum " << want_sum;
+  ASSERT_EQ(0, std::memcmp(got1.qs, want1.qs, 32)) << what;
+  uint16_t d0 = 0;
+  ASSERT_TRUE(qg::detail::cpu::quantize_block_q8_avx2(x, got, &d0, nullptr)) << what;
+  ASSERT_EQ(d0, want1.d) << what;
 }
 
 TEST_F(CpuAvx2, QuantizerMatchesScalarCodes) {

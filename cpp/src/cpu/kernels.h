@@ -39,6 +39,10 @@ Status gemm_wo_avx512vnni(const GemmArgs& args);
 // 32 finite floats, with AVX2 (callable only where cpu_features().avx2);
 // false, writing nothing, where the block holds NaN or +-Inf.
 bool quantize_codes_q8_avx2(const float* x, int8_t* qs, float* d, int* code_sum);
+// The same block's codes with its fp16 scale d (and, for Q8_1 by the
+// reference convention, s = fp16(sum * d) where s16 is not null): the bytes
+// of quant_block.h's quantize_block_q8_0 / _q8_1.
+bool quantize_block_q8_avx2(const float* x, int8_t* qs, uint16_t* d16, uint16_t* s16);
 // The integer quantizer's loops (quantize_tensor.cpp) with AVX2, callable
 // only where cpu_features().avx2, .fma and .f16c: n values of dtype d at x
 // (f32, f16 or bf16). The scope's minimum, maximum and largest magnitude

@@ -35,18 +35,15 @@ void load_block(const uint8_t* p, DType dtype, float* out) {
   }
 }
 
-// Finite blocks through the AVX2 code quantizer, with the scalar code's
-// scale and sum arithmetic; false (nothing written) for a non-finite block.
+// Finite blocks through the AVX2 block quantizer (the scalar code's
+// bytes); false (nothing written) for a non-finite block.
 template <class Block>
-bool quantize_block_q8_avx2(const float* v, Block* blk) {
-  float d;
-  int sum;
-  if (!quantize_codes_q8_avx2(v, blk->qs, &d, &sum)) return false;
-  blk->d = fp32_to_fp16(d);
-  if constexpr (sizeof(Block) == sizeof(block_q8_1)) blk->s = fp32_to_fp16(mul_rn(static_cast<float>(sum), d));
-  return true;
+bool quantize_block_vector(const float* v, Block* blk) {
+  uint16_t* s = nullptr;
+  if constexpr (sizeof(Block) == sizeof(block_q8_1)) s = &blk->s;
+  return quantize_block_q8_avx2(v, blk->qs, &blk->d, s);
 }
-inline bool quantize_block_q8_avx2(const float*, block_q4_0*) { return false; }
+inline bool quantize_block_vector(const float*, block_q4_0*) { return false; }
 
 // Rows per task: enough work to amortise the pool's hand-off.
 int64_t rows_per_task(int64_t k) { return k >= 4096 ? 1 : (4096 + k - 1) / (k ? k : 1); }
@@ -74,7 +71,7 @@ void quantize_rows_as(const QuantizeArgs& a) {
       uint8_t* yr = y + r * a.y_row_stride;
       for (int64_t b = 0; b < nb; ++b) {
         load_block(xr + b * 32 * esize, a.x_dtype, v);
-        if (!(vector_q8 && quantize_block_q8_avx2(v, &blk))) quantize_block<F>(v, &blk, a.q8_1_convention);
+        if (!(vector_q8 && quantize_block_vector(v, &blk))) quantize_block<F>(v, &blk, a.q8_1_convention);
         std::memcpy(yr + b * sizeof blk, &blk, sizeof blk);
       }
     }
