@@ -545,12 +545,14 @@ __device__ __forceinline__ float lds_half(uint32_t addr) {
 
 // Four codes 0..15 in the high nibbles of bytes (the low nibbles ignored)
 // -> the signed bytes 16 (code - 8): the mask keeps 16 code, flipping bit 7
-// subtracts 128 in two's complement. One LOP3 a register (the low nibbles'
-// after a shift), where code - 8 from a low nibble took a mask, an add and
-// an xor; the MMA's sums are 16
-// times the block's integer sum (|16 isum| <= 2^19, inside the magic
-// number's exact range), and the activations' scales in the table are
-// d / 16 (SplitDst::put_scale), so the rescale's products are the same.
+// subtracts 128 in two's complement. One LOP3 a register in the source (the
+// low nibbles' after a shift), where code - 8 from a low nibble took a mask,
+// an add and an xor. (cuda_mmvq passes 0x80808080 in a register because
+// ptxas split this form into two LOP3s there; the SASS of this kernel has
+// not been checked for it.) The MMA's sums are 16 times the block's integer
+// sum (|16 isum| <= 2^19, inside the magic number's exact range), and the
+// activations' scales in the table are d / 16 (SplitDst::put_scale), so the
+// rescale's products are the same.
 __device__ __forceinline__ int high_nibbles_x16(uint32_t bytes) {
   return static_cast<int>((bytes & 0xF0F0F0F0u) ^ 0x80808080u);
 }

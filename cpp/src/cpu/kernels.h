@@ -45,8 +45,9 @@ bool quantize_codes_q8_avx2(const float* x, int8_t* qs, float* d, int* code_sum)
 bool quantize_block_q8_avx2(const float* x, int8_t* qs, uint16_t* d16, uint16_t* s16);
 // The integer quantizer's loops (quantize_tensor.cpp) with AVX2, callable
 // only where cpu_features().avx2, .fma and .f16c: n values of dtype d at x
-// (f32, f16 or bf16). The scope's minimum, maximum and largest magnitude
-// (each at least as low / high as 0), false where it holds Inf or NaN; and
+// (f32, f16 or bf16). The minimum, maximum and largest magnitude of the
+// first n rounded down to 8 of them (each at least as low / high as 0; the
+// caller adds the rest), false where those hold Inf or NaN; and
 // its codes clamp(rint(x * inv) + zp, qmin, qmax), zp where x * inv is NaN,
 // one signed byte each (a zero point is stored as its low byte, as the
 // scalar code's cast does).

@@ -101,11 +101,12 @@ void write_codes(const QuantizeArgs& a, const uint8_t* xr, uint8_t* yr, int64_t 
 Extent measure(const QuantizeArgs& a, const uint8_t* xr, int64_t k0, int64_t k1) {
   const int64_t esize = dtype_size(a.x_dtype);
   Extent e;
+  int64_t k = k0;
   if (vector_loops()) {
     e.finite = measure_scope_avx2(xr + k0 * esize, a.x_dtype, k1 - k0, &e.lo, &e.hi, &e.absmax);
-    return e;
+    k += (k1 - k0) & ~int64_t{7};
   }
-  for (int64_t k = k0; k < k1; ++k) e.add(load_x(xr + k * esize, a.x_dtype));
+  for (; k < k1; ++k) e.add(load_x(xr + k * esize, a.x_dtype));
   return e;
 }
 

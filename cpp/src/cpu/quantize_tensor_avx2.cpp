@@ -18,8 +18,7 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
-#include <cstring>
-
+#include "cpu/float_elem.h"
 #include "int_formats.h"
 
 namespace qg::detail::cpu {
@@ -31,18 +30,6 @@ inline __m256 load8(const uint8_t* p, DType d) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   if (d == DType::f16) return _mm256_cvtph_ps(h);
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-// Value k, for the tails.
-inline float load1(const uint8_t* x, DType d, int64_t k) {
-  float v;
-  if (d == DType::f32) {
-    std::memcpy(&v, x + 4 * k, 4);
-    return v;
-  }
-  uint16_t b;
-  std::memcpy(&b, x + 2 * k, 2);
-  return d == DType::f16 ? fp16_to_fp32(b) : bf16_to_fp32(b);
 }
 
 inline float hmin(__m256 v) {
@@ -72,23 +59,10 @@ bool measure_scope_avx2(const uint8_t* x, DType d, int64_t n, float* lo, float* 
     vhi = _mm256_max_ps(vhi, v);
     vabs = _mm256_max_ps(vabs, _mm256_and_ps(v, abs_mask));
   }
-  bool finite = _mm256_testz_si256(bad, bad) != 0;
-  float l = hmin(vlo), h = hmax(vhi), a = hmax(vabs);
-  for (; k < n; ++k) {
-    const float v = load1(x, d, k);
-    if (!is_finite(v)) {
-      finite = false;
-      continue;
-    }
-    l = v < l ? v : l;
-    h = v > h ? v : h;
-    const float av = v < 0.0f ? -v : v;
-    a = av > a ? av : a;
-  }
-  *lo = l;
-  *hi = h;
-  *absmax = a;
-  return finite;
+  *lo = hmin(vlo);
+  *hi = hmax(vhi);
+  *absmax = hmax(vabs);
+  return _mm256_testz_si256(bad, bad) != 0;
 }
 
 void quantize_codes_avx2(const uint8_t* x, DType d, int64_t n, float inv, int32_t zp, int qmin, int qmax,
@@ -111,10 +85,7 @@ void quantize_codes_avx2(const uint8_t* x, DType d, int64_t n, float inv, int32_
   ScopeParams p;
   p.inv = inv;
   p.zp = zp;
-  for (; k < n; ++k) {
-    const float v = load1(x, d, k);
-    codes[k] = static_cast<int8_t>(quantize_value(v, p, c));
-  }
+  for (; k < n; ++k) codes[k] = static_cast<int8_t>(quantize_value(load_elem(x + k * es, d), p, c));
 }
 
 void pack_nibbles_avx2(const int8_t* codes, int64_t n, bool offset8, uint8_t* out) {
