@@ -98,16 +98,17 @@ using intfast::KernelFit;
 
 constexpr int kMinM = 128;                // W rows a tile at least: two consumer warpgroups x m64
 constexpr int kBlocks = 8;                // Q4_0 blocks (256 values of K) a stage
-// Two consumer warpgroups (warps 0..7: a warpgroup must start at a warp
-// index that is a multiple of 4) and a producer warpgroup (warps 8..11), one
-// thread of which issues the copies. The registers are moved to the
-// consumers (setmaxnreg): 128 x 56 + 256 x 224 = 64512 of the SM's 65536,
-// and per SM sub-partition one producer warp and two consumer warps, 16128
-// of 16384. (With 288 threads and no producer warpgroup, ptxas holds every
-// thread to 168: a sub-partition then has three warps.)
-constexpr int kConsumerThreads = 256;
-constexpr int kThreads = kConsumerThreads + 128;
-constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+// A pair of consumer warpgroups (warps 0..7: a warpgroup must start at a
+// warp index that is a multiple of 4) takes a tile's 128 W rows, 64 each, and
+// a producer warpgroup (the last four warps) has one thread issue the copies.
+// The one-unit tiles run two pairs (Cfg::kKGroups). The registers are moved
+// to the consumers (setmaxnreg, Cfg::kConsumerRegs): with one pair
+// 128 x 56 + 256 x 224 = 64512 of the SM's 65536, and per SM sub-partition
+// one producer warp and two consumer warps, 16128 of 16384. (With 288
+// threads and no producer warpgroup, ptxas holds every thread to 168: a
+// sub-partition then has three warps.)
+constexpr int kConsumerThreads = 256;  // a pair's
+constexpr int kProducerRegs = 56;
 constexpr int kConsumerWarps = 8;
 constexpr int kCodeRowBytes = tma::kSwizzleBytes;                   // 4 blocks of codes a swizzled row
 constexpr int kWRowBytes = kBlocks * kQ4_0Bytes;                    // 144
@@ -147,7 +148,7 @@ static_assert(kMinM * kWRowBytes % 1024 == 0 && kWRowBytes % 16 == 0, "W boxes: 
 // variant's tile is 256 rows, two slices, so that W's cheap bytes, not the
 // activations' fp16 ones, grow with the tile).
 template <int kUnitN_, int kUnits_, int kStages_, bool kF16_ = false, int kInFlight_ = 2, bool kFold_ = false,
-          int kMSlices_ = 1>
+          int kMSlices_ = 1, int kKGroups_ = 1>
 struct Cfg {
   static constexpr int kUnitN = kUnitN_, kUnits = kUnits_, kStages = kStages_;
   static constexpr bool kF16 = kF16_, kFold = kFold_;
@@ -157,6 +158,23 @@ struct Cfg {
   // the 256-row tile: folded_tiles.h's kFoldedTallShareCost).
   static constexpr int64_t kShareCost = kMSlices * kShareCostSteps;
   static_assert(kMSlices == 1 || kFold, "several m64 slices: the folded variant's loop only");
+  // kKGroups_: pairs of consumer warpgroups on the same 128 W rows, pair p
+  // taking the steps it with it % kKGroups == p; their sums are added in
+  // shared memory at the end of each segment (pair 0 stores the tile).
+  static constexpr int kKGroups = kKGroups_;
+  static_assert(kKGroups == 1 || (kKGroups == 2 && !kF16 && !kFold && kStages % 2 == 0),
+                "two pairs of consumers: the int8 tiles, an even ring");
+  static constexpr int kConsumerThreads = kKGroups * ::qg::detail::cuda::kConsumerThreads;
+  static constexpr int kThreads = kConsumerThreads + 128;
+  // setmaxnreg: the producer keeps 56 (with 24 or 40 its loop spilled), the
+  // consumers share the rest of the registers the CTA was launched with
+  // (setmaxnreg.inc waits for registers a .dec in the same CTA gave back, so
+  // asking past that pool never returns): 384 x 168 -> 256 x 224 with one
+  // pair, 640 x 96 -> 512 x 104 with two.
+  static constexpr int kProducerRegs = ::qg::detail::cuda::kProducerRegs;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kConsumerRegs = (kLaunchRegs * kThreads - 128 * kProducerRegs) / kConsumerThreads / 8 * 8;
+  static_assert(kKGroups > 1 || kConsumerRegs == 224, "one pair: 128 x 56 + 256 x 224");
   static constexpr int kBM = kMinM * kMSlices;           // W rows a tile
   static constexpr int kWBytes = kBM * kWRowBytes;
   static constexpr int kAccRows = kMSlices * kUnits;     // acc[slice * kUnits + unit][sum]
@@ -189,19 +207,22 @@ struct Cfg {
   // producer refills a stage piece by piece instead of all at once.
   static constexpr int kWPart = kSubTiles, kParts = kSubTiles + 1;
   static_assert(kWBytes % 1024 == 0, "code tiles after W start on the swizzle's period");
-  static constexpr int kSmemBytes =
-      kStages * kStageBytes + kStages * kFlagStride + 2 * kStages * kParts * 8 + kEpilogueBytes + 16 + 1024;
+  static constexpr int kReduceBytes = kKGroups == 1 ? 0 : kAccRows * kSums * 4 * ::qg::detail::cuda::kConsumerThreads;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kStages * kFlagStride + 2 * kStages * kParts * 8 +
+                                    kEpilogueBytes + 16 + kReduceBytes + 1024;
   static_assert(kCodeBytes % 1024 == 0 && kStageBytes % 1024 == 0, "code tiles start on the swizzle's period");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 SM's shared memory");
 };
 using CfgWide = Cfg<32, 4, 3>;  // N > 64: 128 tokens
 using Cfg64 = Cfg<32, 2, 5>;    // N = 33..64
-// The one-unit tiles keep three MMAs queued, not two: one unit a block, so
-// each rescale waits on the MMA of two blocks back, and that latency is what
-// bounds these tiles (measured on an H200 with high_nibbles_x16: 0.4-2 %
-// faster at N = 16 and 32; the 128-token int8 tile gained nothing from three).
-using Cfg32 = Cfg<32, 1, 7, false, 3>;  // N = 17..32
-using Cfg16 = Cfg<16, 1, 8, false, 3>;  // N <= 16
+// The one-unit tiles: 16 or 32 tokens, too few for one pair of warpgroups to
+// hide an MMA's latency (each rescale waits on the MMA of blocks before it),
+// so two pairs share the ring, pair p taking the stages it % 2 == p, and sum
+// at the end of the tile (measured on an H200: 5-9 % faster than one pair at
+// N = 8 to 32 on both shapes, docs/architecture.md). With 104 registers a
+// consumer, the 16-token tile keeps three MMAs queued, the 32-token one one.
+using Cfg32 = Cfg<32, 1, 6, false, 1, false, 1, 2>;  // N = 17..32
+using Cfg16 = Cfg<16, 1, 8, false, 3, false, 1, 2>;  // N <= 16
 // The fp16 variant's tile: 128 tokens; a stage's codes take twice the bytes,
 // so two stages fill shared memory. Three MMAs stay queued while a unit is
 // rescaled (measured on an H200, 4096 x 14336: 4 to 6 % faster than two at N = 128, 512, 4096;
@@ -1240,6 +1261,16 @@ __device__ __forceinline__ void store_tile(const Shape& s, const EpilogueParams&
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
 }
+// The two consumer pairs' barriers (kKGroups = 2): one pair arrives, the
+// other waits.
+template <int kId, int kCount>
+__device__ __forceinline__ void pair_bar_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+template <int kId, int kCount>
+__device__ __forceinline__ void pair_bar_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
 
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   unsigned v;
@@ -1317,7 +1348,7 @@ __device__ __forceinline__ bool gather_parts(const Shape& s, float (&acc)[C::kAc
 }
 
 template <class C>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(C::kThreads, 1)
 gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_codes,
                        const __grid_constant__ CUtensorMap map_scales, const __grid_constant__ CUtensorMap map_flags,
                        Shape s, EpilogueParams ep) {
@@ -1331,6 +1362,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
   uint64_t* empty = full + C::kStages * C::kParts;
   float* staging = reinterpret_cast<float*>(empty + C::kStages * C::kParts);
   volatile unsigned* ticket = reinterpret_cast<volatile unsigned*>(staging + kEpilogueBytes / 4);  // gather_parts'
+  float* reduce = staging + kEpilogueBytes / 4 + 4;  // kReduceBytes: pair 1's sums for pair 0
 
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
@@ -1345,9 +1377,9 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
   // The producer and the consumers walk the same segments (work_split.h):
   // whole tiles, then a run of steps that may cut tiles at either end.
   Segment sg;
-  if (threadIdx.x >= kConsumerThreads) {
-    wgmma::set_max_registers<false, kProducerRegs>();
-    if (threadIdx.x == kConsumerThreads) {
+  if (threadIdx.x >= C::kConsumerThreads) {
+    wgmma::set_max_registers<false, C::kProducerRegs>();
+    if (threadIdx.x == C::kConsumerThreads) {
       tma::prefetch_map(&map_w);
       tma::prefetch_map(&map_codes);
       tma::prefetch_map(&map_scales);
@@ -1397,10 +1429,12 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       }
     }
   } else {
-    wgmma::set_max_registers<true, kConsumerRegs>();
+    wgmma::set_max_registers<true, C::kConsumerRegs>();
     wait_prerequisite();  // the consumers read the pass's scales and counters themselves (recompute_exact, gather_parts)
     const int wq = warp % 4, g = lane / 4, t = lane % 4;
-    const int w_row = warpgroup * 64 * C::kMSlices + wq * 16 + g;  // the stage's W row of a[0] (slice 0)
+    const uint32_t kgroup = static_cast<uint32_t>(warpgroup / 2);  // (0 with one pair)
+    const int w_row = (warpgroup % 2) * 64 * C::kMSlices + wq * 16 + g;  // the stage's W row of a[0] (slice 0)
+    bool reduced_before = false;
     const uint32_t buf = smem_u32(staging + warp * 32 * kEpiPitch);
     const uint32_t ring_u32 = smem_u32(ring);
     uint32_t it = 0;
@@ -1427,6 +1461,8 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       uint32_t worst = 0;  // folded variant: the largest |d_w| met, as fp16 bits; kFoldMaxWBits + 1 for a marked A block
 
       for (int64_t ks = 0; ks < sg.steps; ++ks, ++it) {
+        if constexpr (C::kKGroups > 1)
+          if (it % C::kKGroups != kgroup) continue;
         const uint32_t stage = it % C::kStages, round = it / C::kStages;
         uint64_t* pfull = full + stage * C::kParts;
         uint64_t* pempty = empty + stage * C::kParts;
@@ -1471,6 +1507,31 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
         }
       }
 
+      if constexpr (C::kKGroups > 1) {
+        // Pair 1 hands its sums to pair 0 through shared memory (named
+        // barriers 2: stored, 3: read), in a fixed order: the same bits
+        // whichever pair finishes first.
+        const int ct = threadIdx.x % kConsumerThreads;
+        if (kgroup == 1) {
+          if (reduced_before) pair_bar_sync<3, C::kConsumerThreads>();
+#pragma unroll
+          for (int q = 0; q < C::kAccRows; ++q)
+#pragma unroll
+            for (int i = 0; i < C::kSums; ++i)
+              sts_f32(smem_u32(reduce + (q * C::kSums + i) * kConsumerThreads + ct), acc[q][i]);
+          pair_bar_arrive<2, C::kConsumerThreads>();
+          reduced_before = true;
+          continue;
+        }
+        pair_bar_sync<2, C::kConsumerThreads>();
+#pragma unroll
+        for (int q = 0; q < C::kAccRows; ++q)
+#pragma unroll
+          for (int i = 0; i < C::kSums; ++i)
+            acc[q][i] += lds_f32(smem_u32(reduce + (q * C::kSums + i) * kConsumerThreads + ct));
+        pair_bar_arrive<3, C::kConsumerThreads>();
+      }
+
       bool unsafe = false;
       if constexpr (C::kFold) unsafe = consumers_any(worst > kFoldMaxWBits);
       if (sg.shared < 0 || gather_parts<C>(s, acc, sg, ticket, C::kFold ? &unsafe : nullptr)) {
@@ -1485,6 +1546,8 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
         store_tile<C>(s, ep, acc, buf, tm * C::kBM + w_row - g, n0, lane);
       }
     }
+    if constexpr (C::kKGroups > 1)
+      if (kgroup == 1 && reduced_before) pair_bar_sync<3, C::kConsumerThreads>();  // pair 0's last read
   }
 #else
   __trap();  // the registry admits this kernel on sm_90a images alone
@@ -1495,7 +1558,7 @@ template <class C>
 KernelFit fit_of(int device) {
   static std::once_flag once[kMaxDevices];
   static KernelFit cache[kMaxDevices];
-  return cached_fit(gemm_q4_0_wgmma_kernel<C>, kThreads, C::kSmemBytes, device, once, cache);
+  return cached_fit(gemm_q4_0_wgmma_kernel<C>, C::kThreads, C::kSmemBytes, device, once, cache);
 }
 
 Status refused(const GemmArgs& g, const std::string& what) {
@@ -1585,7 +1648,7 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
     return refused(args, "the driver refused the operands' tensor maps; a driver for CUDA 12 or newer is needed");
   const bool early = n <= kEarlyLaunchMaxN;
   s.early_w_stages = early ? static_cast<uint32_t>(std::min(kEarlyWStages, C::kStages)) : 0u;
-  launch_maybe_early(gemm_q4_0_wgmma_kernel<C>, dim3(static_cast<unsigned>(grid)), dim3(kThreads), C::kSmemBytes, cs,
+  launch_maybe_early(gemm_q4_0_wgmma_kernel<C>, dim3(static_cast<unsigned>(grid)), dim3(C::kThreads), C::kSmemBytes, cs,
                      early, map_w, map_codes, map_scales, map_flags, s, ep);
   return gemm_launch_status(args);
 }
