@@ -187,7 +187,9 @@ void run_timed(benchmark::State& st, Backend b, const Work& work, int warmups,
 // between an event pair, and the time per call is the graph's over reps: the
 // calls back to back with no launch gaps, which is how llama.cpp's
 // test-backend-ops perf mode times its operations (many copies of the node in
-// one graph). call() must not synchronise (stream capture forbids it).
+// one graph). An iteration is one call (a launch every reps iterations), so
+// --benchmark_min_time means the same wall time as in the other cases.
+// call() must not synchronise (stream capture forbids it).
 void run_graph_timed(benchmark::State& st, const Work& work, int reps, const std::function<std::string()>& call);
 
 // C[M, N] = W[M, K] . A[N, K]^T, all row-major fp16, fp32 accumulate, on the
