@@ -49,8 +49,8 @@
 // into units of 32 (or 16) tokens with their own fp32 sums. A stage is 8
 // blocks x the units, each one MMA into one of kInFlight + 1 sets of sums:
 // unit U is issued, then unit U - kInFlight is waited for and rescaled, so
-// two (fp16 variant and one-unit tiles: three) MMAs stay queued while the
-// FMAs run, and the W fragment of the next block and the scales of the next
+// kInFlight MMAs (two; three in the fp16 variant and the 16-token tile, one
+// in the 32-token tile) stay queued while the FMAs run, and the W fragment of the next block and the scales of the next
 // unit are loaded ahead (measured on an H200 with one
 // MMA in flight and no prefetch: issue slots 40 % busy, a third of the
 // stalls on those loads). The stage's code is straight-line and ends with
@@ -59,7 +59,9 @@
 // Roles. A CTA is two consumer warpgroups of 64 W rows each and a producer
 // warpgroup, one thread of which issues per stage (8 blocks of K) the
 // tensor copies (two or four code tiles, the W tile, the scales, the
-// non-finite bytes) into a ring of 2 to 8 stages. CTAs are persistent, walking 128 x BN tiles in
+// non-finite bytes) into a ring of 2 to 8 stages. The 16- and 32-token
+// tiles have two such pairs of consumer warpgroups taking alternate stages
+// (Cfg::kKGroups), whose sums pair 0 adds before it stores the tile. CTAs are persistent, walking 128 x BN tiles in
 // groups of 8 tile rows (L2 reuse of W and codes). Where whole tiles would
 // leave SMs idle (tiles fewer than the SMs, or a last wave far from full)
 // the host plans tiles shared by K instead: groups of CTAs, one a tile
@@ -175,6 +177,7 @@ struct Cfg {
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kConsumerRegs = (kLaunchRegs * kThreads - 128 * kProducerRegs) / kConsumerThreads / 8 * 8;
   static_assert(kKGroups > 1 || kConsumerRegs == 224, "one pair: 128 x 56 + 256 x 224");
+  static_assert(kConsumerRegs >= kLaunchRegs && kConsumerRegs <= 256, "setmaxnreg.inc raises the count, to 256 at most");
   static constexpr int kBM = kMinM * kMSlices;           // W rows a tile
   static constexpr int kWBytes = kBM * kWRowBytes;
   static constexpr int kAccRows = kMSlices * kUnits;     // acc[slice * kUnits + unit][sum]
