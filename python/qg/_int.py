@@ -337,6 +337,13 @@ def operand_layout(x, w: fw.Where, k_major: bool):
     return x, k_major
 
 
+def _stored_kn_int8(B) -> bool:
+    """B a 2-D int8 tensor of a fast type stored [K, N] (not a transposed
+    view of [N, K] rows, which the fast path reads as it is)."""
+    return (type(B) in _FAST_TYPES and B.dim() == 2 and str(B.dtype) == "torch.int8" and B.is_contiguous()
+            and not B.T.is_contiguous())
+
+
 def int8_matmul(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point_a=None, zero_point_b=None, bias=None,
                 activation=None, out_dtype="int32", b_layout="kn"):
     """C = (A - za) * scale_a @ (B - zb) * scale_b * scale_c + bias, then relu (seed 001's int8_matmul).
@@ -358,8 +365,15 @@ def int8_matmul(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point_a=Non
     points); a larger K raises, naming the limit.
     """
     if type(A) in _FAST_TYPES and _api._torch_ops.plain_ok(A, B, scale_a, scale_b, bias):
-        r = _qg.fast_int8_matmul(A, B, scale_a, scale_b, scale_c, zero_point_a, zero_point_b, bias, activation,
-                                 out_dtype, b_layout)
+        fast_b, fast_layout = B, b_layout
+        if b_layout == "kn" and _stored_kn_int8(B):
+            # Seed 001's B, stored [K, N]: the kernels read K-contiguous rows,
+            # so the same transposing copy the plan would make, then the
+            # plain [N, K] call (the plan's checks cost more than the copy
+            # on small shapes).
+            fast_b, fast_layout = B.T.contiguous(), "nk"
+        r = _qg.fast_int8_matmul(A, fast_b, scale_a, scale_b, scale_c, zero_point_a, zero_point_b, bias, activation,
+                                 out_dtype, fast_layout)
         if r is not None:
             return r
     op, a, b, k, epi, shape = _int8_matmul_plan(A, B, scale_a, scale_b, scale_c, zero_point_a=zero_point_a,
