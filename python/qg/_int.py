@@ -366,11 +366,11 @@ def int8_matmul(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point_a=Non
     """
     if type(A) in _FAST_TYPES and _api._torch_ops.plain_ok(A, B, scale_a, scale_b, bias):
         fast_b, fast_layout = B, b_layout
-        if b_layout == "kn" and _stored_kn_int8(B):
-            # Seed 001's B, stored [K, N]: the kernels read K-contiguous rows,
-            # so the same transposing copy the plan would make, then the
-            # plain [N, K] call (the plan's checks cost more than the copy
-            # on small shapes).
+        if b_layout == "kn" and _stored_kn_int8(B) and B.is_cuda:
+            # Seed 001's B, stored [K, N], on a GPU: the kernels read
+            # K-contiguous rows, so the same transposing copy the plan would
+            # make, then the plain [N, K] call. (On the CPU the core repacks
+            # it itself.)
             fast_b, fast_layout = B.T.contiguous(), "nk"
         r = _qg.fast_int8_matmul(A, fast_b, scale_a, scale_b, scale_c, zero_point_a, zero_point_b, bias, activation,
                                  out_dtype, fast_layout)
@@ -404,10 +404,13 @@ def _int8_matmul_plan(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point
         m *= s
     n = bshape[1] if b_layout == "kn" else bshape[0]
     a_core, a_kmajor = operand_layout(B, w, b_layout == "kn")
-    if a_kmajor:
+    if a_kmajor and (w.device != fw.CPU or (w.kind == "numpy" and min(a_core.strides, default=0) < 0)):
         # B stored [K, N] (seed 001): the fast int8 kernels read K-contiguous
         # rows, so one transposing copy (K * N bytes, in B's framework) turns
-        # an O(M N K) byte-load GEMM into a tensor-core / SIMD one.
+        # an O(M N K) byte-load GEMM into a tensor-core one. On the CPU the
+        # core makes that copy itself (cpu_i8_repacked), faster than the
+        # frameworks' strided copies of bytes; it takes no flipped view
+        # (a negative NumPy stride), which is copied here as before.
         a_core, a_kmajor = xa.moveaxis(a_core, w, 0, 1), False
     b_core, b_kmajor = operand_layout(A, w, False) if len(ashape) == 2 else (A, False)
 

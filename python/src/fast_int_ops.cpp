@@ -120,15 +120,24 @@ nb::object int8_matmul(nb::handle A, nb::handle B, nb::handle scale_a, nb::handl
     std::swap(a.strides[0], a.strides[1]);
   }
   // Plain when those rows are K-contiguous, as for the transposed view of an
-  // [N, K] array (W.T); a B stored [K, N] itself the plan copies to such rows.
-  if (!a.is_contiguous()) return nb::none();
+  // [N, K] array (W.T). A B stored [K, N] itself goes to the core as the
+  // K-major operand it is where the core repacks it (the CPU:
+  // cpu_i8_repacked); on a GPU the plan copies it to such rows.
+  bool a_k_major = false;
+  if (!a.is_contiguous()) {
+    std::swap(a.shape[0], a.shape[1]);
+    std::swap(a.strides[0], a.strides[1]);
+    if (!kn || a.device.type != DeviceType::cpu || !a.is_contiguous()) return nb::none();
+    a_k_major = true;
+  }
+  const int64_t n = a.shape[a_k_major ? 1 : 0];  // B's columns, the result's
   int64_t m = 1;  // rows of A, the length of a per-row scale_a
   for (int d = 0; d + 1 < b.ndim; ++d)
     if (__builtin_mul_overflow(m, b.shape[d], &m)) return nb::none();
   GemmExtras e;
   double fa, fb, fc;
   if (!plain_scale(scale_a, fn, "scale_a", api, b.device, m, &fa, &e.col_scale, &e.has_col_scale) ||
-      !plain_scale(scale_b, fn, "scale_b", api, b.device, a.shape[0], &fb, &e.row_scale, &e.has_row_scale) ||
+      !plain_scale(scale_b, fn, "scale_b", api, b.device, n, &fb, &e.row_scale, &e.has_row_scale) ||
       !plain_number(scale_c, &fc))
     return nb::none();
   int64_t zp;
@@ -144,6 +153,7 @@ nb::object int8_matmul(nb::handle A, nb::handle B, nb::handle scale_a, nb::handl
   }
   e.alpha = static_cast<float>(fa * fb * fc);
   e.activation = relu;
+  e.a_k_major = a_k_major;
   GemmViews v =
       gemm_views(static_cast<int>(Format::i8), static_cast<int>(Format::i8), a, b, -1, -1, -1, fn, a_name, b_name);
   set_epilogue(&v, has_bias ? &biasv : nullptr, dtype, true);

@@ -322,7 +322,8 @@ TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
     return names;
   };
   EXPECT_EQ(order(Format::i8, Format::i8),
-            (std::vector<std::string>{"cpu_i8_avx512_vnni", "cpu_i8_avx2", "cpu_int_reference", "dispatch"}));
+            (std::vector<std::string>{"cpu_i8_avx512_vnni", "cpu_i8_avx2", "cpu_i8_repacked", "cpu_int_reference",
+                                      "dispatch"}));
   for (Format fb : {Format::f16, Format::bf16, Format::f32})
     EXPECT_EQ(order(Format::i4, fb),
               (std::vector<std::string>{"cpu_wo_avx512_vnni", "cpu_wo_avx2", "cpu_wo_reference", "dispatch"}));
@@ -331,6 +332,9 @@ TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
     const std::string name = k.name;
     if (name.find("avx2") != std::string::npos && k.a_format != Format::q4_0) {
       EXPECT_EQ(k.arch.cpu_features, avx2) << name;
+    }
+    if (name == "cpu_i8_repacked") {
+      EXPECT_EQ(k.arch.cpu_features, avx2) << name;  // it hands the call to the AVX2 kernels
     }
     if (name == "cpu_wo_avx512_vnni" || name == "cpu_i8_avx512_vnni") {
       EXPECT_EQ(k.arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni) << name;
@@ -435,8 +439,8 @@ TEST(CpuIntGemm, ZeroPointsScalarAndPerRow) {
 }
 
 // B given as [K, N] (K-major: seed 001's int8 B, seed 003's [K/8, N] words):
-// the reference kernels take it; the AVX2 kernel refuses (its can_run) and
-// says why, so dispatch still serves it.
+// the reference kernels take it, and an int8 one cpu_i8_repacked; the AVX2
+// kernels refuse (their can_run) and say why, so dispatch still serves it.
 TEST(CpuIntGemm, KMajorOperands) {
   QG_SEEDED_RNG(rng, 200);
   for (const Pair& p : int_pairs())
@@ -452,9 +456,57 @@ TEST(CpuIntGemm, KMajorOperands) {
   for (const qg::detail::GemmKernel* k : kernels_for(Format::i8, Format::i8)) {
     if (!k || std::string(k->name) == "cpu_int_reference") continue;
     std::string why;
+    if (std::string(k->name) == "cpu_i8_repacked") {
+      EXPECT_TRUE(k->can_run(g, &why)) << why;
+      continue;
+    }
     EXPECT_FALSE(k->can_run(g, &why)) << k->name;
     EXPECT_NE(why.find("not contiguous along K"), std::string::npos) << k->name << ": " << why;
   }
+}
+
+// An int8 operand strided along K (a B stored [K, N], an A read through its
+// transpose) is copied to K-contiguous rows by cpu_i8_repacked, which hands
+// the call back to qg::gemm and so to the int8 kernels: the reference's
+// bytes, with zero points and the float epilogue, and dispatch picks it
+// where the CPU has AVX2. It refuses operands that need no copy.
+TEST(CpuIntGemm, KMajorInt8RepackedForTheInt8Kernels) {
+  QG_SEEDED_RNG(rng, 201);
+  const qg::detail::GemmKernel* repacked = nullptr;
+  for (const qg::detail::GemmKernel* k : kernels_for(Format::i8, Format::i8))
+    if (k && std::string(k->name) == "cpu_i8_repacked") repacked = k;
+  ASSERT_NE(repacked, nullptr);
+  std::string why;
+  const bool has_isa = qgtest::gemm_kernel_runs_on(*repacked, qg::Device::cpu(), &why);
+  for (int64_t k : {1, 3, 65, 300})
+    for (int64_t n : {1, 5, 17, 70})
+      for (bool a_k_major : {false, true}) {
+        IntCase c = make_case(rng, Format::i8, Format::i8, 9, n, k, /*b_k_major=*/true);
+        if (a_k_major) c.a = make_operand(rng, Format::i8, 9, k, true, 0);
+        c.row_zp = {static_cast<int32_t>(rng() % 256) - 128};
+        c.col_zp.resize(static_cast<size_t>(n));
+        for (int32_t& z : c.col_zp) z = static_cast<int32_t>(rng() % 256) - 128;
+        c.row_scale.resize(9);
+        for (float& f : c.row_scale) f = 0.25f + static_cast<float>(rng() % 100) / 64.0f;
+        c.alpha = 0.125f;
+        c.bias.resize(9 * 4);
+        for (int i = 0; i < 9; ++i) {
+          const float b = static_cast<float>(static_cast<int>(rng() % 2001) - 1000);
+          std::memcpy(&c.bias[static_cast<size_t>(i) * 4], &b, 4);
+        }
+        c.relu = (k + n) % 2 == 0;
+        set_layout(c, n % 2 ? DType::f32 : DType::f16, n, 1);
+        SCOPED_TRACE(a_k_major ? "a K-major too" : "b K-major");
+        EXPECT_GE(check_all_kernels(c), 1);
+        IntCase plain = make_case(rng, Format::i8, Format::i8, 9, n, k);
+        EXPECT_FALSE(repacked->can_run(args_of(plain), &why));
+        EXPECT_NE(why.find("contiguous along K"), std::string::npos) << why;
+        if (!has_isa || (n == 1 && !a_k_major)) continue;  // one row of B is contiguous either way
+        qg::Explanation e;
+        ASSERT_TRUE(qg::explain(args_of(c), &e).ok());
+        EXPECT_EQ(e.chosen, "cpu_i8_repacked");
+        if (HasFailure()) return;
+      }
 }
 
 // Every output dtype, row / column scales (per row and the one-element

@@ -26,6 +26,10 @@ Status gemm_i8_avx2(const GemmArgs& args);
 Status gemm_i8_avx512vnni(const GemmArgs& args);
 // The most rows of B it takes (its can_run refuses more).
 constexpr int64_t kI8VnniMaxN = 16;
+// i8 x i8 with an operand not contiguous along K (gemm_i8_repacked.cpp): that
+// operand copied to K-contiguous rows, then qg::gemm again (the kernels above).
+bool i8_repacked_can_run(const GemmArgs& g, std::string* why_not);
+Status gemm_i8_repacked(const GemmArgs& args, Stream stream);
 // i4 weights with group scales x f32/f16/bf16 activations, fp32 sums;
 // K and the group size multiples of 32, K-contiguous operands.
 Status gemm_wo_avx2(const GemmArgs& args);

@@ -3,7 +3,9 @@
 // The ISA a kernel needs is data (its arch window); can_run judges only
 // shape and alignment: every CPU kernel takes any alignment, and the AVX2
 // integer kernels need K-contiguous operands (and the weight-only one K and
-// groups in multiples of 32), leaving the rest to the reference kernels.
+// groups in multiples of 32), leaving the rest to the reference kernels; an
+// int8 pair with an operand strided along K is first repacked
+// (cpu_i8_repacked) and then runs on the int8 kernels.
 #include "backend.h"
 #include "cpu/kernels.h"
 
@@ -17,7 +19,8 @@ bool any_shape(const Args&, std::string*) {
 }
 
 // The AVX2 integer kernels load rows along K: both operands K-contiguous
-// (a [K, N] B is served by the reference kernel).
+// (an int8 [K, N] B is repacked first by cpu_i8_repacked, an INT4 one is
+// served by the reference kernel).
 bool k_contiguous(const GemmArgs& g, std::string* why_not) {
   for (const Operand* op : {&g.a, &g.b}) {
     const int64_t bpb = format_traits(op->format).bytes_per_block;
@@ -116,6 +119,8 @@ Registry make_registry() {
                     [](const GemmArgs& a, Stream) { return gemm_i8_avx512vnni(a); }});
   r.gemm.push_back({"cpu_i8_avx2", Format::i8, Format::i8, kAvx2, kEpiAll, i8_avx2_can_run,
                     [](const GemmArgs& a, Stream) { return gemm_i8_avx2(a); }});
+  r.gemm.push_back({"cpu_i8_repacked", Format::i8, Format::i8, kAvx2, kEpiAll, i8_repacked_can_run,
+                    [](const GemmArgs& a, Stream s) { return gemm_i8_repacked(a, s); }});
   for (Format fb : {Format::f16, Format::bf16, Format::f32})
     r.gemm.push_back({"cpu_wo_avx512_vnni", Format::i4, fb, kAvx512Vnni, kEpiFloatAll, wo_avx512_can_run,
                       [](const GemmArgs& a, Stream) { return gemm_wo_avx512vnni(a); }});

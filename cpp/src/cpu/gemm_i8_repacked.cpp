@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: MIT
+// gemm_i8_repacked.cpp: cpu_i8_repacked, an int8 x int8 GEMM whose operand
+// is not contiguous along K (seed 001's B stored [K, N], a transposed view).
+// The fast int8 kernels load rows along K; the reference kernel, which takes
+// any strides, loads one byte at a time. So this entry copies each such
+// operand once into K-contiguous rows (memory of its own: gemm_i8_repacked) and
+// hands the call back to qg::gemm, which validates it again and dispatches
+// it to cpu_i8_avx512_vnni or cpu_i8_avx2: the same kernels, the same bits,
+// as the [N, K] layout. The copy is a transpose of a [K, rows] byte matrix
+// (pack_rows), spread over the thread pool by bands of 64 rows.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "cpu/call_scratch.h"
+#include "cpu/kernels.h"
+#include "cpu/thread_pool.h"
+
+namespace qg::detail::cpu {
+
+namespace {
+
+constexpr int64_t kTile = 64;
+
+bool k_contiguous(const Operand& op) { return op.block_stride == 0 || op.block_stride == 1; }
+
+#if defined(__SSE2__)
+// A 16 x 16 byte block (rows x[i], 16 bytes each) transposed in four rounds
+// of SSE2 unpacks (bytes, then pairs, quads, halves): 64 shuffles for 256
+// bytes. After it, x[j] holds column j.
+inline void transpose16x16(__m128i (&x)[16]) {
+  __m128i a[16], b[16];
+  for (int i = 0; i < 16; i += 2) {
+    a[i] = _mm_unpacklo_epi8(x[i], x[i + 1]);
+    a[i + 1] = _mm_unpackhi_epi8(x[i], x[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      b[i + 2 * h] = _mm_unpacklo_epi16(a[i + h], a[i + h + 2]);
+      b[i + 2 * h + 1] = _mm_unpackhi_epi16(a[i + h], a[i + h + 2]);
+    }
+  for (int i = 0; i < 16; i += 8)
+    for (int h = 0; h < 4; ++h) {
+      a[i + 2 * h] = _mm_unpacklo_epi32(b[i + h], b[i + h + 4]);
+      a[i + 2 * h + 1] = _mm_unpackhi_epi32(b[i + h], b[i + h + 4]);
+    }
+  for (int h = 0; h < 8; ++h) {
+    x[2 * h] = _mm_unpacklo_epi64(a[h], a[h + 8]);
+    x[2 * h + 1] = _mm_unpackhi_epi64(a[h], a[h + 8]);
+  }
+}
+#endif
+
+// Bands of kTile rows a task, enough for a task to be worth a worker's
+// wake-up (a small B is packed by the calling thread alone).
+constexpr int64_t kMinTaskBytes = int64_t{256} << 10;
+
+// op's rows as rows x k contiguous bytes at dst: element (r, kk) is at
+// op.data + r * row_stride + kk * block_stride (int8: one byte a block).
+// Where rows are adjacent bytes (a [K, rows] array), whole 64 x 64 tiles
+// are transposed through a 4 KB buffer, 16 x 16 blocks at a time: the
+// source is read in whole lines and the destination written in whole lines.
+// (Straight from source to destination, one side strides by the other's row
+// length, and at 4096 bytes those lines share an L1 set.) Other strides and
+// the tails go byte by byte.
+void pack_rows(const Operand& op, int8_t* dst) {
+  const auto* src = static_cast<const uint8_t*>(op.data);
+  auto* out = reinterpret_cast<uint8_t*>(dst);
+  const int64_t rows = op.rows, k = op.k, rs = op.row_stride, ks = op.block_stride;
+  const int64_t bands = (rows + kTile - 1) / kTile;
+  const int64_t band_bytes = kTile * (k > 0 ? k : 1);
+  const int64_t per_task = std::max<int64_t>(1, kMinTaskBytes / band_bytes);
+  auto band_fn = [&](int64_t band) {
+    const int64_t r0 = band * kTile, r1 = std::min(r0 + kTile, rows);
+#if defined(__SSE2__)
+    const bool tiles = rs == 1 && r1 - r0 == kTile;
+#else
+    const bool tiles = false;
+#endif
+    const int64_t k_tiles = tiles ? k / kTile * kTile : 0;  // K covered by whole tiles
+#if defined(__SSE2__)
+    alignas(64) uint8_t buf[kTile][kTile];  // [row - r0][kk - k0]
+    for (int64_t k0 = 0; k0 < k_tiles; k0 += kTile) {
+      for (int64_t kb = 0; kb < kTile; kb += 16)
+        for (int64_t rb = 0; rb < kTile; rb += 16) {
+          __m128i x[16];
+          for (int i = 0; i < 16; ++i)
+            x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + (k0 + kb + i) * ks + r0 + rb));
+          transpose16x16(x);
+          for (int j = 0; j < 16; ++j) _mm_store_si128(reinterpret_cast<__m128i*>(&buf[rb + j][kb]), x[j]);
+        }
+      for (int64_t j = 0; j < kTile; ++j) std::memcpy(out + (r0 + j) * k + k0, buf[j], kTile);
+    }
+#endif
+    for (int64_t r = r0; r < r1; ++r) {  // what the tiles left: every element of other strides, else the tails
+      const uint8_t* s = src + r * rs;
+      uint8_t* d = out + r * k;
+      for (int64_t kk = k_tiles; kk < k; ++kk) d[kk] = s[kk * ks];
+    }
+  };
+  ThreadPool::instance().parallel_for((bands + per_task - 1) / per_task, [&](int64_t task) {
+    for (int64_t band = task * per_task; band < std::min(bands, (task + 1) * per_task); ++band) band_fn(band);
+  });
+}
+
+}  // namespace
+
+bool i8_repacked_can_run(const GemmArgs& g, std::string* why_not) {
+  if (k_contiguous(g.a) && k_contiguous(g.b)) {
+    if (why_not) *why_not = "both operands are contiguous along K (the int8 kernels read them as they are)";
+    return false;
+  }
+  return true;
+}
+
+Status gemm_i8_repacked(const GemmArgs& args, Stream stream) {
+  // The packed rows live until the inner call returns, and that call's
+  // kernel takes call_scratch for itself, so they have their own memory:
+  // per calling thread, kept (grown, never shrunk) up to
+  // kKeptScratchBytes an operand, as call_scratch keeps its own; larger
+  // ones are allocated for the call.
+  thread_local std::vector<int8_t> kept[2];
+  std::unique_ptr<int8_t[]> own[2];
+  GemmArgs g = args;
+  Operand* ops[2] = {&g.a, &g.b};
+  for (int i = 0; i < 2; ++i) {
+    Operand& op = *ops[i];
+    if (k_contiguous(op)) continue;
+    const size_t bytes = static_cast<size_t>(op.rows * op.k);
+    int8_t* p;
+    if (bytes <= kKeptScratchBytes) {
+      if (kept[i].size() < bytes) kept[i].resize(bytes);
+      p = kept[i].data();
+    } else {
+      own[i].reset(new int8_t[bytes]);
+      p = own[i].get();
+    }
+    pack_rows(op, p);
+    op.data = p;
+    op.row_stride = op.k;
+    op.block_stride = 0;
+  }
+  return ::qg::gemm(g, stream);
+}
+
+}  // namespace qg::detail::cpu
