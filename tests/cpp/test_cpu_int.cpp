@@ -507,6 +507,20 @@ TEST(CpuIntGemm, KMajorInt8RepackedForTheInt8Kernels) {
         EXPECT_EQ(e.chosen, "cpu_i8_repacked");
         if (HasFailure()) return;
       }
+  // A B of 1100 rows x 4096: 17 whole bands of 64 rows and a part, one a
+  // pool task, 4.5 MB (past the kept buffer: memory for the call).
+  IntCase big = make_case(rng, Format::i8, Format::i8, 3, 1100, 4096, /*b_k_major=*/true);
+  EXPECT_GE(check_all_kernels(big), 1);
+  // Rows two bytes apart (a [K, N] view of every other column): the byte-by-byte path.
+  IntCase gaps = make_case(rng, Format::i8, Format::i8, 5, 70, 130);
+  IntOperand& b = gaps.b;
+  b.row_stride = 2;
+  b.block_stride = 2 * b.rows;
+  b.bytes.assign(static_cast<size_t>(b.k * b.block_stride), qgtest::kSentinelByte);
+  for (int64_t r = 0; r < b.rows; ++r)
+    for (int64_t kk = 0; kk < b.k; ++kk) write_unit(b, r, kk, &b.bytes[kk * b.block_stride + r * b.row_stride]);
+  SCOPED_TRACE("rows two bytes apart");
+  EXPECT_GE(check_all_kernels(gaps), 1);
 }
 
 // Every output dtype, row / column scales (per row and the one-element
