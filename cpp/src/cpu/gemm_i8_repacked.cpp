@@ -65,11 +65,11 @@ constexpr int64_t kSlabBands = 8;
 // op's rows as rows x k contiguous bytes at dst: element (r, kk) is at
 // op.data + r * row_stride + kk * block_stride (int8: one byte a block).
 // Where rows are adjacent bytes (a [K, rows] array), whole 64 x 64 tiles
-// are transposed through a 4 KB buffer, 16 x 16 blocks at a time: the
-// source is read in whole lines and the destination written in whole lines.
-// (Straight from source to destination, one side strides by the other's row
-// length, and at 4096 bytes those lines share an L1 set.) Other strides and
-// the tails go byte by byte.
+// are copied into a 4 KB buffer, transposed 16 x 16 blocks at a time into a
+// second one, and copied out: the source is read and the destination
+// written in whole lines. (Straight from source to destination, one side
+// strides by the other's row length, and at 4096 bytes those lines share an
+// L1 set.) Other strides and the tails go byte by byte.
 void pack_rows(const Operand& op, int8_t* dst) {
   const auto* src = static_cast<const uint8_t*>(op.data);
   auto* out = reinterpret_cast<uint8_t*>(dst);
