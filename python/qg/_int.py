@@ -337,11 +337,11 @@ def operand_layout(x, w: fw.Where, k_major: bool):
     return x, k_major
 
 
-def _stored_kn_int8(B) -> bool:
-    """B a 2-D int8 tensor of a fast type stored [K, N] (not a transposed
-    view of [N, K] rows, which the fast path reads as it is)."""
-    return (type(B) in _FAST_TYPES and B.dim() == 2 and str(B.dtype) == "torch.int8" and B.is_contiguous()
-            and not B.T.is_contiguous())
+def _cuda_int8_stored_kn(B) -> bool:
+    """B a 2-D int8 CUDA tensor of a fast type stored [K, N] (not a
+    transposed view of [N, K] rows, which the fast path reads as it is)."""
+    return (type(B) in _FAST_TYPES and B.is_cuda and B.dim() == 2 and str(B.dtype) == "torch.int8"
+            and B.is_contiguous() and not B.T.is_contiguous())
 
 
 def int8_matmul(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point_a=None, zero_point_b=None, bias=None,
@@ -366,7 +366,7 @@ def int8_matmul(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point_a=Non
     """
     if type(A) in _FAST_TYPES and _api._torch_ops.plain_ok(A, B, scale_a, scale_b, bias):
         fast_b, fast_layout = B, b_layout
-        if b_layout == "kn" and _stored_kn_int8(B) and B.is_cuda:
+        if b_layout == "kn" and _cuda_int8_stored_kn(B):
             # Seed 001's B, stored [K, N], on a GPU: the kernels read
             # K-contiguous rows, so the same transposing copy the plan would
             # make, then the plain [N, K] call. (On the CPU the core repacks

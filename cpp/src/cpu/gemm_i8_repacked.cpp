@@ -3,14 +3,13 @@
 // is not contiguous along K (seed 001's B stored [K, N], a transposed view).
 // The fast int8 kernels load rows along K; the reference kernel, which takes
 // any strides, loads one byte at a time. So this entry copies each such
-// operand once into K-contiguous rows (memory of its own: gemm_i8_repacked) and
+// operand once into K-contiguous rows (call_scratch slots 1 and 2) and
 // hands the call back to qg::gemm, which validates it again and dispatches
 // it to cpu_i8_avx512_vnni or cpu_i8_avx2: the same kernels, the same bits,
 // as the [N, K] layout. The copy is a transpose of a [K, rows] byte matrix
 // (pack_rows), spread over the thread pool by bands of 64 rows.
 #include <algorithm>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 #if defined(__SSE2__)
@@ -26,8 +25,6 @@ namespace qg::detail::cpu {
 namespace {
 
 constexpr int64_t kTile = 64;
-
-bool k_contiguous(const Operand& op) { return op.block_stride == 0 || op.block_stride == 1; }
 
 #if defined(__SSE2__)
 // A 16 x 16 byte block (rows x[i], 16 bytes each) transposed in four rounds
@@ -118,7 +115,7 @@ void pack_rows(const Operand& op, int8_t* dst) {
 }  // namespace
 
 bool i8_repacked_can_run(const GemmArgs& g, std::string* why_not) {
-  if (k_contiguous(g.a) && k_contiguous(g.b)) {
+  if (contiguous_along_k(g.a) && contiguous_along_k(g.b)) {
     if (why_not) *why_not = "both operands are contiguous along K (the int8 kernels read them as they are)";
     return false;
   }
@@ -126,27 +123,15 @@ bool i8_repacked_can_run(const GemmArgs& g, std::string* why_not) {
 }
 
 Status gemm_i8_repacked(const GemmArgs& args, Stream stream) {
-  // The packed rows live until the inner call returns, and that call's
-  // kernel takes call_scratch for itself, so they have their own memory:
-  // per calling thread, kept (grown, never shrunk) up to
-  // kKeptScratchBytes an operand, as call_scratch keeps its own; larger
-  // ones are allocated for the call.
-  thread_local std::vector<int8_t> kept[2];
-  std::unique_ptr<int8_t[]> own[2];
+  // The packed rows must outlive the inner call, whose kernel takes slot 0
+  // of call_scratch: operand i packs into slot 1 + i.
+  std::vector<uint8_t> own[2];
   GemmArgs g = args;
   Operand* ops[2] = {&g.a, &g.b};
   for (int i = 0; i < 2; ++i) {
     Operand& op = *ops[i];
-    if (k_contiguous(op)) continue;
-    const size_t bytes = static_cast<size_t>(op.rows * op.k);
-    int8_t* p;
-    if (bytes <= kKeptScratchBytes) {
-      if (kept[i].size() < bytes) kept[i].resize(bytes);
-      p = kept[i].data();
-    } else {
-      own[i].reset(new int8_t[bytes]);
-      p = own[i].get();
-    }
+    if (contiguous_along_k(op)) continue;
+    auto* p = reinterpret_cast<int8_t*>(call_scratch(static_cast<size_t>(op.rows * op.k), own[i], 1 + i));
     pack_rows(op, p);
     op.data = p;
     op.row_stride = op.k;

@@ -23,8 +23,7 @@ bool any_shape(const Args&, std::string*) {
 // served by the reference kernel).
 bool k_contiguous(const GemmArgs& g, std::string* why_not) {
   for (const Operand* op : {&g.a, &g.b}) {
-    const int64_t bpb = format_traits(op->format).bytes_per_block;
-    if (op->block_stride != 0 && op->block_stride != bpb) {
+    if (!contiguous_along_k(*op)) {
       if (why_not)
         *why_not = std::string(op == &g.a ? "a" : "b") + " is not contiguous along K (block stride " +
                    std::to_string(op->block_stride) + " bytes)";
