@@ -11,6 +11,9 @@
 //                 (sm_61+, for GPUs without int8 tensor cores): shared-memory
 //                 tiles, DP4A on register tiles of up to 8 x 8; the same sums
 //                 and store
+//   cuda_i8_repacked  i8 x i8 with an operand strided along K (seed 001's
+//                 B [K, N]): that operand transposed into K-contiguous rows of
+//                 a workspace, then qg::gemm again (the kernels above)
 //   cuda_wo_gemv  i4 weights with group scales (and zero points) x f16 / bf16
 //                 activations, N <= 16 a launch (larger N in slices): fp16/bf16 mma.sync over
 //                 exact codes, fp32 group rescale, then epilogue_store
@@ -45,6 +48,7 @@ bool gemm_i8_mma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_i8_mma_run(const GemmArgs& args, Stream stream);
 bool gemm_i8_dp4a_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_i8_dp4a_run(const GemmArgs& args, Stream stream);
+Status gemm_i8_repacked_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not);
@@ -102,7 +106,7 @@ using ::qg::detail::cuda::tile_coords;
 // (and its stride) a multiple of `align` bytes, no group scales. `how` ends
 // the alignment message: what the kernel's loads need.
 inline bool int8_rows_ok(const Operand& o, const char* name, int align, const char* how, std::string* why_not) {
-  if (o.block_stride != 0 && o.block_stride != 1) {
+  if (!contiguous_along_k(o)) {
     if (why_not)
       *why_not = std::string(name) + " is not K-contiguous (block stride " + std::to_string(o.block_stride) +
                  " bytes; the kernel reads rows along K: pass a K-contiguous copy)";

@@ -14,6 +14,7 @@
 //   cuda_i8_wgmma    i8 x i8, M and N >= 128 (sm_90a): wgmma fed by TMA, no zero points
 //   cuda_i8_mma      i8 x i8, K-contiguous 16-byte-aligned rows (sm_80+): int8 mma.sync m16n8k32, all epilogues
 //   cuda_i8_dp4a     i8 x i8, K-contiguous 4-byte-aligned rows, pre-Ampere (sm_61+): shared-memory tiles, DP4A, all epilogues
+//   cuda_i8_repacked i8 x i8 with an operand strided along K (sm_61+): repacked into K-contiguous rows, then dispatched again
 //   cuda_wo_gemv_small i4 (group scales) x f16 / bf16, N <= 2 (sm_80+): W streamed to registers, FFMAs
 //   cuda_wo_gemv_bulk  i4 (group scales >= 128) x f16 / bf16, N <= 16 (sm_90+): W by bulk copies, mma.sync in fragment order
 //   cuda_wo_gemv     i4 (group scales) x f16 / bf16 (sm_80+): decode GEMV on f16/bf16 mma.sync, N > 16 in slices of 16
@@ -61,6 +62,11 @@ Registry make_registry() {
   // serves the GPUs before them (and, on newer ones, the rows only 4-byte
   // aligned or K % 16 != 0 that the tensor-core kernels refuse).
   r.gemm.push_back({"cuda_i8_dp4a", Format::i8, Format::i8, kDp4a, kEpiAll, gemm_i8_dp4a_can_run, gemm_i8_dp4a_run});
+  // An operand strided along K, which all three refuse: copied to rows they
+  // take, then dispatched again (on devices from sm_61, where a kernel that
+  // reads those rows exists).
+  r.gemm.push_back(
+      {"cuda_i8_repacked", Format::i8, Format::i8, kDp4a, kEpiAll, operand_strided_along_k, gemm_i8_repacked_run});
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cuda_wo_gemv_small", Format::i4, fb, kMmaS8, kEpiFloatAll, gemm_wo_gemv_small_can_run,
                       gemm_wo_gemv_small_run});

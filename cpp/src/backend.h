@@ -52,6 +52,21 @@ enum EpilogueCap : uint32_t {
   kEpiAll = (1u << 10) - 1,
   kEpiFloatAll = kEpiAll & ~(kEpiZeroPoints | kEpiOutI32),  // everything a float-accumulating kernel can do
 };
+// Whether op's blocks along K are adjacent (block_stride 0 means so): what
+// the fast integer kernels of both backends need of both operands (an int8
+// operand strided along K is repacked first: cpu_i8_repacked, cuda_i8_repacked).
+inline bool contiguous_along_k(const Operand& op) {
+  return op.block_stride == 0 || op.block_stride == format_traits(op.format).bytes_per_block;
+}
+// The repacking entries' can_run: an operand to copy, else why not.
+inline bool operand_strided_along_k(const GemmArgs& g, std::string* why_not) {
+  if (contiguous_along_k(g.a) && contiguous_along_k(g.b)) {
+    if (why_not) *why_not = "both operands are contiguous along K (the int8 kernels read them as they are)";
+    return false;
+  }
+  return true;
+}
+
 // The features a call needs, and their names ("bias, relu") for messages.
 uint32_t epilogue_needs(const GemmArgs& args);
 std::string epilogue_cap_names(uint32_t caps);

@@ -337,13 +337,6 @@ def operand_layout(x, w: fw.Where, k_major: bool):
     return x, k_major
 
 
-def _cuda_int8_stored_kn(B) -> bool:
-    """B a 2-D int8 CUDA tensor of a fast type stored [K, N] (not a
-    transposed view of [N, K] rows, which the fast path reads as it is)."""
-    return (type(B) in _FAST_TYPES and B.is_cuda and B.dim() == 2 and str(B.dtype) == "torch.int8"
-            and B.is_contiguous() and not B.T.is_contiguous())
-
-
 def int8_matmul(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point_a=None, zero_point_b=None, bias=None,
                 activation=None, out_dtype="int32", b_layout="kn"):
     """C = (A - za) * scale_a @ (B - zb) * scale_b * scale_c + bias, then relu (seed 001's int8_matmul).
@@ -365,15 +358,8 @@ def int8_matmul(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point_a=Non
     points); a larger K raises, naming the limit.
     """
     if type(A) in _FAST_TYPES and _api._torch_ops.plain_ok(A, B, scale_a, scale_b, bias):
-        fast_b, fast_layout = B, b_layout
-        if b_layout == "kn" and _cuda_int8_stored_kn(B):
-            # Seed 001's B, stored [K, N], on a GPU: the kernels read
-            # K-contiguous rows, so the same transposing copy the plan would
-            # make, then the plain [N, K] call. (On the CPU the core repacks
-            # it itself.)
-            fast_b, fast_layout = B.T.contiguous(), "nk"
-        r = _qg.fast_int8_matmul(A, fast_b, scale_a, scale_b, scale_c, zero_point_a, zero_point_b, bias, activation,
-                                 out_dtype, fast_layout)
+        r = _qg.fast_int8_matmul(A, B, scale_a, scale_b, scale_c, zero_point_a, zero_point_b, bias, activation,
+                                 out_dtype, b_layout)
         if r is not None:
             return r
     op, a, b, k, epi, shape = _int8_matmul_plan(A, B, scale_a, scale_b, scale_c, zero_point_a=zero_point_a,
@@ -404,13 +390,11 @@ def _int8_matmul_plan(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point
         m *= s
     n = bshape[1] if b_layout == "kn" else bshape[0]
     a_core, a_kmajor = operand_layout(B, w, b_layout == "kn")
-    if a_kmajor and (w.device != fw.CPU or (w.kind == "numpy" and min(a_core.strides, default=0) < 0)):
-        # B stored [K, N] (seed 001): the fast int8 kernels read K-contiguous
-        # rows, so one transposing copy (K * N bytes, in B's framework) turns
-        # an O(M N K) byte-load GEMM into a tensor-core one. On the CPU the
-        # core makes that copy itself (cpu_i8_repacked), faster than the
-        # frameworks' strided copies of bytes; it takes no flipped view
-        # (a negative NumPy stride), which is copied here as before.
+    if a_kmajor and w.kind == "numpy" and min(a_core.strides, default=0) < 0:
+        # B stored [K, N] (seed 001) goes to the core as it is: the core
+        # copies it once into the K-contiguous rows its int8 kernels read
+        # (cpu_i8_repacked, cuda_i8_repacked). A flipped NumPy view (a
+        # negative stride) it does not take is copied here first.
         a_core, a_kmajor = xa.moveaxis(a_core, w, 0, 1), False
     b_core, b_kmajor = operand_layout(A, w, False) if len(ashape) == 2 else (A, False)
 

@@ -121,13 +121,13 @@ nb::object int8_matmul(nb::handle A, nb::handle B, nb::handle scale_a, nb::handl
   }
   // Plain when those rows are K-contiguous, as for the transposed view of an
   // [N, K] array (W.T). A B stored [K, N] itself goes to the core as the
-  // K-major operand it is where the core repacks it (the CPU:
-  // cpu_i8_repacked); on a GPU the plan copies it to such rows.
+  // K-major operand it is: the core repacks it (cpu_i8_repacked,
+  // cuda_i8_repacked).
   bool a_k_major = false;
   if (!a.is_contiguous()) {
     std::swap(a.shape[0], a.shape[1]);
     std::swap(a.strides[0], a.strides[1]);
-    if (!kn || a.device.type != DeviceType::cpu || !a.is_contiguous()) return nb::none();
+    if (!kn || !a.is_contiguous()) return nb::none();
     a_k_major = true;
   }
   const int64_t n = a.shape[a_k_major ? 1 : 0];  // B's columns, the result's

@@ -483,6 +483,86 @@ TEST_F(CudaInt, GemmKMajorOperands) {
         }
 }
 
+// int8 x int8 with B, and A too, stored K-major (seed 001's B [K, N]):
+// cuda_i8_repacked copies them to K-contiguous rows and dispatches again, so
+// the tensor-core kernels run them (M and N from 1 to past the warpgroup
+// kernel's 128, K with and without a 16-byte multiple); bit-exact int32 and
+// the float epilogue, the callers' operands unwritten (check_int_gemm).
+TEST_F(CudaInt, GemmKMajorInt8Repacked) {
+  QG_SEEDED_RNG(rng, 14);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  // Rows a multiple of 16 with unpadded columns take the 16-byte kernel;
+  // other row counts its byte path for the last piece; a padded column
+  // (b_pad 5: K-steps 16-byte misaligned) the any-stride kernel.
+  for (const Shape& sh : {Shape{1, 3, 1}, Shape{9, 1, 7}, Shape{32, 16, 64}, Shape{33, 70, 65}, Shape{5, 130, 300},
+                          Shape{256, 512, 1024}, Shape{130, 300, 1024}, Shape{200, 129, 4100}})
+    for (int layout = 1; layout < 4; ++layout) {
+      IntGemm cfg;
+      cfg.m = sh.m;
+      cfg.n = sh.n;
+      cfg.k = sh.k;
+      cfg.a_k_major = layout & 1;
+      cfg.b_k_major = layout & 2;
+      cfg.b_pad = layout == 3 ? 5 : 0;
+      // One row stored K-major is contiguous along K all the same: nothing to repack.
+      const bool a_rows = !cfg.a_k_major || cfg.m == 1, b_rows = !cfg.b_k_major || (cfg.n == 1 && cfg.b_pad == 0);
+      check_int_gemm(cfg, rng, a_rows && b_rows ? "dispatch" : "cuda_i8_repacked");
+      cfg.c_dtype = DType::f32;
+      cfg.scales = 2;
+      cfg.bias = true;
+      cfg.relu = true;
+      check_int_gemm(cfg, rng, "dispatch");
+      cfg.c_dtype = DType::i32;
+      cfg.scales = 0;
+      cfg.bias = cfg.relu = false;
+      cfg.za = cfg.zb = 2;
+      check_int_gemm(cfg, rng, "dispatch");
+      if (HasFailure()) return;
+    }
+  // Columns padded to 16-byte multiples around row counts that are not
+  // (30 rows in 32 bytes, 200 in 208): the 16-byte kernel with its byte path
+  // for the last piece; then every buffer at an odd address (the any-stride kernel).
+  IntGemm padded;
+  padded.m = 30;
+  padded.n = 200;
+  padded.k = 100;
+  padded.a_k_major = padded.b_k_major = true;
+  padded.a_pad = 2;
+  padded.b_pad = 8;
+  check_int_gemm(padded, rng, "cuda_i8_repacked");
+  padded.offset = 1;
+  padded.c_dtype = DType::f16;
+  padded.scales = 1;
+  check_int_gemm(padded, rng, "cuda_i8_repacked");
+  // Dispatch names it for a K-major B, and it refuses operands already contiguous along K.
+  HostOperand a = int_operand(Format::i8, 256, 512, rng, false, 0), b = int_operand(Format::i8, 256, 512, rng, true, 0);
+  DevBytes da(a.bytes, 0), db(b.bytes, 0);
+  std::vector<uint8_t> c_bytes(256 * 256 * 4);
+  DevBytes dc(c_bytes, 0);
+  qg::GemmArgs g;
+  g.a = operand_of(a, da);
+  g.b = operand_of(b, db);
+  g.c = dc.ptr();
+  g.c_dtype = DType::i32;
+  g.ldc = 256;
+  g.device = qg::Device::cuda(0);
+  qg::Explanation ex;
+  QG_OK(qg::explain(g, &ex));
+  EXPECT_EQ(ex.chosen, "cuda_i8_repacked");
+  const HostOperand b_rows = int_operand(Format::i8, 256, 512, rng, false, 0);
+  DevBytes db_rows(b_rows.bytes, 0);
+  g.b = operand_of(b_rows, db_rows);
+  const qg::detail::GemmKernel* repacked = nullptr;
+  for (const qg::detail::GemmKernel& k : qg::detail::cuda::registry().gemm)
+    if (std::string(k.name) == "cuda_i8_repacked") repacked = &k;
+  ASSERT_NE(repacked, nullptr);
+  std::string why;
+  EXPECT_FALSE(repacked->can_run(g, &why));
+  EXPECT_NE(why.find("contiguous along K"), std::string::npos) << why;
+}
+
 // Row-major operands with padded rows at odd strides, then every buffer
 // (operands, C, zero points, scales, bias) at an odd address: byte loads and
 // the epilogue's unaligned-safe stores everywhere.

@@ -114,14 +114,6 @@ void pack_rows(const Operand& op, int8_t* dst) {
 
 }  // namespace
 
-bool i8_repacked_can_run(const GemmArgs& g, std::string* why_not) {
-  if (contiguous_along_k(g.a) && contiguous_along_k(g.b)) {
-    if (why_not) *why_not = "both operands are contiguous along K (the int8 kernels read them as they are)";
-    return false;
-  }
-  return true;
-}
-
 Status gemm_i8_repacked(const GemmArgs& args, Stream stream) {
   // The packed rows must outlive the inner call, whose kernel takes slot 0
   // of call_scratch: operand i packs into slot 1 + i.

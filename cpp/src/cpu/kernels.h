@@ -2,6 +2,7 @@
 // kernels.h: the CPU backend's kernels, registered in registry.cpp.
 #pragma once
 
+#include "backend.h"
 #include "cpu/prefetch.h"
 #include "cpu/thread_pool.h"
 #include "qg/ops.h"
@@ -26,14 +27,8 @@ Status gemm_i8_avx2(const GemmArgs& args);
 Status gemm_i8_avx512vnni(const GemmArgs& args);
 // The most rows of B it takes (its can_run refuses more).
 constexpr int64_t kI8VnniMaxN = 16;
-// Whether op's blocks along K are adjacent (block_stride 0 means so): what
-// the SIMD integer kernels need of both operands.
-inline bool contiguous_along_k(const Operand& op) {
-  return op.block_stride == 0 || op.block_stride == format_traits(op.format).bytes_per_block;
-}
 // i8 x i8 with an operand not contiguous along K (gemm_i8_repacked.cpp): that
 // operand copied to K-contiguous rows, then qg::gemm again (the kernels above).
-bool i8_repacked_can_run(const GemmArgs& g, std::string* why_not);
 Status gemm_i8_repacked(const GemmArgs& args, Stream stream);
 // i4 weights with group scales x f32/f16/bf16 activations, fp32 sums;
 // K and the group size multiples of 32, K-contiguous operands.

@@ -118,7 +118,7 @@ Registry make_registry() {
                     [](const GemmArgs& a, Stream) { return gemm_i8_avx512vnni(a); }});
   r.gemm.push_back({"cpu_i8_avx2", Format::i8, Format::i8, kAvx2, kEpiAll, i8_avx2_can_run,
                     [](const GemmArgs& a, Stream) { return gemm_i8_avx2(a); }});
-  r.gemm.push_back({"cpu_i8_repacked", Format::i8, Format::i8, kAvx2, kEpiAll, i8_repacked_can_run,
+  r.gemm.push_back({"cpu_i8_repacked", Format::i8, Format::i8, kAvx2, kEpiAll, operand_strided_along_k,
                     [](const GemmArgs& a, Stream s) { return gemm_i8_repacked(a, s); }});
   for (Format fb : {Format::f16, Format::bf16, Format::f32})
     r.gemm.push_back({"cpu_wo_avx512_vnni", Format::i4, fb, kAvx512Vnni, kEpiFloatAll, wo_avx512_can_run,
