@@ -66,7 +66,7 @@ bool gemm_wgmma_f16_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wgmma_f16_run(const GemmArgs& args, Stream stream);
 Status gemm_wgmma_f16_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream);
 // cuda_wgmma_folded: the scales folded into fp16 operands, one fp32 sum over
-// all of K (NMSE near 1e-7, not the other kernels' bits); N >= 33, else as
+// all of K (NMSE near 1e-7, not the other kernels' bits); N >= 17, else as
 // cuda_wgmma.
 bool gemm_wgmma_folded_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wgmma_folded_run(const GemmArgs& args, Stream stream);

@@ -3,7 +3,7 @@
 // (sm_90a), from N = 7 (kMinN below); the decode GEMV takes fewer tokens.
 // Three registry entries: cuda_wgmma (int8 MMAs, every tile); from N = 65
 // cuda_wgmma_f16 (the same kernel on fp16 codes, "The fp16 variant" below),
-// which gives the same bits; and, tried first, from N = 33
+// which gives the same bits; and, tried first, from N = 17
 // cuda_wgmma_folded (the scales folded into fp16 operands, "The folded
 // variant" below), within the GEMM contract's NMSE but not those bits.
 //
@@ -154,7 +154,8 @@ template <int kUnitN_, int kUnits_, int kStages_, bool kF16_ = false, int kInFli
 struct Cfg {
   static constexpr int kUnitN = kUnitN_, kUnits = kUnits_, kStages = kStages_;
   static constexpr bool kF16 = kF16_, kFold = kFold_;
-  static_assert(!kFold || (kF16 && kUnitN == 32 && (kUnits == 2 || kUnits == 4)), "the folded variant: one n64 or n128 MMA");
+  static_assert(!kFold || (kF16 && kUnitN == 32 && (kUnits == 1 || kUnits == 2 || kUnits == 4)),
+                "the folded variant: one n32, n64 or n128 MMA");
   static constexpr int kMSlices = kMSlices_;
   // What sharing a tile by K is charged, in this tile's steps (work_split.h;
   // the 256-row tile: folded_tiles.h's kFoldedTallShareCost).
@@ -224,7 +225,7 @@ using Cfg64 = Cfg<32, 2, 5>;    // N = 33..64
 // at the end of the tile (measured on an H200: 5-9 % faster than one pair at
 // N = 8 to 32 on both shapes, docs/architecture.md). With 104 registers a
 // consumer, the 16-token tile keeps three MMAs queued, the 32-token one one.
-using Cfg32 = Cfg<32, 1, 6, false, 1, false, 1, 2>;  // N = 17..32
+using Cfg32 = Cfg<32, 1, 6, false, 1, false, 1, 2>;  // N = 17..32 (the exact kernels: the folded one runs there first)
 using Cfg16 = Cfg<16, 1, 8, false, 3, false, 1, 2>;  // N <= 16
 // The fp16 variant's tile: 128 tokens; a stage's codes take twice the bytes,
 // so two stages fill shared memory. Three MMAs stay queued while a unit is
@@ -236,6 +237,11 @@ using CfgWideF16 = Cfg<32, 4, 2, true, 3>;
 using CfgFolded = Cfg<32, 4, 2, true, 1, true, 1>;
 using CfgFoldedTall = Cfg<32, 4, 2, true, 1, true, 2>;
 using CfgFolded64 = Cfg<32, 2, 4, true, 1, true, 1>;  // 64 tokens: four stages of 50 KB
+// 32 tokens, six stages. Measured on an H200 against the int8 kernel's
+// 32-token tile (two consumer pairs, whose block rescale keeps it bound by
+// its chain): 4-9 % faster at N = 17..32 on both LLM shapes, e.g. the GEMM
+// at 14336 x 4096 N = 32 29.2-29.4 -> 27.6 us cold (docs/architecture.md).
+using CfgFolded32 = Cfg<32, 1, 6, true, 1, true, 1>;
 
 constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
 constexpr float kMagic = 12582912.0f;
@@ -250,8 +256,9 @@ constexpr int64_t kMinN = 7;
 // 128-token tile.
 constexpr int64_t kMinNF16 = 65;
 // The folded variant (cuda_wgmma_folded) from this many tokens: its tiles
-// are 64 and 128 tokens.
-constexpr int64_t kMinNFolded = 33;
+// are 32, 64 and 128 tokens; at N <= 16 the int8 kernel's 16-token tile
+// stays (its ring of three queued MMAs in two consumer pairs).
+constexpr int64_t kMinNFolded = 17;
 // The folded variant's operands are fp16(code x scale): exact products
 // rounded once. Scales up to these keep every such product below 2^15, far
 // inside fp16's range (65504): |d_a| <= 256 (|code| <= 128), |d_w| <= 4096
@@ -882,7 +889,8 @@ __device__ __forceinline__ void load_w_folded_slices(FoldCtx<C>& c, uint32_t w_r
 template <class C, uint32_t kB, int kA>
 __device__ __forceinline__ void folded_mma(float (&acc)[C::kUnits][C::kSums], uint32_t (&a)[8], uint32_t desc) {
   if constexpr (C::kUnits == 4) wgmma::mma_f16_rs_n128<kB, kA>(acc, a, desc);
-  else wgmma::mma_f16_rs_n64<kB, kA>(acc, a, desc);
+  else if constexpr (C::kUnits == 2) wgmma::mma_f16_rs_n64<kB, kA>(acc, a, desc);
+  else wgmma::mma_f16_rs_n32<kB, true, kA>(acc[0], a, desc);
 }
 
 // Block b: its MMAs (two K steps x the slices, the slices alternating so
@@ -1713,7 +1721,7 @@ bool gemm_wgmma_folded_can_run(const GemmArgs& args, std::string* why_not) {
     if (why_not) *why_not = "QG_CUDA_FOLDED=0 in the environment asks for the exact kernels";
     return false;
   }
-  return can_run_from(args, why_not, kMinNFolded, "its narrowest tile is 64 tokens");
+  return can_run_from(args, why_not, kMinNFolded, "its narrowest tile is 32 tokens");
 }
 
 bool gemm_wgmma_f16_can_run(const GemmArgs& args, std::string* why_not) {
@@ -1735,9 +1743,10 @@ Status run_any_tile(const GemmArgs& args, const QuantizeArgs* from_float, Stream
   if constexpr (kV == Variant::f16) {
     return run_tiles<CfgWideF16>(args, from_float, stream);
   } else if constexpr (kV == Variant::folded) {
-    // 64 tokens up to N = 64 (four stages of 50 KB); from N = 65 the
-    // 128-token tiles were faster (H200: 49.2 against 55.7 µs at N = 128,
+    // 32 tokens up to N = 32, 64 up to N = 64 (four stages of 50 KB); from
+    // N = 65 the 128-token tiles were faster (H200: 49.2 against 55.7 µs at N = 128,
     // 4096 x 14336; docs/architecture.md).
+    if (args.b.rows <= CfgFolded32::BN) return run_tiles<CfgFolded32>(args, from_float, stream);
     if (args.b.rows <= CfgFolded64::BN) return run_tiles<CfgFolded64>(args, from_float, stream);
     // 256 or 128 rows by waves of tiles (folded_tiles.h).
     static_assert(CfgFoldedTall::kBM == kFoldedTallRows && CfgFolded::kBM == kFoldedRows &&

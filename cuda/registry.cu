@@ -2,7 +2,7 @@
 // cuda/registry.cu: the CUDA backend's kernel tables, most specialised first.
 // Arch windows and epilogue capabilities are data here; each can_run judges
 // only shape and alignment.
-//   cuda_wgmma_folded q4_0 x q8_1, as cuda_wgmma with N >= 33: the scales folded into fp16 operands, one fp32 sum over K (NMSE ~1e-7)
+//   cuda_wgmma_folded q4_0 x q8_1, as cuda_wgmma with N >= 17: the scales folded into fp16 operands, one fp32 sum over K (NMSE ~1e-7)
 //   cuda_wgmma_f16   q4_0 x q8_1, as cuda_wgmma with N >= 65: the codes as fp16, fp16 MMAs summing exactly in fp32 (cuda_wgmma's bits)
 //   cuda_wgmma       q4_0 x q8_1, M >= 128, N >= 7, K % 256 == 0 (sm_90a): wgmma, W fragments from registers, activations re-laid by a first pass
 //   cuda_mmvq        q4_0 x q8_1, N <= 8 (decode): memory-bound GEMV, K split across a CTA (N = 7..8 only where cuda_wgmma refuses)

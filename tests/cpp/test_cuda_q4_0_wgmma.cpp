@@ -2,7 +2,7 @@
 // test_cuda_q4_0_wgmma.cpp: the warpgroup Q4_0 x Q8_1 kernels (cuda_wgmma,
 // its fp16 variant cuda_wgmma_f16 and its folded variant cuda_wgmma_folded),
 // each forced by name, on shapes inside their scope (M >= 128, N >= 7, or
-// N >= 65 for the fp16 variant, N >= 33 for the folded one, K a multiple of 256,
+// N >= 65 for the fp16 variant, N >= 17 for the folded one, K a multiple of 256,
 // 16-byte-aligned rows), where the shared suite's small shapes are refused.
 // Against the float64 reference of test_util.h (NMSE <= 1e-6, NaN and Inf
 // exactly where the reference has them; the folded variant's bound widened
@@ -50,7 +50,7 @@ class CudaQ4Wgmma : public qgtest::CudaFixture<::testing::TestWithParam<std::str
   bool f16() const { return GetParam() == kF16; }
   bool folded() const { return GetParam() == kFolded; }
   // The fewest tokens the kernel takes (its can_run says the same).
-  int64_t min_n() const { return f16() ? 65 : folded() ? 33 : 7; }
+  int64_t min_n() const { return f16() ? 65 : folded() ? 17 : 7; }
   // Runs c on the kernel and checks it; fails if the kernel refused it.
   void check(GemmCase& c) {
     SCOPED_TRACE(c.describe());
@@ -107,7 +107,7 @@ TEST_P(CudaQ4Wgmma, NarrowTilesEveryTail) {
   if (f16()) GTEST_SKIP() << GetParam() << " has only the 128-token tile";
   QG_SEEDED_RNG(rng, 8);
   for (int64_t n : {7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64}) {
-    if (n < min_n()) continue;  // the folded variant's narrowest tile is 64 tokens
+    if (n < min_n()) continue;  // the folded variant starts at 17 tokens, the fp16 one at 65
     for (const Shape& s : {Shape{130, n, 256}, Shape{300, n, 4096}}) {
       for (int layout = 0; layout < 3; ++layout) {
         GemmCase c = random_case(rng, s.m, s.n, s.k);
@@ -179,8 +179,8 @@ TEST_P(CudaQ4Wgmma, EpilogueFeatures) {
 // and the high element of a pair: the fp16 pair conversion's other path.
 TEST_P(CudaQ4Wgmma, UnitStoresMatchElementStores) {
   QG_SEEDED_RNG(rng, 11);
-  for (const Shape& s : {Shape{160, 136, 512}, Shape{160, 16, 512}}) {
-    if (s.n < min_n()) continue;  // the narrow tiles: cuda_wgmma's only
+  for (const Shape& s : {Shape{160, 136, 512}, Shape{160, 24, 512}, Shape{160, 16, 512}}) {
+    if (s.n < min_n()) continue;  // the 16-token tile: cuda_wgmma's only
     SCOPED_TRACE("N = " + std::to_string(s.n));
     unit_stores_match_element_stores(rng, s);
   }
@@ -258,8 +258,8 @@ TEST_P(CudaQ4Wgmma, Deterministic) {
 TEST_P(CudaQ4Wgmma, SplitKThroughWorkspace) {
   QG_SEEDED_RNG(rng, 7);
   for (const Shape& sh : {Shape{256, 128, 8192}, Shape{200, 70 + 64, 14336}, Shape{130, 129, 4096}, Shape{1000, 16, 14336},
-                          Shape{256, 40, 8192}}) {
-    if (sh.n < min_n()) continue;  // the narrow tiles: cuda_wgmma's only
+                          Shape{256, 40, 8192}, Shape{1000, 24, 14336}}) {
+    if (sh.n < min_n()) continue;  // the 16-token tile: cuda_wgmma's only
     for (bool transposed : {false, true}) {
       GemmCase c = random_case(rng, sh.m, sh.n, sh.k);
       if (transposed) qgtest::set_c_layout(c, qg::DType::f32, 1, sh.m + 1);
@@ -312,7 +312,7 @@ TEST_P(CudaQ4Wgmma, TensorMapsFollowTheShapeAtOneAddress) {
   QG_SEEDED_RNG(rng, 10);
   ArenaMemory arena;
   qgtest::GemmKernelTester same_addresses{qg::detail::cuda::registry(), GetParam(), arena};
-  const int64_t dn = f16() ? 64 : folded() ? 32 : 0;  // the fp16 variant's tokens start at 65, the folded one's at 33
+  const int64_t dn = f16() ? 64 : 0;  // the fp16 variant's tokens start at 65
   for (const Shape& s : {Shape{256, 64, 512}, Shape{128, 64, 512}, Shape{256, 64, 256}, Shape{256, 32, 512},
                          Shape{256, 100, 1024}, Shape{256, 64, 512}}) {
     GemmCase c = random_case(rng, s.m, s.n + dn, s.k);
@@ -332,7 +332,7 @@ TEST_P(CudaQ4Wgmma, RefusesOutsideItsScope) {
                            Out{200, 200, 288, 0, 0, "multiple of 256"}, Out{200, 200, 256, 2, 0, "16-byte"},
                            Out{200, 200, 256, 0, 4, "16-byte"}};
   if (f16()) outs.push_back(Out{200, 64, 256, 0, 0, "N=64"});
-  if (folded()) outs.push_back(Out{200, 32, 256, 0, 0, "N=32"});
+  if (folded()) outs.push_back(Out{200, 16, 256, 0, 0, "N=16"});
   for (const Out& o : outs) {
     GemmCase c = random_case(rng, o.m, o.n, o.k, o.a_pad, o.b_pad);
     qgtest::GemmKernelTester one{qg::detail::cuda::registry(), GetParam(), mem_};  // its own refusal text
