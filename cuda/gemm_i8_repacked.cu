@@ -6,8 +6,11 @@
 // copies each such operand once into K-contiguous rows of a stream-ordered
 // workspace and hands the call back to qg::gemm, which validates it again and
 // dispatches it to cuda_i8_wgmma / cuda_i8_mma / cuda_i8_dp4a: the same
-// kernels, the same bits, as the [N, K] layout. The CPU backend does the same
-// (cpu/gemm_i8_repacked.cpp).
+// kernels, the same bits, as the [N, K] layout. It takes only calls those
+// kernels can then run (K % 4 == 0, no group scales or zero points on the
+// operands): for the others cuda_int_generic reads the operand in place,
+// where a warp's lanes meet adjacent bytes of a [K, N] B. The CPU backend
+// does the same (cpu/gemm_i8_repacked.cpp).
 #include <string>
 
 #include "gemm_int.cuh"
@@ -34,7 +37,9 @@ constexpr int kByteTile = 64;
 constexpr int kBytePitch = kByteTile + 4;
 
 // dst row r (ld bytes apart, K-contiguous) = element (r, kk) of src, which is
-// at src + r * rs + kk * ks; dst bytes from k to ld are left as they are.
+// at src + r * rs + kk * ks; dst bytes from k to ld are left as they are
+// (the int8 kernels read a row's first k bytes only; the 16-byte kernel
+// below writes zeros there, a by-product of its whole-piece stores).
 __global__ void __launch_bounds__(kThreads) pack_rows_bytes(const uint8_t* __restrict__ src, int64_t rows, int64_t k,
                                                             int64_t rs, int64_t ks, uint8_t* __restrict__ dst,
                                                             int64_t ld) {
@@ -62,13 +67,14 @@ __global__ void __launch_bounds__(kThreads) pack_rows_bytes(const uint8_t* __res
 // transposes its 4 x 4 byte blocks with PRMTs and stores 16 K-contiguous
 // bytes for each of its 4 rows: four lanes write one row's 64 bytes.
 constexpr int kLineK = 64, kLineRows = 256;
-// 272-byte rows (68 words) keep the 16-byte stores aligned; the XOR below
-// spreads the column reads over the banks instead of padding.
-constexpr int kLinePitch = kLineRows + 16;
+// 256-byte rows, unpadded: the XOR below spreads the column reads over the
+// banks, and the 16-byte stores stay aligned.
+constexpr int kLinePitch = kLineRows;
 
 // Word w of tile row kk sits at word w ^ swizzle(kk): the lanes reading one
 // K-step's words for 8 row-words and 4 K-blocks of 16 (kb = kk / 16) would
-// otherwise meet in the same 8 banks (68 * 16 is a multiple of 32 words).
+// otherwise meet in the same 8 banks (rows 16 apart are 16 x 64 words apart,
+// a multiple of 32).
 // XOR-ing bits 3-4 of the word index moves whole 32-byte groups, so a
 // 16-byte piece stays contiguous and aligned.
 __device__ __forceinline__ int swizzled_word(int kk, int w) { return w ^ (((kk >> 4) & 3) << 3); }
@@ -149,6 +155,20 @@ void pack_rows(const Operand& op, int64_t ld, uint8_t* dst, cudaStream_t cs) {
 }
 
 }  // namespace
+
+bool gemm_i8_repacked_can_run(const GemmArgs& args, std::string* why_not) {
+  if (!operand_strided_along_k(args, why_not)) return false;
+  for (const Operand* o : {&args.a, &args.b})
+    if (o->scales.data || o->zero_points.data) {
+      if (why_not) *why_not = "an operand has group-wise scales or zero points (the int8 kernels take none)";
+      return false;
+    }
+  if (args.a.k % 4 != 0) {
+    if (why_not) *why_not = "K=" + std::to_string(args.a.k) + " is not a multiple of 4 (no int8 kernel would take the copy)";
+    return false;
+  }
+  return true;
+}
 
 Status gemm_i8_repacked_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();

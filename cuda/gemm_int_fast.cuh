@@ -48,6 +48,7 @@ bool gemm_i8_mma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_i8_mma_run(const GemmArgs& args, Stream stream);
 bool gemm_i8_dp4a_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_i8_dp4a_run(const GemmArgs& args, Stream stream);
+bool gemm_i8_repacked_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_i8_repacked_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream);

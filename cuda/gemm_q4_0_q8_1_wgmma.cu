@@ -144,8 +144,8 @@ static_assert(kMinM * kWRowBytes % 1024 == 0 && kWRowBytes % 16 == 0, "W boxes: 
 // kInFlight_: MMAs left queued while a unit is rescaled.
 // kFold_: the folded variant (cuda_wgmma_folded, "The folded variant"
 // below): fp16 operands with the scales inside them, one m64n128k16 (or,
-// 64 tokens, m64n64k16) MMA a K step, the sums running across blocks; no
-// scale table in the stages.
+// 64 tokens, m64n64k16; 32 tokens, m64n32k16) MMA a K step, the sums
+// running across blocks; no scale table in the stages.
 // kMSlices_: m64 slices of W rows a consumer warpgroup takes (the folded
 // variant's tile is 256 rows, two slices, so that W's cheap bytes, not the
 // activations' fp16 ones, grow with the tile).
@@ -239,7 +239,7 @@ using CfgFoldedTall = Cfg<32, 4, 2, true, 1, true, 2>;
 using CfgFolded64 = Cfg<32, 2, 4, true, 1, true, 1>;  // 64 tokens: four stages of 50 KB
 // 32 tokens, six stages. Measured on an H200 against the int8 kernel's
 // 32-token tile (two consumer pairs, whose block rescale keeps it bound by
-// its chain): 4-9 % faster at N = 17..32 on both LLM shapes, e.g. the GEMM
+// its chain): 3-10 % faster at N = 17..32 on both LLM shapes, e.g. the GEMM
 // at 14336 x 4096 N = 32 29.2-29.4 -> 27.6 us cold (docs/architecture.md).
 using CfgFolded32 = Cfg<32, 1, 6, true, 1, true, 1>;
 
@@ -818,7 +818,8 @@ __device__ __forceinline__ void consume_stage(StageCtx<C>& c) {
 // multiplied by its block's d_w in registers (mul.rn.f16x2: the exact
 // product rounded once). The MMAs then sum the whole K range into one set of
 // fp32 sums, one wgmma.m64n128k16 a K step for all 128 tokens of the tile
-// (m64n64k16 for the 64-token tile of N <= 64), and the rescale is gone:
+// (m64n64k16 for the 64-token tile of N <= 64, m64n32k16 for the 32-token
+// one of N <= 32), and the rescale is gone:
 // per 16 K, a thread spends on W 4 LOP3, 4 sub and 4 mul f16x2 and two or
 // three shared loads, shared by all the tile's tokens.
 //
@@ -870,7 +871,8 @@ struct FoldCtx {
   bool arriver;     // this thread hands parts back for its warp
 };
 
-// The sums of m64 slice sl: four n32 units, one n128 MMA's registers.
+// The sums of m64 slice sl: its n32 units (four for an n128 MMA's
+// registers, two for n64, one for n32).
 template <class C>
 __device__ __forceinline__ float (&slice_acc(float (&acc)[C::kAccRows][C::kSums], int sl))[C::kUnits][C::kSums] {
   return *reinterpret_cast<float(*)[C::kUnits][C::kSums]>(&acc[sl * C::kUnits]);
@@ -1721,7 +1723,7 @@ bool gemm_wgmma_folded_can_run(const GemmArgs& args, std::string* why_not) {
     if (why_not) *why_not = "QG_CUDA_FOLDED=0 in the environment asks for the exact kernels";
     return false;
   }
-  return can_run_from(args, why_not, kMinNFolded, "its narrowest tile is 32 tokens");
+  return can_run_from(args, why_not, kMinNFolded, "the int8 16-token tile is faster there");
 }
 
 bool gemm_wgmma_f16_can_run(const GemmArgs& args, std::string* why_not) {
@@ -1732,9 +1734,10 @@ namespace {
 
 enum class Variant { int8, f16, folded };
 
-// The fp16 and folded variants have one tile each; the int8 kernel takes the
+// The fp16 variant has one tile; the folded one and the int8 kernel take the
 // narrowest tile whose tokens cover N (up to 128), so that few tokens do
-// not pay for a wide tile's zeros.
+// not pay for a wide tile's zeros (the folded one's 128-token tiles by
+// waves, folded_tiles.h).
 template <Variant kV>
 Status run_any_tile(const GemmArgs& args, const QuantizeArgs* from_float, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();

@@ -66,7 +66,7 @@ Registry make_registry() {
   // take, then dispatched again (on devices from sm_61, where a kernel that
   // reads those rows exists).
   r.gemm.push_back(
-      {"cuda_i8_repacked", Format::i8, Format::i8, kDp4a, kEpiAll, operand_strided_along_k, gemm_i8_repacked_run});
+      {"cuda_i8_repacked", Format::i8, Format::i8, kDp4a, kEpiAll, gemm_i8_repacked_can_run, gemm_i8_repacked_run});
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cuda_wo_gemv_small", Format::i4, fb, kMmaS8, kEpiFloatAll, gemm_wo_gemv_small_can_run,
                       gemm_wo_gemv_small_run});

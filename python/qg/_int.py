@@ -390,11 +390,13 @@ def _int8_matmul_plan(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point
         m *= s
     n = bshape[1] if b_layout == "kn" else bshape[0]
     a_core, a_kmajor = operand_layout(B, w, b_layout == "kn")
-    if a_kmajor and w.kind == "numpy" and min(a_core.strides, default=0) < 0:
+    if a_kmajor and not xa.is_c_contiguous(a_core, w):
         # B stored [K, N] (seed 001) goes to the core as it is: the core
         # copies it once into the K-contiguous rows its int8 kernels read
-        # (cpu_i8_repacked, cuda_i8_repacked). A flipped NumPy view (a
-        # negative stride) it does not take is copied here first.
+        # (cpu_i8_repacked, cuda_i8_repacked). A strided view of it (a
+        # column slice, a flipped NumPy view) would be copied twice, made
+        # contiguous here and then repacked, so it gets one transposing copy
+        # to [N, K] rows here instead.
         a_core, a_kmajor = xa.moveaxis(a_core, w, 0, 1), False
     b_core, b_kmajor = operand_layout(A, w, False) if len(ashape) == 2 else (A, False)
 

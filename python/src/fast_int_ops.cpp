@@ -6,7 +6,7 @@
 //
 // Each public function has a plan (qg/_int.py) that checks its arguments,
 // converts what needs converting (half-precision scales, Python zero points,
-// a [K, N] weight on a GPU copied to K-contiguous rows, ...) and maps the call onto one
+// a strided view copied, ...) and maps the call onto one
 // core op, costing tens of microseconds of Python per call. The entries here
 // take the plain case as given, the one in which that plan would check and
 // pass on the arguments unchanged: Python numbers or float32 vectors for

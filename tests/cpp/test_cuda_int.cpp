@@ -493,9 +493,10 @@ TEST_F(CudaInt, GemmKMajorInt8Repacked) {
   struct Shape {
     int64_t m, n, k;
   };
-  // Rows a multiple of 16 with unpadded columns take the 16-byte kernel;
-  // other row counts its byte path for the last piece; a padded column
-  // (b_pad 5: K-steps 16-byte misaligned) the any-stride kernel.
+  // Row counts a multiple of 16 with unpadded columns (K-steps 16-byte
+  // aligned) take the 16-byte kernel, other counts and the padded column
+  // (b_pad 5) the any-stride one; K % 4 != 0 is refused (dispatch then runs
+  // cuda_int_generic on the operands in place).
   for (const Shape& sh : {Shape{1, 3, 1}, Shape{9, 1, 7}, Shape{32, 16, 64}, Shape{33, 70, 65}, Shape{5, 130, 300},
                           Shape{256, 512, 1024}, Shape{130, 300, 1024}, Shape{200, 129, 4100}})
     for (int layout = 1; layout < 4; ++layout) {
@@ -508,7 +509,7 @@ TEST_F(CudaInt, GemmKMajorInt8Repacked) {
       cfg.b_pad = layout == 3 ? 5 : 0;
       // One row stored K-major is contiguous along K all the same: nothing to repack.
       const bool a_rows = !cfg.a_k_major || cfg.m == 1, b_rows = !cfg.b_k_major || (cfg.n == 1 && cfg.b_pad == 0);
-      check_int_gemm(cfg, rng, a_rows && b_rows ? "dispatch" : "cuda_i8_repacked");
+      check_int_gemm(cfg, rng, (a_rows && b_rows) || cfg.k % 4 != 0 ? "dispatch" : "cuda_i8_repacked");
       cfg.c_dtype = DType::f32;
       cfg.scales = 2;
       cfg.bias = true;
@@ -522,8 +523,9 @@ TEST_F(CudaInt, GemmKMajorInt8Repacked) {
       if (HasFailure()) return;
     }
   // Columns padded to 16-byte multiples around row counts that are not
-  // (30 rows in 32 bytes, 200 in 208): the 16-byte kernel with its byte path
-  // for the last piece; then every buffer at an odd address (the any-stride kernel).
+  // (30 rows in 32 bytes, 200 in 208, 300 in 304: a second CTA of rows with
+  // the tail): the 16-byte kernel with its byte path for the last piece and
+  // a K tail; then every buffer at an odd address (the any-stride kernel).
   IntGemm padded;
   padded.m = 30;
   padded.n = 200;
@@ -532,6 +534,11 @@ TEST_F(CudaInt, GemmKMajorInt8Repacked) {
   padded.a_pad = 2;
   padded.b_pad = 8;
   check_int_gemm(padded, rng, "cuda_i8_repacked");
+  IntGemm second_cta = padded;
+  second_cta.n = 300;
+  second_cta.b_pad = 4;
+  second_cta.k = 1100;
+  check_int_gemm(second_cta, rng, "cuda_i8_repacked");
   padded.offset = 1;
   padded.c_dtype = DType::f16;
   padded.scales = 1;
@@ -561,6 +568,13 @@ TEST_F(CudaInt, GemmKMajorInt8Repacked) {
   std::string why;
   EXPECT_FALSE(repacked->can_run(g, &why));
   EXPECT_NE(why.find("contiguous along K"), std::string::npos) << why;
+  // K % 4 != 0: no int8 kernel would take the copy.
+  HostOperand b7 = int_operand(Format::i8, 256, 7, rng, true, 0), a7 = int_operand(Format::i8, 256, 7, rng, false, 0);
+  DevBytes db7(b7.bytes, 0), da7(a7.bytes, 0);
+  g.a = operand_of(a7, da7);
+  g.b = operand_of(b7, db7);
+  EXPECT_FALSE(repacked->can_run(g, &why));
+  EXPECT_NE(why.find("multiple of 4"), std::string::npos) << why;
 }
 
 // Row-major operands with padded rows at odd strides, then every buffer

@@ -678,6 +678,21 @@ def test_errors_linear_int4(rng):
 
 
 # ========================================================== CPU == CUDA
+def _check_cuda_kn_int8(cuda_fw, rng, n):
+    """int8_matmul with B stored [K, N] on the GPU against the CPU: int32 exact, and with scales, bias and relu;
+    the caller's B left as it was, and the core's repack named by qg.explain."""
+    A, B = _int8(rng, (130, 512)), _int8(rng, (512, n))
+    sa, sb, bias = (rng.uniform(0.5, 2, k).astype(np.float32) for k in (130, n, n))
+    gB = cuda_fw.to(B)
+    np.testing.assert_array_equal(_np(qg.int8_matmul(cuda_fw.to(A), gB)), qg.int8_matmul(A, B))
+    got = _np(qg.int8_matmul(cuda_fw.to(A), gB, cuda_fw.to(sa), cuda_fw.to(sb), bias=cuda_fw.to(bias),
+                             activation="relu", out_dtype="float32"))
+    want = qg.int8_matmul(A, B, sa, sb, bias=bias, activation="relu", out_dtype="float32")
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-3)
+    np.testing.assert_array_equal(_np(gB), B)
+    assert qg.explain(qg.int8_matmul, cuda_fw.to(A), gB).chosen == "cuda_i8_repacked"
+
+
 def test_cuda_bytes_equal_cpu(cuda_fw, rng):
     x = rng.standard_normal((33, 200)).astype(np.float32)
     for kw in (dict(), dict(bits=4, granularity="channel"), dict(bits=4, scheme="asymmetric", granularity="group",
@@ -690,18 +705,10 @@ def test_cuda_bytes_equal_cpu(cuda_fw, rng):
             assert np.asarray(c).tobytes() == _np(g).tobytes(), kw
     A, B = _int8(rng, (37, 300)), _int8(rng, (300, 45))
     np.testing.assert_array_equal(_np(qg.int8_matmul(cuda_fw.to(A), cuda_fw.to(B))), qg.int8_matmul(A, B))
-    # B stored [K, N] on the GPU: the core repacks it (cuda_i8_repacked) and the int8 kernels run it; with
-    # scales, bias and relu too, and the bytes of a [K, N] B the caller passed are left as they were.
-    A, B = _int8(rng, (130, 512)), _int8(rng, (512, 200))
-    sa, sb, bias = (rng.uniform(0.5, 2, n).astype(np.float32) for n in (130, 200, 200))
-    gB = cuda_fw.to(B)
-    np.testing.assert_array_equal(_np(qg.int8_matmul(cuda_fw.to(A), gB)), qg.int8_matmul(A, B))
-    got = _np(qg.int8_matmul(cuda_fw.to(A), gB, cuda_fw.to(sa), cuda_fw.to(sb), bias=cuda_fw.to(bias),
-                             activation="relu", out_dtype="float32"))
-    want = qg.int8_matmul(A, B, sa, sb, bias=bias, activation="relu", out_dtype="float32")
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-3)
-    np.testing.assert_array_equal(_np(gB), B)
-    assert qg.explain(qg.int8_matmul, cuda_fw.to(A), gB).chosen == "cuda_i8_repacked"
+    # B stored [K, N] on the GPU: the core repacks it (cuda_i8_repacked); N = 256 takes its 16-byte
+    # kernel (K-steps 16-byte aligned), N = 200 its any-stride one.
+    for n in (256, 200):
+        _check_cuda_kn_int8(cuda_fw, rng, n)
     q, s, zp, _ = _weight_int4(rng, 24, 128, 32, True)
     xs = rng.standard_normal((3, 128)).astype(np.float32)
     want = qg.linear_int4(xs, q, s, zp, group_size=32)
