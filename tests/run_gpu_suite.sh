@@ -49,6 +49,7 @@ step no_visible_gpu env CUDA_VISIBLE_DEVICES= "$PY" -c \
    x = np.ones((4, 64), np.float32); print(qg.dequantize_q4_0(qg.quantize_q4_0(x))[0, :4])"
 step info "$PY" -m qg info
 step host_overhead "$PY" bench/host_overhead.py --json "$OUT/host_overhead.json"
+step int8_kn "$PY" bench/int8_kn.py --device cuda
 step demo "$PY" -m qg demo
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   step bench "$BUILD_DIR/bench_gemm" --benchmark_filter="${BENCH_FILTER:-.}" \
