@@ -30,7 +30,7 @@ constexpr int kThreads = 256;
 // are adjacent bytes a warp's 32 loads are one 32-byte sector and its 32
 // stores one sector of a destination row; but with one byte in flight per
 // load the copy is latency-bound (about 340 GB/s each way on an H200), so
-// the common layout takes the kernel below.
+// lines aligned to 4 bytes or more take the kernel below.
 constexpr int kByteTile = 64;
 // Rows of the shared tile are 68 bytes apart (17 words, odd), so the 32
 // lanes storing one K-step of 32 consecutive rows hit 32 different banks.
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) pack_rows_bytes(const uint8_t* __res
   }
 }
 
-// ------------------------------------------------- [K, rows] in 16-byte lines
+// ------------------------------------------------ [K, rows] in aligned lines
 // Rows adjacent bytes (rs = 1), each K-step's line 16-byte aligned (ks and
 // the base multiples of 16): a CTA turns 64 K-steps x 256 rows (16 KB).
 // It loads four 16-byte pieces a thread, all four in flight at once (the
@@ -66,6 +66,10 @@ __global__ void __launch_bounds__(kThreads) pack_rows_bytes(const uint8_t* __res
 // are; then each thread reads a column of 16 K-steps x 4 rows as 16 words,
 // transposes its 4 x 4 byte blocks with PRMTs and stores 16 K-contiguous
 // bytes for each of its 4 rows: four lanes write one row's 64 bytes.
+// Lines only 4-byte aligned (ks % 4 == 0: e.g. [K, N] with N % 16 != 0 but
+// N % 4 == 0) take the same kernel with each 16-byte piece loaded as four
+// words, sixteen loads in flight a thread; the tile and the stores are the
+// same (the destination rows are padded to 16 bytes whatever the source).
 constexpr int kLineK = 64, kLineRows = 256;
 // 256-byte rows, unpadded: the XOR below spreads the column reads over the
 // banks, and the 16-byte stores stay aligned.
@@ -79,8 +83,10 @@ constexpr int kLinePitch = kLineRows;
 // 16-byte piece stays contiguous and aligned.
 __device__ __forceinline__ int swizzled_word(int kk, int w) { return w ^ (((kk >> 4) & 3) << 3); }
 
+template <int kLoadBytes>  // 16 or 4: the alignment of the source lines
 __global__ void __launch_bounds__(kThreads) pack_rows_lines(const uint8_t* __restrict__ src, int64_t rows, int64_t k,
                                                             int64_t ks, uint8_t* __restrict__ dst, int64_t ld) {
+  static_assert(kLoadBytes == 16 || kLoadBytes == 4, "16-byte pieces or words");
   __shared__ alignas(16) uint32_t tile[kLineK][kLinePitch / 4];  // [kk - k0][row - r0], 4 rows a word
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kLineRows, k0 = static_cast<int64_t>(blockIdx.y) * kLineK;
   const int t = threadIdx.x;
@@ -94,7 +100,12 @@ __global__ void __launch_bounds__(kThreads) pack_rows_lines(const uint8_t* __res
     v[i] = make_uint4(0, 0, 0, 0);
     if (k0 + kk < k) {
       if (r + 16 <= rows) {
-        v[i] = __ldg(reinterpret_cast<const uint4*>(line));
+        if constexpr (kLoadBytes == 16) {
+          v[i] = __ldg(reinterpret_cast<const uint4*>(line));
+        } else {
+          const auto* w = reinterpret_cast<const uint32_t*>(line);
+          v[i] = make_uint4(__ldg(w), __ldg(w + 1), __ldg(w + 2), __ldg(w + 3));
+        }
       } else {  // the rows' last piece: its bytes one by one, zeros past the end
         alignas(16) uint8_t b[16] = {};
         for (int j = 0; j < 16 && r + j < rows; ++j) b[j] = __ldg(line + j);
@@ -143,10 +154,12 @@ __global__ void __launch_bounds__(kThreads) pack_rows_lines(const uint8_t* __res
 void pack_rows(const Operand& op, int64_t ld, uint8_t* dst, cudaStream_t cs) {
   const auto* src = static_cast<const uint8_t*>(op.data);
   const int64_t rows = op.rows, k = op.k, rs = op.row_stride, ks = op.block_stride;
+  const dim3 line_grid(static_cast<unsigned>((rows + kLineRows - 1) / kLineRows),
+                       static_cast<unsigned>((k + kLineK - 1) / kLineK));
   if (rs == 1 && ks % 16 == 0 && is_aligned(src, 16)) {
-    const dim3 grid(static_cast<unsigned>((rows + kLineRows - 1) / kLineRows),
-                    static_cast<unsigned>((k + kLineK - 1) / kLineK));
-    pack_rows_lines<<<grid, kThreads, 0, cs>>>(src, rows, k, ks, dst, ld);
+    pack_rows_lines<16><<<line_grid, kThreads, 0, cs>>>(src, rows, k, ks, dst, ld);
+  } else if (rs == 1 && ks % 4 == 0 && is_aligned(src, 4)) {
+    pack_rows_lines<4><<<line_grid, kThreads, 0, cs>>>(src, rows, k, ks, dst, ld);
   } else {
     const dim3 grid(static_cast<unsigned>((rows + kByteTile - 1) / kByteTile),
                     static_cast<unsigned>((k + kByteTile - 1) / kByteTile));

@@ -494,9 +494,10 @@ TEST_F(CudaInt, GemmKMajorInt8Repacked) {
     int64_t m, n, k;
   };
   // Row counts a multiple of 16 with unpadded columns (K-steps 16-byte
-  // aligned) take the 16-byte kernel, other counts and the padded column
-  // (b_pad 5) the any-stride one; K % 4 != 0 is refused (dispatch then runs
-  // cuda_int_generic on the operands in place).
+  // aligned) take the line kernel with 16-byte loads, other multiples of 4
+  // (200, 300 rows) the same kernel with word loads, the rest and the padded
+  // column (b_pad 5) the any-stride one; K % 4 != 0 is refused (dispatch
+  // then runs cuda_int_generic on the operands in place).
   for (const Shape& sh : {Shape{1, 3, 1}, Shape{9, 1, 7}, Shape{32, 16, 64}, Shape{33, 70, 65}, Shape{5, 130, 300},
                           Shape{256, 512, 1024}, Shape{130, 300, 1024}, Shape{200, 129, 4100}})
     for (int layout = 1; layout < 4; ++layout) {
