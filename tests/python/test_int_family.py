@@ -705,9 +705,10 @@ def test_cuda_bytes_equal_cpu(cuda_fw, rng):
             assert np.asarray(c).tobytes() == _np(g).tobytes(), kw
     A, B = _int8(rng, (37, 300)), _int8(rng, (300, 45))
     np.testing.assert_array_equal(_np(qg.int8_matmul(cuda_fw.to(A), cuda_fw.to(B))), qg.int8_matmul(A, B))
-    # B stored [K, N] on the GPU: the core repacks it (cuda_i8_repacked); N = 256 takes its 16-byte
-    # kernel (K-steps 16-byte aligned), N = 200 its any-stride one.
-    for n in (256, 200):
+    # B stored [K, N] on the GPU: the core repacks it (cuda_i8_repacked); N = 256 takes its line
+    # kernel with 16-byte loads (K-steps 16-byte aligned), N = 200 with word loads, N = 45 (just above)
+    # and N = 201 its any-stride one.
+    for n in (256, 200, 201):
         _check_cuda_kn_int8(cuda_fw, rng, n)
     q, s, zp, _ = _weight_int4(rng, 24, 128, 32, True)
     xs = rng.standard_normal((3, 128)).astype(np.float32)
