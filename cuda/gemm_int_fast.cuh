@@ -17,7 +17,7 @@
 //   cuda_wo_gemv  i4 weights with group scales (and zero points) x f16 / bf16
 //                 activations, N <= 16 a launch (larger N in slices): fp16/bf16 mma.sync over
 //                 exact codes, fp32 group rescale, then epilogue_store
-//   cuda_wo_gemv_bulk  the same operands with groups >= 128, N <= 16 (sm_90):
+//   cuda_wo_gemv_bulk  the same operands with groups >= 128, N = 2..16 (sm_90):
 //                 W streamed into shared memory by bulk copies, read in
 //                 fragment order with 16-byte loads, the same mma and rescale
 //   cuda_wo_gemv_small  the same operands, N <= 2: FFMAs on codes made exact

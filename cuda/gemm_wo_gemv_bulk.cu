@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// cuda/gemm_wo_gemv_bulk.cu: weight-only GEMV for decode on sm_90, N <= 16:
+// cuda/gemm_wo_gemv_bulk.cu: weight-only GEMV for decode on sm_90, N = 2..16:
 // i4 weights with group scales (group >= 128; optional zero points) x f16 /
 // bf16 activations, W streamed by the bulk copy engine, tensor cores.
 //
@@ -14,9 +14,9 @@
 // deep (2 CTAs x 3 x 33 KB per SM requested ahead), and each lane reads its
 // share of W with eight 32-bit shared loads per 128 values of K. Measured
 // (docs/architecture.md, which lists what was tried): faster than
-// cuda_wo_gemv at every N, slower than cuda_wo_gemv_small at N = 1 and
-// level at N = 2; what held it back longest was a scale conversion beside
-// its load (below, StageScales).
+// cuda_wo_gemv at every N, slower than cuda_wo_gemv_small at N = 1 (which
+// therefore keeps N = 1) and level or faster at N = 2; what held it back
+// longest was a scale conversion beside its load (below, StageScales).
 //
 // Fragment order. A 128-value "macro step" of a row is 64 bytes, 16 words;
 // lane (g, t) of a quad takes words t, t + 4, t + 8, t + 12 of rows g and
@@ -315,6 +315,8 @@ bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
     return false;
   };
   if (args.b.rows > kMaxCols) return no("N=" + std::to_string(args.b.rows) + " > 16 (GEMV kernel)");
+  // N = 1 goes to cuda_wo_gemv_small, measured faster there (registry.cu).
+  if (args.b.rows == 1) return no("N=1: the FFMA GEMV (cuda_wo_gemv_small) is faster for one column");
   if (args.a.k % kMacroK != 0)
     return no("K=" + std::to_string(args.a.k) + " is not a multiple of 128 (the kernel's macro step)");
   if (!group_fits(args.a.scales.group_size))

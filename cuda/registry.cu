@@ -15,8 +15,8 @@
 //   cuda_i8_mma      i8 x i8, K-contiguous 16-byte-aligned rows (sm_80+): int8 mma.sync m16n8k32, all epilogues
 //   cuda_i8_dp4a     i8 x i8, K-contiguous 4-byte-aligned rows, pre-Ampere (sm_61+): shared-memory tiles, DP4A, all epilogues
 //   cuda_i8_repacked i8 x i8 with an operand strided along K (sm_61+): repacked into K-contiguous rows, then dispatched again
+//   cuda_wo_gemv_bulk  i4 (group scales >= 128) x f16 / bf16, N = 2..16 (sm_90+): W by bulk copies, mma.sync in fragment order
 //   cuda_wo_gemv_small i4 (group scales) x f16 / bf16, N <= 2 (sm_80+): W streamed to registers, FFMAs
-//   cuda_wo_gemv_bulk  i4 (group scales >= 128) x f16 / bf16, N <= 16 (sm_90+): W by bulk copies, mma.sync in fragment order
 //   cuda_wo_gemv     i4 (group scales) x f16 / bf16 (sm_80+): decode GEMV on f16/bf16 mma.sync, N > 16 in slices of 16
 //   cuda_int_generic any pair of i8 / i4 / i4x8, any strides, zero points, int32 out: byte loads
 //   cuda_wo_generic  i8 / i4 weights with group scales x f16 / bf16 / f32 activations: byte loads
@@ -67,14 +67,15 @@ Registry make_registry() {
   // reads those rows exists).
   r.gemm.push_back(
       {"cuda_i8_repacked", Format::i8, Format::i8, kDp4a, kEpiAll, gemm_i8_repacked_can_run, gemm_i8_repacked_run});
-  for (Format fb : {Format::f16, Format::bf16})
-    r.gemm.push_back({"cuda_wo_gemv_small", Format::i4, fb, kMmaS8, kEpiFloatAll, gemm_wo_gemv_small_can_run,
-                      gemm_wo_gemv_small_run});
-  // N <= 2 stays on the FFMA kernel: measured faster there (21.7 against
-  // 25.3 us at N = 1, 4096 x 14336 on an H200); the bulk one wins from N = 3.
+  // The bulk kernel from N = 2 on sm_90 (groups >= 128); the FFMA kernel
+  // takes N = 1 there (measured faster: 18.9-19.2 against 21.3-21.5 us at
+  // 4096 x 14336 on an H200), and N <= 2 wherever the bulk one does not run.
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cuda_wo_gemv_bulk", Format::i4, fb, kBulkCopy, kEpiFloatAll, gemm_wo_gemv_bulk_can_run,
                       gemm_wo_gemv_bulk_run});
+  for (Format fb : {Format::f16, Format::bf16})
+    r.gemm.push_back({"cuda_wo_gemv_small", Format::i4, fb, kMmaS8, kEpiFloatAll, gemm_wo_gemv_small_can_run,
+                      gemm_wo_gemv_small_run});
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cuda_wo_gemv", Format::i4, fb, kMmaS8, kEpiFloatAll, gemm_wo_gemv_can_run, gemm_wo_gemv_run});
   // The integer family's last resorts: every layout, every epilogue. Faster

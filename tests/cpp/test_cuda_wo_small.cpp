@@ -2,7 +2,7 @@
 // test_cuda_wo_small.cpp: the weight-only GEMVs on CUDA cores and on bulk
 // copies (i4 weights with group scales and zero points x f16 / bf16
 // activations): cuda_wo_gemv_small (N = 1..2, groups >= 32) and
-// cuda_wo_gemv_bulk (N = 1..16, groups >= 128, sm_90), each forced by name
+// cuda_wo_gemv_bulk (N = 2..16, groups >= 128, sm_90), each forced by name
 // through the registry after the dispatcher's admission, against a float64
 // evaluation of the same codes, scales and activations: NMSE <= 1e-6 (bf16
 // C: 2e-5, its own rounding). C starts NaN-poisoned, so an element left
@@ -32,10 +32,11 @@ using qgtest::DevBytes;
 // What each kernel takes; a case outside it must be refused, one inside run.
 struct KernelScope {
   const char* name;
-  int64_t max_n, min_group, k_multiple;
+  int64_t min_n, max_n, min_group, k_multiple;
 };
-constexpr KernelScope kSmall{"cuda_wo_gemv_small", 2, 32, 32};
-constexpr KernelScope kBulk{"cuda_wo_gemv_bulk", 16, 128, 128};
+constexpr KernelScope kSmall{"cuda_wo_gemv_small", 1, 2, 32, 32};
+// N = 1 is left to the FFMA kernel (faster there).
+constexpr KernelScope kBulk{"cuda_wo_gemv_bulk", 2, 16, 128, 128};
 
 // Every device buffer gets 16 bytes allocated past its end.
 constexpr size_t kSlack = 16;
@@ -180,7 +181,7 @@ class CudaWoGemv : public qgtest::CudaFixture<::testing::TestWithParam<KernelSco
 
   bool takes(const Case& c) const {
     const KernelScope& k = GetParam();
-    return c.n <= k.max_n && c.group >= k.min_group && c.k % k.k_multiple == 0;
+    return c.n >= k.min_n && c.n <= k.max_n && c.group >= k.min_group && c.k % k.k_multiple == 0;
   }
 
   // Runs c if the kernel takes it and checks it; a refusal of a case it
@@ -304,6 +305,11 @@ TEST_P(CudaWoGemv, RefusesWhatItCannotRead) {
     EXPECT_FALSE(run(c, &why));
     EXPECT_NE(why.find("N=" + std::to_string(n)), std::string::npos) << why;
   }
+  if (k.min_n > 1) {
+    Case c = make_case(rng, 8, k.min_n - 1, 256, 128, DType::f16, DType::f16, false);
+    EXPECT_FALSE(run(c, &why));
+    EXPECT_NE(why.find("N=" + std::to_string(k.min_n - 1)), std::string::npos) << why;
+  }
   {
     Case c = make_case(rng, 8, 2, 256, 128, DType::f16, DType::f16, false);
     EXPECT_FALSE(run(c, &why, 8));
@@ -317,7 +323,7 @@ TEST_P(CudaWoGemv, RefusesWhatItCannotRead) {
     EXPECT_NE(why.find("multiple of " + std::to_string(k.k_multiple)), std::string::npos) << why;
   }
   {
-    Case c = make_case(rng, 8, 1, 256, k.min_group / 2, DType::bf16, DType::f32, false);
+    Case c = make_case(rng, 8, k.min_n, 256, k.min_group / 2, DType::bf16, DType::f32, false);
     EXPECT_FALSE(run(c, &why));
     EXPECT_NE(why.find("group"), std::string::npos) << why;
   }
