@@ -16,6 +16,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend.h"
@@ -521,6 +522,38 @@ TEST(CpuIntGemm, KMajorInt8RepackedForTheInt8Kernels) {
     for (int64_t kk = 0; kk < b.k; ++kk) write_unit(b, r, kk, &b.bytes[kk * b.block_stride + r * b.row_stride]);
   SCOPED_TRACE("rows two bytes apart");
   EXPECT_GE(check_all_kernels(gaps), 1);
+}
+
+// The repack's 64 x 64 byte transposes, SSE2 and (where the CPU has it)
+// AVX2, byte for byte against the definition, with source and destination
+// rows at strides that are not multiples of 64 and the destination's gaps
+// left as they were.
+TEST(CpuIntGemm, RepackTileTransposes) {
+#if defined(__SSE2__)
+  QG_SEEDED_RNG(rng, 202);
+  constexpr int64_t kSrcStride = 100, kDstStride = 70;
+  std::vector<uint8_t> src(64 * kSrcStride);
+  for (uint8_t& v : src) v = static_cast<uint8_t>(rng());
+  using Fn = void (*)(const uint8_t*, int64_t, uint8_t*, int64_t);
+  std::vector<std::pair<const char*, Fn>> fns = {{"sse2", qg::detail::cpu::transpose_tile64_sse2}};
+  if (qg::detail::cpu::cpu_features().avx2) fns.emplace_back("avx2", qg::detail::cpu::transpose_tile64_avx2);
+  for (const auto& [name, fn] : fns) {
+    SCOPED_TRACE(name);
+    std::vector<uint8_t> dst(64 * kDstStride, qgtest::kSentinelByte);
+    fn(src.data(), kSrcStride, dst.data(), kDstStride);
+    int bad = 0;
+    for (int64_t r = 0; r < 64; ++r)
+      for (int64_t j = 0; j < kDstStride; ++j) {
+        const uint8_t want = j < 64 ? src[j * kSrcStride + r] : qgtest::kSentinelByte;
+        if (dst[r * kDstStride + j] != want && ++bad <= 5)
+          ADD_FAILURE() << "dst[" << r << "][" << j << "] = " << int(dst[r * kDstStride + j]) << ", want "
+                        << int(want);
+      }
+    EXPECT_EQ(bad, 0);
+  }
+#else
+  GTEST_SKIP() << "the tile transposes are x86-64 code";
+#endif
 }
 
 // Every output dtype, row / column scales (per row and the one-element

@@ -4,9 +4,9 @@
 
 namespace qg::detail::cpu {
 
-uint8_t* call_scratch(size_t bytes, std::vector<uint8_t>& own, int slot) {
-  thread_local std::vector<uint8_t> kept[kScratchSlots];
-  std::vector<uint8_t>& buf = bytes <= kKeptScratchBytes ? kept[slot] : own;
+uint8_t* call_scratch(size_t bytes, ScratchBytes& own, int slot) {
+  thread_local ScratchBytes kept[kScratchSlots];
+  ScratchBytes& buf = bytes <= kKeptScratchBytes ? kept[slot] : own;
   // 63 spare bytes: the returned pointer is rounded up to a cache line, so
   // the kernels' 64-byte vector loads of it never split lines.
   if (buf.size() < bytes + 63) buf.resize(bytes + 63);

@@ -5,6 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <utility>
 #include <vector>
 
 namespace qg::detail::cpu {
@@ -18,9 +21,33 @@ constexpr size_t kKeptScratchBytes = size_t{4} << 20;
 // outlive that kernel's slot-0 scratch.
 constexpr int kScratchSlots = 3;
 
+// Bytes that a resize leaves as they come (std::vector would zero them
+// first: for a 16 MB scratch that is a pass over memory every call, before
+// the kernel writes it anyway).
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialised: no write
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using ScratchBytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
+
 // At least `bytes` of scratch, 64-byte aligned, valid until the calling
 // thread's next call_scratch of the same slot: the thread's kept buffer, or
-// for larger needs `own` (the caller's, freed with it).
-uint8_t* call_scratch(size_t bytes, std::vector<uint8_t>& own, int slot = 0);
+// for larger needs `own` (the caller's, freed with it). Its bytes are
+// whatever was there: a kernel writes what it reads.
+uint8_t* call_scratch(size_t bytes, ScratchBytes& own, int slot = 0);
 
 }  // namespace qg::detail::cpu

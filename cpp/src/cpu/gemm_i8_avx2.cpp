@@ -182,7 +182,7 @@ Status gemm_i8_avx2(const GemmArgs& g) {
   const int64_t kp = (k + 15) & ~int64_t{15};
 
   const size_t wide_bytes = static_cast<size_t>(n_rows * kp) * 2;
-  std::vector<uint8_t> own;  // the widened B rows (2 bytes a code) and B's sums
+  ScratchBytes own;  // the widened B rows (2 bytes a code) and B's sums
   uint8_t* scratch = call_scratch(wide_bytes + static_cast<size_t>(n_rows) * 4, own);
   auto* wide = reinterpret_cast<int16_t*>(scratch);
   auto* sum_b = reinterpret_cast<int32_t*>(scratch + wide_bytes);

@@ -17,39 +17,47 @@
 #endif
 
 #include "cpu/call_scratch.h"
+#include "cpu/features.h"
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
+#include "cpu/tile_transpose.h"
 
 namespace qg::detail::cpu {
 
+#if defined(__SSE2__)
+namespace {
+// One 16-byte lane: a 16 x 16 block per round of SSE2 unpacks.
+struct Sse2Lanes {
+  using V = __m128i;
+  static constexpr int kBlocks = 1;
+  static V load(const uint8_t* p) { return _mm_load_si128(reinterpret_cast<const __m128i*>(p)); }
+  static V lo8(V a, V b) { return _mm_unpacklo_epi8(a, b); }
+  static V hi8(V a, V b) { return _mm_unpackhi_epi8(a, b); }
+  static V lo16(V a, V b) { return _mm_unpacklo_epi16(a, b); }
+  static V hi16(V a, V b) { return _mm_unpackhi_epi16(a, b); }
+  static V lo32(V a, V b) { return _mm_unpacklo_epi32(a, b); }
+  static V hi32(V a, V b) { return _mm_unpackhi_epi32(a, b); }
+  static V lo64(V a, V b) { return _mm_unpacklo_epi64(a, b); }
+  static V hi64(V a, V b) { return _mm_unpackhi_epi64(a, b); }
+  static void store(V x, int, uint8_t* p) { _mm_store_si128(reinterpret_cast<__m128i*>(p), x); }
+};
+}  // namespace
+
+void transpose_tile64_sse2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride) {
+  tile::transpose_tile64<Sse2Lanes>(src, src_stride, dst, dst_stride);
+}
+#endif
+
 namespace {
 
-constexpr int64_t kTile = 64;
+using tile::kTile;
 
 #if defined(__SSE2__)
-// A 16 x 16 byte block (rows x[i], 16 bytes each) transposed in four rounds
-// of SSE2 unpacks (bytes, then pairs, quads, halves): 64 shuffles for 256
-// bytes. After it, x[j] holds column j.
-inline void transpose16x16(__m128i (&x)[16]) {
-  __m128i a[16], b[16];
-  for (int i = 0; i < 16; i += 2) {
-    a[i] = _mm_unpacklo_epi8(x[i], x[i + 1]);
-    a[i + 1] = _mm_unpackhi_epi8(x[i], x[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4)
-    for (int h = 0; h < 2; ++h) {
-      b[i + 2 * h] = _mm_unpacklo_epi16(a[i + h], a[i + h + 2]);
-      b[i + 2 * h + 1] = _mm_unpackhi_epi16(a[i + h], a[i + h + 2]);
-    }
-  for (int i = 0; i < 16; i += 8)
-    for (int h = 0; h < 4; ++h) {
-      a[i + 2 * h] = _mm_unpacklo_epi32(b[i + h], b[i + h + 4]);
-      a[i + 2 * h + 1] = _mm_unpackhi_epi32(b[i + h], b[i + h + 4]);
-    }
-  for (int h = 0; h < 8; ++h) {
-    x[2 * h] = _mm_unpacklo_epi64(a[h], a[h + 8]);
-    x[2 * h + 1] = _mm_unpackhi_epi64(a[h], a[h + 8]);
-  }
+using TileTranspose = void (*)(const uint8_t*, int64_t, uint8_t*, int64_t);
+
+TileTranspose tile_transpose() {
+  static const TileTranspose t = cpu_features().avx2 ? transpose_tile64_avx2 : transpose_tile64_sse2;
+  return t;
 }
 #endif
 
@@ -62,11 +70,7 @@ constexpr int64_t kSlabBands = 8;
 // op's rows as rows x k contiguous bytes at dst: element (r, kk) is at
 // op.data + r * row_stride + kk * block_stride (int8: one byte a block).
 // Where rows are adjacent bytes (a [K, rows] array), whole 64 x 64 tiles
-// are copied into a 4 KB buffer, transposed 16 x 16 blocks at a time into a
-// second one, and copied out: the source is read and the destination
-// written in whole lines. (Straight from source to destination, one side
-// strides by the other's row length, and at 4096 bytes those lines share an
-// L1 set.) Other strides and the tails go byte by byte.
+// go through tile_transpose; other strides and the tails go byte by byte.
 void pack_rows(const Operand& op, int8_t* dst) {
   const auto* src = static_cast<const uint8_t*>(op.data);
   auto* out = reinterpret_cast<uint8_t*>(dst);
@@ -85,20 +89,11 @@ void pack_rows(const Operand& op, int8_t* dst) {
 #if defined(__SSE2__)
     const int64_t b1_whole = rs == 1 ? std::min(b1, rows / kTile) : b0;  // bands of 64 rows in this task
     const int64_t k_tiles = k / kTile * kTile;                            // K covered by whole tiles
-    alignas(64) uint8_t in[kTile][kTile];   // [kk - k0][row - r0]
-    alignas(64) uint8_t buf[kTile][kTile];  // [row - r0][kk - k0]
+    const TileTranspose transpose = tile_transpose();
     for (int64_t k0 = 0; k0 < k_tiles; k0 += kTile)
       for (int64_t band = b0; band < b1_whole; ++band) {
         const int64_t r0 = band * kTile;
-        for (int64_t i = 0; i < kTile; ++i) std::memcpy(in[i], src + (k0 + i) * ks + r0, kTile);
-        for (int64_t kb = 0; kb < kTile; kb += 16)
-          for (int64_t rb = 0; rb < kTile; rb += 16) {
-            __m128i x[16];
-            for (int i = 0; i < 16; ++i) x[i] = _mm_load_si128(reinterpret_cast<const __m128i*>(&in[kb + i][rb]));
-            transpose16x16(x);
-            for (int j = 0; j < 16; ++j) _mm_store_si128(reinterpret_cast<__m128i*>(&buf[rb + j][kb]), x[j]);
-          }
-        for (int64_t j = 0; j < kTile; ++j) std::memcpy(out + (r0 + j) * k + k0, buf[j], kTile);
+        transpose(src + k0 * ks + r0, ks, out + r0 * k + k0, k);
       }
 #else
     const int64_t b1_whole = b0, k_tiles = 0;
@@ -117,7 +112,7 @@ void pack_rows(const Operand& op, int8_t* dst) {
 Status gemm_i8_repacked(const GemmArgs& args, Stream stream) {
   // The packed rows must outlive the inner call, whose kernel takes slot 0
   // of call_scratch: operand i packs into slot 1 + i.
-  std::vector<uint8_t> own[2];
+  ScratchBytes own[2];
   GemmArgs g = args;
   Operand* ops[2] = {&g.a, &g.b};
   for (int i = 0; i < 2; ++i) {

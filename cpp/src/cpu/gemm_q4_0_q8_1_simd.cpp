@@ -125,8 +125,8 @@ float exact_element(const uint8_t* w, const uint8_t* a, int64_t nb) {
 // (decode) allocates nothing; a larger one lives for its call only, so a
 // single prefill does not pin tens of MiB for the life of the thread.
 constexpr size_t kKeptPrepBytes = size_t{4} << 20;
-std::vector<uint8_t>& kept_prep_buffer() {
-  thread_local std::vector<uint8_t> buf;
+ScratchBytes& kept_prep_buffer() {
+  thread_local ScratchBytes buf;
   return buf;
 }
 
@@ -139,8 +139,8 @@ Status gemm_tiled(const GemmArgs& g, const TileKernels& k) {
 
   const size_t corr_bytes = static_cast<size_t>(n_rows * nb) * 16;
   const size_t need = corr_bytes + static_cast<size_t>(n_rows * nb) * 4 + 16;
-  std::vector<uint8_t> own;
-  std::vector<uint8_t>& buf = need <= kKeptPrepBytes ? kept_prep_buffer() : own;
+  ScratchBytes own;
+  ScratchBytes& buf = need <= kKeptPrepBytes ? kept_prep_buffer() : own;
   if (buf.size() < need) buf.resize(need);
   auto* corr = reinterpret_cast<int32_t*>(buf.data());
   auto* da = reinterpret_cast<float*>(buf.data() + corr_bytes);
@@ -236,7 +236,7 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
   const auto group_start = [&](int64_t grp) { return grp * base + (grp < extra ? grp : extra); };
   // Group grp's bytes start at nb * 40 * group_start(grp): each takes its rows' share.
   const auto group_data = [&](uint8_t* all, int64_t grp) { return all + nb * panel_group_block_bytes(group_start(grp)); };
-  std::vector<uint8_t> own;
+  ScratchBytes own;
   uint8_t* agroups = call_scratch(static_cast<size_t>(nb * panel_group_block_bytes(n_rows)), own);
   run_tiles(groups, n_rows * g.a.k, [&](int64_t grp) {
     const int64_t n0 = group_start(grp);
@@ -254,10 +254,10 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
     // The panel's own scratch (not call_scratch: this thread may be the
     // caller, whose call_scratch holds A): kept per thread up to
     // kKeptScratchBytes (K up to about 233k), the task's own beyond.
-    thread_local std::vector<uint8_t> kept_panel;
-    std::vector<uint8_t> own_panel;
+    thread_local ScratchBytes kept_panel;
+    ScratchBytes own_panel;
     const size_t panel_bytes = static_cast<size_t>(nb * kPanelBlockBytes) + 63;
-    std::vector<uint8_t>& panel_buf = panel_bytes <= kKeptScratchBytes ? kept_panel : own_panel;
+    ScratchBytes& panel_buf = panel_bytes <= kKeptScratchBytes ? kept_panel : own_panel;
     if (panel_buf.size() < panel_bytes) panel_buf.resize(panel_bytes);
     uint8_t* panel = panel_buf.data() + ((64 - (reinterpret_cast<uintptr_t>(panel_buf.data()) & 63)) & 63);
     for (int64_t pi = p0; pi < p1; ++pi) {

@@ -158,7 +158,7 @@ Status run(const GemmArgs& g) {
   const auto* W = static_cast<const uint8_t*>(g.a.data);
 
   const size_t xp_bytes = static_cast<size_t>(n_rows * k) * 4;
-  std::vector<uint8_t> own;  // the rearranged X (4 bytes a code) and its group sums
+  ScratchBytes own;  // the rearranged X (4 bytes a code) and its group sums
   uint8_t* scratch = call_scratch(xp_bytes + (ZP ? static_cast<size_t>(n_rows * groups) * 32 : 0), own);
   auto* xp = reinterpret_cast<float*>(scratch);
   float* xs = ZP ? reinterpret_cast<float*>(scratch + xp_bytes) : nullptr;

@@ -365,7 +365,7 @@ Status gemm_wo_avx512vnni(const GemmArgs& g) {
   if (g.a.rows == 0 || g.b.rows == 0) return {};
   const Layout L = make_layout(g.a.k, g.a.scales.group_size);
   const int64_t n_rows = g.b.rows;
-  std::vector<uint8_t> own;
+  ScratchBytes own;
   auto* xc = reinterpret_cast<XChunk*>(call_scratch(static_cast<size_t>(n_rows * L.chunks) * sizeof(XChunk), own));
   std::atomic<bool> finite{true};
   const int64_t per = 8;

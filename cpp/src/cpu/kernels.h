@@ -63,6 +63,13 @@ void quantize_codes_avx2(const uint8_t* x, DType d, int64_t n, float inv, int32_
 // last byte gets a 0 code in its high nibble. int_formats.h's pack_pair.
 void pack_nibbles_avx2(const int8_t* codes, int64_t n, bool offset8, uint8_t* out);
 
+// The int8 repack's 64 x 64 byte transpose (gemm_i8_repacked.cpp):
+// dst[r * dst_stride + kk] = src[kk * src_stride + r] for r, kk < 64. The
+// SSE2 one on any x86-64 CPU; the AVX2 one (transpose_avx2.cpp) only where
+// cpu_features().avx2.
+void transpose_tile64_sse2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride);
+void transpose_tile64_avx2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride);
+
 // Readable reference: one block dot product at a time (quant_block.h).
 Status gemm_q4_0_q8_1_scalar(const GemmArgs& args);
 // AVX2 + FMA; callable only where cpu_features().avx2 && .fma.
