@@ -9,14 +9,20 @@
 // The codes are turned into floats in registers, 32 (16 bytes) at a time:
 // two vpmovsxbd sign-extend 8 bytes each into int32 lanes, so a lane holds
 // b = 16 * hi + lo_unsigned with hi the high nibble's signed value. Then
-//   hi = b >> 4 (vpsrad, arithmetic)               exact,
+//   hi * 16 = b & ~15 (vpand)                      exact,
 //   lo * 2^28 = b << 28 (vpslld: the low nibble in the sign bits, zeros below),
-// and one vcvtdq2ps each: four ops for 16 codes, no masks. The 2^28 is
-// taken out of the activations instead: the lanes that meet low nibbles hold
-// x * 2^-28 (exact: a power of two, down to |x| = 2^-98). The activations
-// are rearranged once per call to match: each 32-element chunk becomes four
-// runs of 8, [x[2l] * 2^-28, x[2l+1], x[16+2l] * 2^-28, x[17+2l]] for lanes
-// l = 0..7, so the inner loop is four FMAs with plain loads.
+// and one vcvtdq2ps each: four ops for 16 codes. The mask, not a second
+// shift (b >> 4), for the high nibble: on Zen 4 the vector shifts and the
+// sign extensions share two pipes, which bound the loop, and a vpand runs on
+// any of four (5-7 % faster at N = 1, bench/RESULTS.md; a mask and an xor
+// for the low nibble too, with its 8 taken out through the sums of x, was
+// slower again). The 2^28 and the 16 are taken out of the activations
+// instead: the lanes that meet low nibbles hold x * 2^-28 (exact: a power of
+// two, down to |x| = 2^-98), those that meet high ones x / 16 (down to
+// 2^-122). The activations are rearranged once per call to match: each
+// 32-element chunk becomes four runs of 8, [x[2l] * 2^-28, x[2l+1] / 16,
+// x[16+2l] * 2^-28, x[17+2l] / 16] for lanes l = 0..7, so the inner loop is
+// four FMAs with plain loads.
 //
 // Summation order (per output, not bit-equal to cpu_wo_reference's serial
 // sum; the NMSE against float64 is far below 1e-6): each of the 8 lanes keeps
@@ -59,6 +65,7 @@ constexpr int64_t kRowsPerTaskN1 = 64;
 constexpr int kStepRowsN1 = 4;  // measured best of 2, 3, 4 on Zen 3 (more spill)
 constexpr int64_t kPrefetchBytes = 768;
 constexpr float kLoScale = 1.0f / 268435456.0f;  // 2^-28
+constexpr float kHiScale = 1.0f / 16.0f;         // the high nibbles come as 16 hi
 
 // X rows n0..n1-1 rearranged (see the header) into xp ([n][k]) and, with zero
 // points, each group's per-lane sums of x into xs ([n][groups][8]).
@@ -78,9 +85,9 @@ void prepare_x(const Operand& b, int64_t n0, int64_t n1, int64_t groups, int64_t
       for (int e = 0; e < kChunk; ++e) v[e] = load_elem(s + e * es, d);
       for (int l = 0; l < 8; ++l) {
         o[l] = v[2 * l] * kLoScale;
-        o[8 + l] = v[2 * l + 1];
+        o[8 + l] = v[2 * l + 1] * kHiScale;
         o[16 + l] = v[16 + 2 * l] * kLoScale;
-        o[24 + l] = v[17 + 2 * l];
+        o[24 + l] = v[17 + 2 * l] * kHiScale;
       }
       if (sums) {
         float* gs = sums + (c / chunks_per_group) * 8;
@@ -105,6 +112,7 @@ void tile(const uint8_t* const* w, const int64_t* rows, const float* const* xp, 
           const OutsideScales& sc, const OutsideScales& zp, int64_t groups, int64_t chunks_per_group,
           int64_t next_step, float (*out)[4]) {
   const int64_t row_bytes = groups * chunks_per_group * 16;
+  const __m256i hi_mask = _mm256_set1_epi32(-16);
   __m256 acc[R][NR];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm256_setzero_ps();
@@ -120,9 +128,9 @@ void tile(const uint8_t* const* w, const int64_t* rows, const float* const* xp, 
         const __m256i b0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
         const __m256i b1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
         const __m256 lo0 = _mm256_cvtepi32_ps(_mm256_slli_epi32(b0, 28));
-        const __m256 hi0 = _mm256_cvtepi32_ps(_mm256_srai_epi32(b0, 4));
+        const __m256 hi0 = _mm256_cvtepi32_ps(_mm256_and_si256(b0, hi_mask));
         const __m256 lo1 = _mm256_cvtepi32_ps(_mm256_slli_epi32(b1, 28));
-        const __m256 hi1 = _mm256_cvtepi32_ps(_mm256_srai_epi32(b1, 4));
+        const __m256 hi1 = _mm256_cvtepi32_ps(_mm256_and_si256(b1, hi_mask));
         for (int j = 0; j < NR; ++j) {
           const float* x = xp[j] + c * kChunk;
           plo[r][j] = _mm256_fmadd_ps(lo0, _mm256_loadu_ps(x), plo[r][j]);
