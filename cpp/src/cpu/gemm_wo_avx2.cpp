@@ -14,7 +14,7 @@
 // and one vcvtdq2ps each: four ops for 16 codes. The mask, not a second
 // shift (b >> 4), for the high nibble: on Zen 4 the vector shifts and the
 // sign extensions share two pipes, which bound the loop, and a vpand runs on
-// any of four (5-7 % faster at N = 1, bench/RESULTS.md; a mask and an xor
+// any of four (3-6 % faster at N = 1, bench/RESULTS.md; a mask and an xor
 // for the low nibble too, with its 8 taken out through the sums of x, was
 // slower again). The 2^28 and the 16 are taken out of the activations
 // instead: the lanes that meet low nibbles hold x * 2^-28 (exact: a power of
