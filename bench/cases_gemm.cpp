@@ -11,10 +11,11 @@
 //   cublas_i8/cuda/<mode>/M:/K:/N:                and through cuBLAS int8 (int32 out: torch._int_mm's kernels)
 // C is fp32 row-major (int32 for integer x integer pairs), no epilogue;
 // operands are contiguous gaussian rows quantized by qg (integer formats: per
-// row), float activations are fp16 rows, and weight-only weights carry fp16
-// group scales (group 128). Of the integer family the bench times the pairs
-// that have a fast kernel (i8 x i8, i4 x f16); their reference kernels are
-// left out of the per-kernel cases (seconds per call at these shapes).
+// row), float activations are fp16 (or bf16) rows, and weight-only weights
+// carry group scales of the activations' dtype (group 128). Of the integer
+// family the bench times the pairs that have a fast kernel (i8 x i8, i4 x f16,
+// and i4 x bf16, the pair torch's tinygemm takes); their reference kernels
+// are left out of the per-kernel cases (seconds per call at these shapes).
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,7 +46,8 @@ bool weight_only(qg::Format fa, qg::Format fb) { return qg::is_integer_format(fa
 // The pairs worth a case: the ggml ones, and the integer family's with a fast kernel.
 bool benched(qg::Format fa, qg::Format fb) {
   if (!qg::is_integer_format(fa) && !qg::is_float_format(fa)) return true;
-  return (fa == qg::Format::i8 && fb == qg::Format::i8) || (fa == qg::Format::i4 && fb == qg::Format::f16);
+  return (fa == qg::Format::i8 && fb == qg::Format::i8) ||
+         (fa == qg::Format::i4 && (fb == qg::Format::f16 || fb == qg::Format::bf16));
 }
 
 bool slow_reference(const GemmKernel& k, qg::Format fa) {
@@ -69,7 +71,8 @@ qg::GemmArgs gemm_args(Backend be, qg::Format fa, qg::Format fb, int64_t m, int6
   g.a = qg::packed_operand(w, fa, m, k);
   g.b = qg::packed_operand(a, fb, n, k);
   if (weight_only(fa, fb))
-    g.a.scales = {scales ? scales : w, qg::DType::f16, qg::Granularity::group, kGroup, k / kGroup};
+    g.a.scales = {scales ? scales : w, fb == qg::Format::bf16 ? qg::DType::bf16 : qg::DType::f16,
+                  qg::Granularity::group, kGroup, k / kGroup};
   g.c = c;
   g.c_dtype = qg::is_integer_format(fa) && qg::is_integer_format(fb) ? qg::DType::i32 : qg::DType::f32;
   g.ldc = n;
@@ -85,9 +88,10 @@ void bm_gemm(benchmark::State& st, Backend be, qg::Format fa, qg::Format fb, con
              int64_t k, int64_t n, bool cold) {
   RotationPtr w, a, c, s;
   const bool wo = weight_only(fa, fb);
+  const auto float_rows = fb == qg::Format::bf16 ? bf16_rows : f16_rows;
   std::string err = packed_rows(be, "w", fa, m, k, &w);
-  if (err.empty()) err = qg::is_float_format(fb) ? f16_rows(be, "a", n, k, &a) : packed_rows(be, "a", fb, n, k, &a);
-  if (err.empty() && wo) err = f16_rows(be, "s", m, k / kGroup, &s);
+  if (err.empty()) err = qg::is_float_format(fb) ? float_rows(be, "a", n, k, &a) : packed_rows(be, "a", fb, n, k, &a);
+  if (err.empty() && wo) err = float_rows(be, "s", m, k / kGroup, &s);
   if (err.empty()) err = output_buffer(be, m * n * 4, &c);
   if (err.empty()) err = w->prepare(cold);
   if (err.empty()) err = a->prepare(cold);

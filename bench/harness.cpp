@@ -210,6 +210,13 @@ uint16_t float_to_half_bits(float f) {
   return sign | static_cast<uint16_t>(h);
 }
 
+// IEEE binary32 -> bfloat16 bits, round to nearest even (finite inputs).
+uint16_t float_to_bf16_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 int64_t packed_row_bytes(qg::Format f, int64_t k) { return qg::row_bytes(qg::format_traits(f), k); }
@@ -411,16 +418,19 @@ std::string cpu_fill_f32(void* dst, int64_t n, uint64_t seed) {
   return {};
 }
 
-std::string cpu_fill_f16(void* dst, int64_t n, uint64_t seed) {
+// n 16-bit floats (fp16 or bf16 bits by `to_bits`) from the fp32 pool.
+std::string cpu_fill_16(void* dst, int64_t n, uint64_t seed, uint16_t (*to_bits)(float)) {
   std::vector<float> tmp(size_t(std::min<int64_t>(n, int64_t(1) << 20)));
   Rng rng(seed);
   for (int64_t i = 0; i < n; i += int64_t(tmp.size())) {
     const int64_t c = std::min<int64_t>(int64_t(tmp.size()), n - i);
     cpu_fill_f32(tmp.data(), c, rng.next());
-    for (int64_t j = 0; j < c; ++j) static_cast<uint16_t*>(dst)[i + j] = float_to_half_bits(tmp[size_t(j)]);
+    for (int64_t j = 0; j < c; ++j) static_cast<uint16_t*>(dst)[i + j] = to_bits(tmp[size_t(j)]);
   }
   return {};
 }
+std::string cpu_fill_f16(void* dst, int64_t n, uint64_t seed) { return cpu_fill_16(dst, n, seed, float_to_half_bits); }
+std::string cpu_fill_bf16(void* dst, int64_t n, uint64_t seed) { return cpu_fill_16(dst, n, seed, float_to_bf16_bits); }
 
 // ========================================================================= CUDA
 #if QG_BENCH_CUDA
@@ -477,6 +487,7 @@ struct Gpu {
   StreamBlocker blocker;
   float* pool32 = nullptr;     // N(0, 1) fp32
   uint16_t* pool16 = nullptr;  // the same as fp16 bits
+  uint16_t* pool16bf = nullptr;  // and as bf16 bits
   float* scratch = nullptr;    // scales of integer quantization while filling (not read)
   int64_t scratch_n = 0;
   int64_t pool_n = 0;
@@ -522,6 +533,9 @@ std::string gpu_fill_f32(void* dst, int64_t n, uint64_t seed) {
 }
 std::string gpu_fill_f16(void* dst, int64_t n, uint64_t seed) {
   return gpu_fill_from_pool(dst, g_gpu.pool16, 2, n, seed);
+}
+std::string gpu_fill_bf16(void* dst, int64_t n, uint64_t seed) {
+  return gpu_fill_from_pool(dst, g_gpu.pool16bf, 2, n, seed);
 }
 
 // rows x k fp32 from random places in the pool, quantized by qg on the device.
@@ -669,17 +683,25 @@ void gpu_init() {
     g.pool_n = int64_t(1) << 24;
     std::vector<float> host(size_t(g.pool_n));
     fill_gaussian(host.data(), host.size(), 0x5eedu);
-    std::vector<uint16_t> host16(host.size());
-    for (size_t i = 0; i < host.size(); ++i) host16[i] = float_to_half_bits(host[i]);
+    std::vector<uint16_t> host16(host.size()), host16bf(host.size());
+    for (size_t i = 0; i < host.size(); ++i) {
+      host16[i] = float_to_half_bits(host[i]);
+      host16bf[i] = float_to_bf16_bits(host[i]);
+    }
     void* p = nullptr;
     err = device_alloc(host.size() * 4, &p);
     g.pool32 = static_cast<float*>(p);
     if (err.empty()) err = device_alloc(host.size() * 2, &p);
     if (err.empty()) g.pool16 = static_cast<uint16_t*>(p);
+    if (err.empty()) err = device_alloc(host.size() * 2, &p);
+    if (err.empty()) g.pool16bf = static_cast<uint16_t*>(p);
     if (err.empty())
       err = cuda_error("cudaMemcpy", cudaMemcpy(g.pool32, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
     if (err.empty())
       err = cuda_error("cudaMemcpy", cudaMemcpy(g.pool16, host16.data(), host16.size() * 2, cudaMemcpyHostToDevice));
+    if (err.empty())
+      err = cuda_error("cudaMemcpy",
+                       cudaMemcpy(g.pool16bf, host16bf.data(), host16bf.size() * 2, cudaMemcpyHostToDevice));
   }
   if (!err.empty()) {
     g.why = err;
@@ -1052,9 +1074,9 @@ std::string float_rows(Backend b, const std::string& name, int64_t rows, int64_t
 }
 
 #if QG_BENCH_CUDA
-constexpr FillFloats kGpuFillF32 = gpu_fill_f32, kGpuFillF16 = gpu_fill_f16;
+constexpr FillFloats kGpuFillF32 = gpu_fill_f32, kGpuFillF16 = gpu_fill_f16, kGpuFillBf16 = gpu_fill_bf16;
 #else
-constexpr FillFloats kGpuFillF32 = nullptr, kGpuFillF16 = nullptr;
+constexpr FillFloats kGpuFillF32 = nullptr, kGpuFillF16 = nullptr, kGpuFillBf16 = nullptr;
 #endif
 }  // namespace
 
@@ -1064,6 +1086,10 @@ std::string f32_rows(Backend b, int64_t rows, int64_t k, RotationPtr* out) {
 
 std::string f16_rows(Backend b, const char* role, int64_t rows, int64_t k, RotationPtr* out) {
   return float_rows(b, std::string(role) + "_f16", rows, k, 2, 4000, cpu_fill_f16, kGpuFillF16, out);
+}
+
+std::string bf16_rows(Backend b, const char* role, int64_t rows, int64_t k, RotationPtr* out) {
+  return float_rows(b, std::string(role) + "_bf16", rows, k, 2, 5000, cpu_fill_bf16, kGpuFillBf16, out);
 }
 
 std::string output_buffer(Backend b, int64_t bytes, RotationPtr* out) {

@@ -166,6 +166,7 @@ std::string packed_rows(Backend b, const char* role, qg::Format format, int64_t 
                         RotationPtr* out);
 std::string f32_rows(Backend b, int64_t rows, int64_t k, RotationPtr* out);
 std::string f16_rows(Backend b, const char* role, int64_t rows, int64_t k, RotationPtr* out);
+std::string bf16_rows(Backend b, const char* role, int64_t rows, int64_t k, RotationPtr* out);
 // Outputs: one buffer, filled with NaN-ish bytes once (pages faulted in).
 std::string output_buffer(Backend b, int64_t bytes, RotationPtr* out);
 

@@ -37,9 +37,10 @@
 // one shift, one LOP3 and one HSUB2 per pair of codes). Zero points: D - z S,
 // with S = sum x from one more mma against an all-ones A fragment.
 //
-// Work split: a row group is one m16 tile; a CTA (8 warps) owns groups
-// blockIdx.x, + gridDim.x, ... and streams them as one sequence of stages (16
-// rows x 32 macro steps), so the pipeline runs on across groups. Warp w takes
+// Work split: a row group is one m16 tile (two up to N = 5, RowGroup below);
+// a CTA (8 warps) owns groups blockIdx.x, + gridDim.x, ... and streams them
+// as one sequence of stages (16 or 32 rows x 32 macro steps), so the
+// pipeline runs on across groups. Warp w takes
 // macro steps 4w .. 4w + 3 of each stage. Shared rows are 2064 bytes (516
 // words, 4 mod 32) apart: a warp's 32-bit loads (rows g = 0..7, words
 // 4i + t) hit 32 different banks. The warps' partial tiles are added in
@@ -65,21 +66,42 @@ using namespace wo;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kGroupRows = 16;                             // one m16 tile
+constexpr int kTileRows = 16;                              // one m16 tile
 constexpr int kMacroK = 128;                               // values of K per macro step
 constexpr int kMacroBytes = kMacroK / 2;                   // 64
 constexpr int kPerWarp = 4;                                // macro steps of a warp per stage
 constexpr int kStageMacros = kPerWarp * kWarps;            // 32: 4096 values of K per stage
 constexpr int kStageRowBytes = kStageMacros * kMacroBytes; // 2048
 constexpr int kPitch = kStageRowBytes + 16;                // 2064 bytes = 516 words: 516 = 4 mod 32
-constexpr int kStageBytes = kGroupRows * kPitch;           // 33024
 constexpr int kStages = 3;
-constexpr int kSmemBytes = kStages * kStageBytes;          // 99072
 constexpr int kMaxCols = 16;
+constexpr int kMaxColsTwoTiles = 5;  // N up to this: row groups of two m16 tiles
 constexpr int kMinGroup = kMacroK;
 
-template <int kNT, bool kBf16, bool kZP>
-__global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p, EpilogueParams ep) {
+// A row group is kRT m16 tiles, the rows a CTA streams as one sequence of
+// stages. With two tiles (one CTA an SM, the same 198 KB of W in flight per
+// SM) each activation load serves twice the rows, and the registers left
+// over hold a whole stage's activations, requested before the wait for W:
+// the warp then waits on L2 once a stage rather than once a macro step,
+// which Nsight Compute showed as the one-tile kernel's largest stall (long
+// scoreboard on the activations, 36 % of samples at N = 8). Measured
+// (H200, docs/architecture.md): 1-4 % faster at N = 2..5; slower from
+// N = 8, and by 10 % with two n8 tiles, so wider calls keep one tile.
+template <int kRT>
+struct RowGroup {
+  static constexpr int kRows = kTileRows * kRT;
+  static constexpr int kStageBytes = kRows * kPitch;        // 33024 a tile
+  static constexpr int kSmemBytes = kStages * kStageBytes;  // 99072 a tile
+  static constexpr int kCtasPerSm = kRT == 1 ? 2 : 1;
+};
+
+template <int kNT, int kRT, bool kBf16, bool kZP>
+__global__ void __launch_bounds__(kThreads, RowGroup<kRT>::kCtasPerSm)
+    gemm_wo_gemv_bulk_kernel(Params p, EpilogueParams ep) {
+  using RG = RowGroup<kRT>;
+  static_assert(kRT == 1 || kNT == 1, "two row tiles take one n8 tile (registers)");
+  constexpr int kGroupRows = RG::kRows, kStageBytes = RG::kStageBytes;
+  constexpr bool kXAll = kRT == 2;  // the stage's activations up front
   extern __shared__ __align__(128) uint8_t stage_mem[];
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ float partial[kWarps][kGroupRows * 8 * kNT];
@@ -127,8 +149,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
   // would stall every stage. Kept as loaded and converted at the use: a
   // conversion here would make the warp wait for the load right here.
   struct StageScales {  // as loaded (scale_from_bits / float(z) at the use)
-    uint32_t s[kPerWarp][2];
-    int z[kPerWarp][2];
+    uint32_t s[kPerWarp][kRT][2];
+    int z[kPerWarp][kRT][2];
   };
   auto load_scales = [&](int64_t it, StageScales& out) {
     if (it >= items) return;
@@ -138,11 +160,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
       const int64_t ms = min64((it % stages_per_group) * kStageMacros + kPerWarp * warp + jj, macros - 1);
       const int64_t kk = ms * kMacroK;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = min64(grp * kGroupRows + g + 8 * h, p.m - 1);
-        out.s[jj][h] = load_scale_bits(p, p.scales + row * p.s_stride, kk >> p.s_shift);
-        if constexpr (kZP) out.z[jj][h] = load_zero_int(p, p.zeros + row * p.z_stride, kk >> p.z_shift);
-      }
+      for (int r = 0; r < kRT; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = min64(grp * kGroupRows + kTileRows * r + g + 8 * h, p.m - 1);
+          out.s[jj][r][h] = load_scale_bits(p, p.scales + row * p.s_stride, kk >> p.s_shift);
+          if constexpr (kZP) out.z[jj][r][h] = load_zero_int(p, p.zeros + row * p.z_stride, kk >> p.z_shift);
+        }
     }
   };
   auto load_x = [&](int64_t ms, uint4 (&xv)[kNT][4]) {
@@ -158,11 +182,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
   int64_t item = 0;
   for (int64_t gi = 0; gi < my_groups; ++gi) {
     const int64_t row0 = (blockIdx.x + gi * gridDim.x) * kGroupRows;
-    float out[kNT][4];
+    float out[kRT][kNT][4];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
+    for (int r = 0; r < kRT; ++r)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) out[nt][e] = 0.0f;
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) out[r][nt][e] = 0.0f;
 
     for (int64_t si = 0; si < stages_per_group; ++si, ++item) {
       const int slot = static_cast<int>(item % kStages);
@@ -171,17 +197,27 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
       // requested before the wait for it.
       // With one n8 tile the next macro step's activations are requested
       // before this one's mmas too (16 more registers; two tiles would
-      // need 32 and spill).
-      constexpr bool kXAhead = kNT == 1;
-      uint4 xv[kNT][4], xn[kNT][4];
-      load_x(ms0, xv);
+      // need 32 and spill); with two row tiles, all four macro steps'.
+      constexpr bool kXAhead = kNT == 1 && !kXAll;
+      uint4 xv[kNT][4], xn[kNT][4], xa[kXAll ? kPerWarp : 1][kNT][4];
+      if constexpr (kXAll) {
+#pragma unroll
+        for (int jj = 0; jj < kPerWarp; ++jj) load_x(ms0 + jj, xa[jj]);
+      } else {
+        load_x(ms0, xv);
+      }
       load_scales(item + 1, next);
       bulk::mbar_wait(&full[slot], static_cast<uint32_t>((item / kStages) & 1));
 #pragma unroll
       for (int jj = 0; jj < kPerWarp; ++jj) {
         const int64_t ms = ms0 + jj;
         if (ms >= macros) break;
-        if (kXAhead) {
+        if constexpr (kXAll) {
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) xv[nt][i] = xa[jj][nt][i];
+        } else if (kXAhead) {
           if (jj > 0)
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt)
@@ -192,49 +228,66 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
           load_x(ms, xv);
         }
         const uint8_t* ws = stage_mem + slot * kStageBytes + g * kPitch + (kPerWarp * warp + jj) * kMacroBytes + 4 * t;
-        const uint32_t* w0 = reinterpret_cast<const uint32_t*>(ws);
-        const uint32_t* w1 = reinterpret_cast<const uint32_t*>(ws + 8 * kPitch);
-        float d[kNT][4], sx[kNT][4];
+        float d[kRT][kNT][4], sx[kNT][4];
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) d[nt][e] = 0.0f, sx[nt][e] = 0.0f;
-        const uint32_t wg[4] = {w0[0], w0[4], w0[8], w0[12]}, w8[4] = {w1[0], w1[4], w1[8], w1[12]};
+          for (int e = 0; e < 4; ++e) {
+            sx[nt][e] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < kRT; ++r) d[r][nt][e] = 0.0f;
+          }
+        uint32_t wg[kRT][4], w8[kRT][4];
+#pragma unroll
+        for (int r = 0; r < kRT; ++r) {
+          const uint32_t* w0 = reinterpret_cast<const uint32_t*>(ws + kTileRows * r * kPitch);
+          const uint32_t* w1 = reinterpret_cast<const uint32_t*>(ws + (kTileRows * r + 8) * kPitch);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) wg[r][i] = w0[4 * i], w8[r][i] = w1[4 * i];
+        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            uint32_t a[4];
-            if (h == 0) {
-              a[0] = code_pair<kBf16, 0>(wg[i], bits), a[1] = code_pair<kBf16, 0>(w8[i], bits);
-              a[2] = code_pair<kBf16, 1>(wg[i], bits), a[3] = code_pair<kBf16, 1>(w8[i], bits);
-            } else {
-              a[0] = code_pair<kBf16, 2>(wg[i], bits), a[1] = code_pair<kBf16, 2>(w8[i], bits);
-              a[2] = code_pair<kBf16, 3>(wg[i], bits), a[3] = code_pair<kBf16, 3>(w8[i], bits);
-            }
+            uint32_t b0[kNT], b1[kNT];
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt) {
               // (x0, x4), (x1, x5) for h = 0; (x2, x6), (x3, x7) for h = 1.
               const uint32_t lo = h == 0 ? xv[nt][i].x : xv[nt][i].y;
               const uint32_t hi = h == 0 ? xv[nt][i].z : xv[nt][i].w;
-              const uint32_t b0 = __byte_perm(lo, hi, 0x5410), b1 = __byte_perm(lo, hi, 0x7632);
-              mma_16816<kBf16>(d[nt], a, b0, b1);
+              b0[nt] = __byte_perm(lo, hi, 0x5410), b1[nt] = __byte_perm(lo, hi, 0x7632);
               if constexpr (kZP) {
                 const uint32_t one4[4] = {ones, ones, ones, ones};
-                mma_16816<kBf16>(sx[nt], one4, b0, b1);
+                mma_16816<kBf16>(sx[nt], one4, b0[nt], b1[nt]);
               }
+            }
+#pragma unroll
+            for (int r = 0; r < kRT; ++r) {
+              uint32_t a[4];
+              if (h == 0) {
+                a[0] = code_pair<kBf16, 0>(wg[r][i], bits), a[1] = code_pair<kBf16, 0>(w8[r][i], bits);
+                a[2] = code_pair<kBf16, 1>(wg[r][i], bits), a[3] = code_pair<kBf16, 1>(w8[r][i], bits);
+              } else {
+                a[0] = code_pair<kBf16, 2>(wg[r][i], bits), a[1] = code_pair<kBf16, 2>(w8[r][i], bits);
+                a[2] = code_pair<kBf16, 3>(wg[r][i], bits), a[3] = code_pair<kBf16, 3>(w8[r][i], bits);
+              }
+#pragma unroll
+              for (int nt = 0; nt < kNT; ++nt) mma_16816<kBf16>(d[r][nt], a, b0[nt], b1[nt]);
             }
           }
         }
-        // d[nt][e]: row g (e < 2) or g + 8, column nt * 8 + 2t + e % 2.
+        // d[r][nt][e]: row 16r + g (e < 2) or 16r + g + 8, column nt * 8 + 2t + e % 2.
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
+        for (int r = 0; r < kRT; ++r)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e / 2;
-            const float v = kZP ? fmaf(-static_cast<float>(cur.z[jj][h]), sx[nt][e], d[nt][e]) : d[nt][e];
-            out[nt][e] = fmaf(scale_from_bits(p, cur.s[jj][h]), v, out[nt][e]);
-          }
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e / 2;
+              const float v =
+                  kZP ? fmaf(-static_cast<float>(cur.z[jj][r][h]), sx[nt][e], d[r][nt][e]) : d[r][nt][e];
+              out[r][nt][e] = fmaf(scale_from_bits(p, cur.s[jj][r][h]), v, out[r][nt][e]);
+            }
       }
       cur = next;
       __syncthreads();  // every warp is done with the slot before it is refilled
@@ -243,10 +296,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
 
     constexpr int kCols = 8 * kNT;
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
+    for (int r = 0; r < kRT; ++r)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        partial[warp][(g + 8 * (e / 2)) * kCols + nt * 8 + 2 * t + e % 2] = out[nt][e];
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          partial[warp][(kTileRows * r + g + 8 * (e / 2)) * kCols + nt * 8 + 2 * t + e % 2] = out[r][nt][e];
     __syncthreads();
     const int64_t n_here = min64(p.n, kCols);
     for (int o = threadIdx.x; o < kGroupRows * kCols; o += kThreads) {
@@ -266,17 +321,18 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wo_gemv_bulk_kernel(Params p
 // A build whose newest target is older than sm_90 runs on an H100 through
 // JIT-compiled PTX in which the bulk copies are traps: the image's PTX
 // version must be 90 or more.
-template <int kNT, bool kBf16, bool kZP>
+template <int kNT, int kRT, bool kBf16, bool kZP>
 int resident_ctas(int device) {
   static std::once_flag once[kMaxDevices];
   static int cached[kMaxDevices];
   auto query = [] {
-    auto* kernel = gemm_wo_gemv_bulk_kernel<kNT, kBf16, kZP>;
+    auto* kernel = gemm_wo_gemv_bulk_kernel<kNT, kRT, kBf16, kZP>;
+    constexpr int smem = RowGroup<kRT>::kSmemBytes;
     cudaFuncAttributes attr{};
     int blocks = 0;
     if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90 ||
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kSmemBytes) != cudaSuccess) {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, smem) != cudaSuccess) {
       cudaGetLastError();
       return 0;
     }
@@ -287,22 +343,24 @@ int resident_ctas(int device) {
   return cached[device];
 }
 
-template <int kNT, bool kBf16, bool kZP>
+template <int kNT, int kRT, bool kBf16, bool kZP>
 Status launch(const GemmArgs& g, const Params& p, cudaStream_t stream) {
-  const int per_sm = resident_ctas<kNT, kBf16, kZP>(g.device.id);
+  const int per_sm = resident_ctas<kNT, kRT, kBf16, kZP>(g.device.id);
   if (per_sm <= 0)
     return Status(StatusCode::cuda_error, std::string(g.fn) + " (cuda_wo_gemv_bulk): cannot launch on cuda:" +
                                               std::to_string(g.device.id) + " (" + shape_text(g) + ")");
-  const int64_t groups = (p.m + kGroupRows - 1) / kGroupRows;
+  using RG = RowGroup<kRT>;
+  const int64_t groups = (p.m + RG::kRows - 1) / RG::kRows;
   const int64_t grid = std::min<int64_t>(groups, static_cast<int64_t>(per_sm) * device_limits(g.device.id).sms);
-  gemm_wo_gemv_bulk_kernel<kNT, kBf16, kZP>
-      <<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(p, epilogue_params(g));
+  gemm_wo_gemv_bulk_kernel<kNT, kRT, kBf16, kZP>
+      <<<static_cast<unsigned>(grid), kThreads, RG::kSmemBytes, stream>>>(p, epilogue_params(g));
   return launch_result(g);
 }
 
 template <bool kBf16, bool kZP>
 Status launch_tiles(const GemmArgs& g, const Params& p, cudaStream_t stream) {
-  return p.n <= 8 ? launch<1, kBf16, kZP>(g, p, stream) : launch<2, kBf16, kZP>(g, p, stream);
+  if (p.n <= kMaxColsTwoTiles) return launch<1, 2, kBf16, kZP>(g, p, stream);
+  return p.n <= 8 ? launch<1, 1, kBf16, kZP>(g, p, stream) : launch<2, 1, kBf16, kZP>(g, p, stream);
 }
 
 bool group_fits(int64_t gs) { return gs >= kMinGroup && (gs & (gs - 1)) == 0; }
@@ -329,7 +387,7 @@ bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
   // point dtypes) as the mma GEMV it shares its unpacking with.
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;
   DeviceGuard guard(args.device.id);
-  if (guard.error() != cudaSuccess || resident_ctas<1, false, false>(args.device.id) <= 0) {
+  if (guard.error() != cudaSuccess || resident_ctas<1, 1, false, false>(args.device.id) <= 0) {
     cudaGetLastError();
     return no("this build has no sm_90 code for it on cuda:" + std::to_string(args.device.id));
   }
