@@ -37,11 +37,11 @@
 // one shift, one LOP3 and one HSUB2 per pair of codes). Zero points: D - z S,
 // with S = sum x from one more mma against an all-ones A fragment.
 //
-// Work split: a row group is one m16 tile (two up to N = 5, RowGroup below);
-// a CTA (8 warps) owns groups blockIdx.x, + gridDim.x, ... and streams them
-// as one sequence of stages (16 or 32 rows x 32 macro steps), so the
-// pipeline runs on across groups. Warp w takes
-// macro steps 4w .. 4w + 3 of each stage. Shared rows are 2064 bytes (516
+// Work split: a row group is two m16 tiles up to N = 8, one above
+// (RowGroup below); a CTA (8 warps) owns groups blockIdx.x, + gridDim.x, ...
+// and streams them as one sequence of stages (32 or 16 rows x 32 macro
+// steps), so the pipeline runs on across groups. Warp w takes macro steps
+// 4w .. 4w + 3 of each stage. Shared rows are 2064 bytes (516
 // words, 4 mod 32) apart: a warp's 32-bit loads (rows g = 0..7, words
 // 4i + t) hit 32 different banks. The warps' partial tiles are added in
 // shared memory in warp order: deterministic. Rows past M are read from row
@@ -75,18 +75,19 @@ constexpr int kStageRowBytes = kStageMacros * kMacroBytes; // 2048
 constexpr int kPitch = kStageRowBytes + 16;                // 2064 bytes = 516 words: 516 = 4 mod 32
 constexpr int kStages = 3;
 constexpr int kMaxCols = 16;
-constexpr int kMaxColsTwoTiles = 5;  // N up to this: row groups of two m16 tiles
+constexpr int kXQ = 3;  // macro steps of activations a warp holds in flight (two row tiles)
 constexpr int kMinGroup = kMacroK;
 
 // A row group is kRT m16 tiles, the rows a CTA streams as one sequence of
 // stages. With two tiles (one CTA an SM, the same 198 KB of W in flight per
 // SM) each activation load serves twice the rows, and the registers left
-// over hold a whole stage's activations, requested before the wait for W:
-// the warp then waits on L2 once a stage rather than once a macro step,
-// which Nsight Compute showed as the one-tile kernel's largest stall (long
-// scoreboard on the activations, 36 % of samples at N = 8). Measured
-// (H200, docs/architecture.md): 1-4 % faster at N = 2..5; slower from
-// N = 8, and by 10 % with two n8 tiles, so wider calls keep one tile.
+// over hold a queue of kXQ macro steps' activations per warp (below), so a
+// warp no longer waits on L2 at every macro step: Nsight Compute had shown
+// that wait, long scoreboard on the activations, as the one-tile kernel's
+// largest stall (36 % of samples at N = 8). Measured (H200,
+// docs/architecture.md): 1-2 % faster at N = 2..8 at 4096 x 14336 cold, 2 %
+// at N = 6 and level at N = 8 at 14336 x 4096; two n8 tiles (N = 9..16)
+// keep one row tile, two being 10 % slower at N = 9.
 template <int kRT>
 struct RowGroup {
   static constexpr int kRows = kTileRows * kRT;
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, RowGroup<kRT>::kCtasPerSm)
   using RG = RowGroup<kRT>;
   static_assert(kRT == 1 || kNT == 1, "two row tiles take one n8 tile (registers)");
   constexpr int kGroupRows = RG::kRows, kStageBytes = RG::kStageBytes;
-  constexpr bool kXAll = kRT == 2;  // the stage's activations up front
+  constexpr bool kXQueue = kRT == 2;  // activations from a queue (below)
   extern __shared__ __align__(128) uint8_t stage_mem[];
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ float partial[kWarps][kGroupRows * 8 * kNT];
@@ -177,6 +178,26 @@ __global__ void __launch_bounds__(kThreads, RowGroup<kRT>::kCtasPerSm)
         xv[nt][i] = __ldg(reinterpret_cast<const uint4*>(xp[nt] + min64(ms, macros - 1) * (2 * kMacroK) + 64 * i));
   };
 
+  // The queue: this warp's activations for its next kXQ macro steps, in
+  // flight while it works on the current one. A step's activations depend
+  // only on its K, so the queue runs on across stages and row groups, and
+  // the warp waits on L2 only where a step takes longer to arrive than
+  // kXQ - 1 steps take to compute.
+  uint4 xq[kXQueue ? kXQ : 1][kNT][4];
+  int64_t q_si = 0;  // the stage and macro step the queue requests next
+  int q_jj = 0;
+  auto q_push = [&](uint4 (&dst)[kNT][4]) {
+    load_x(q_si * kStageMacros + kPerWarp * warp + q_jj, dst);
+    if (++q_jj == kPerWarp) {
+      q_jj = 0;
+      if (++q_si == stages_per_group) q_si = 0;
+    }
+  };
+  if constexpr (kXQueue) {
+#pragma unroll
+    for (int d = 0; d < kXQ; ++d) q_push(xq[d]);
+  }
+
   StageScales cur{}, next{};
   load_scales(0, cur);
   int64_t item = 0;
@@ -195,37 +216,27 @@ __global__ void __launch_bounds__(kThreads, RowGroup<kRT>::kCtasPerSm)
       const int64_t ms0 = si * kStageMacros + kPerWarp * warp;
       // The activations and the next stage's scales do not depend on W:
       // requested before the wait for it.
-      // With one n8 tile the next macro step's activations are requested
-      // before this one's mmas too (16 more registers; two tiles would
-      // need 32 and spill); with two row tiles, all four macro steps'.
-      constexpr bool kXAhead = kNT == 1 && !kXAll;
-      uint4 xv[kNT][4], xn[kNT][4], xa[kXAll ? kPerWarp : 1][kNT][4];
-      if constexpr (kXAll) {
-#pragma unroll
-        for (int jj = 0; jj < kPerWarp; ++jj) load_x(ms0 + jj, xa[jj]);
-      } else {
-        load_x(ms0, xv);
-      }
+      uint4 xv[kNT][4];
+      if constexpr (!kXQueue) load_x(ms0, xv);
       load_scales(item + 1, next);
       bulk::mbar_wait(&full[slot], static_cast<uint32_t>((item / kStages) & 1));
 #pragma unroll
       for (int jj = 0; jj < kPerWarp; ++jj) {
         const int64_t ms = ms0 + jj;
-        if (ms >= macros) break;
-        if constexpr (kXAll) {
+        if constexpr (kXQueue) {
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) xv[nt][i] = xa[jj][nt][i];
-        } else if (kXAhead) {
-          if (jj > 0)
+            for (int i = 0; i < 4; ++i) {
+              xv[nt][i] = xq[0][nt][i];
 #pragma unroll
-            for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-              for (int i = 0; i < 4; ++i) xv[nt][i] = xn[nt][i];
-          if (jj + 1 < kPerWarp) load_x(ms + 1, xn);
-        } else if (jj > 0) {
-          load_x(ms, xv);
+              for (int d = 0; d + 1 < kXQ; ++d) xq[d][nt][i] = xq[d + 1][nt][i];
+            }
+          q_push(xq[kXQ - 1]);  // even for a step past K: the queue stays in step
+          if (ms >= macros) continue;
+        } else {
+          if (ms >= macros) break;
+          if (jj > 0) load_x(ms, xv);
         }
         const uint8_t* ws = stage_mem + slot * kStageBytes + g * kPitch + (kPerWarp * warp + jj) * kMacroBytes + 4 * t;
         float d[kRT][kNT][4], sx[kNT][4];
@@ -359,8 +370,7 @@ Status launch(const GemmArgs& g, const Params& p, cudaStream_t stream) {
 
 template <bool kBf16, bool kZP>
 Status launch_tiles(const GemmArgs& g, const Params& p, cudaStream_t stream) {
-  if (p.n <= kMaxColsTwoTiles) return launch<1, 2, kBf16, kZP>(g, p, stream);
-  return p.n <= 8 ? launch<1, 1, kBf16, kZP>(g, p, stream) : launch<2, 1, kBf16, kZP>(g, p, stream);
+  return p.n <= 8 ? launch<1, 2, kBf16, kZP>(g, p, stream) : launch<2, 1, kBf16, kZP>(g, p, stream);
 }
 
 bool group_fits(int64_t gs) { return gs >= kMinGroup && (gs & (gs - 1)) == 0; }
@@ -387,7 +397,7 @@ bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
   // point dtypes) as the mma GEMV it shares its unpacking with.
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;
   DeviceGuard guard(args.device.id);
-  if (guard.error() != cudaSuccess || resident_ctas<1, 1, false, false>(args.device.id) <= 0) {
+  if (guard.error() != cudaSuccess || resident_ctas<1, 2, false, false>(args.device.id) <= 0) {
     cudaGetLastError();
     return no("this build has no sm_90 code for it on cuda:" + std::to_string(args.device.id));
   }
