@@ -84,10 +84,10 @@ constexpr int kMinGroup = kMacroK;
 // over hold a queue of kXQ macro steps' activations per warp (below), so a
 // warp no longer waits on L2 at every macro step: Nsight Compute had shown
 // that wait, long scoreboard on the activations, as the one-tile kernel's
-// largest stall (36 % of samples at N = 8). Measured (H200,
-// docs/architecture.md): 1-2 % faster at N = 2..8 at 4096 x 14336 cold, 2 %
-// at N = 6 and level at N = 8 at 14336 x 4096; two n8 tiles (N = 9..16)
-// keep one row tile, two being 10 % slower at N = 9.
+// largest stall (36 % of samples at N = 8). Measured (H200, cold,
+// docs/architecture.md): 2-4 % faster than one tile at N = 2..8 at
+// 4096 x 14336, 0-2 % at 14336 x 4096 (level at N = 8); two n8 tiles
+// (N = 9..16) keep one row tile, two being 10 % slower at N = 9.
 template <int kRT>
 struct RowGroup {
   static constexpr int kRows = kTileRows * kRT;
