@@ -88,10 +88,10 @@ void bm_gemm(benchmark::State& st, Backend be, qg::Format fa, qg::Format fb, con
              int64_t k, int64_t n, bool cold) {
   RotationPtr w, a, c, s;
   const bool wo = weight_only(fa, fb);
-  const auto float_rows = fb == qg::Format::bf16 ? bf16_rows : f16_rows;
+  const auto activation_rows = fb == qg::Format::bf16 ? bf16_rows : f16_rows;
   std::string err = packed_rows(be, "w", fa, m, k, &w);
-  if (err.empty()) err = qg::is_float_format(fb) ? float_rows(be, "a", n, k, &a) : packed_rows(be, "a", fb, n, k, &a);
-  if (err.empty() && wo) err = float_rows(be, "s", m, k / kGroup, &s);
+  if (err.empty()) err = qg::is_float_format(fb) ? activation_rows(be, "a", n, k, &a) : packed_rows(be, "a", fb, n, k, &a);
+  if (err.empty() && wo) err = activation_rows(be, "s", m, k / kGroup, &s);
   if (err.empty()) err = output_buffer(be, m * n * 4, &c);
   if (err.empty()) err = w->prepare(cold);
   if (err.empty()) err = a->prepare(cold);

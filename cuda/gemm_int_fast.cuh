@@ -19,7 +19,8 @@
 //                 exact codes, fp32 group rescale, then epilogue_store
 //   cuda_wo_gemv_bulk  the same operands with groups >= 128, N = 2..16 (sm_90):
 //                 W streamed into shared memory by bulk copies, read in
-//                 fragment order with 16-byte loads, the same mma and rescale
+//                 fragment order with 32-bit loads (two m16 tiles a row group
+//                 up to N = 8), the same mma and rescale
 //   cuda_wo_gemv_small  the same operands, N <= 2: FFMAs on codes made exact
 //                 floats by a magic-number LOP3 + FFMA, W streamed to registers
 // And the host-side helpers both share: device limits and what a kernel can

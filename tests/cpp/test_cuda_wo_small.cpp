@@ -265,6 +265,24 @@ TEST_P(CudaWoGemv, DecodeShape) {
   EXPECT_GT(ran_, 0);
 }
 
+// More row groups than a grid holds (M = 9607: 301 groups of 32 rows, 601 of
+// 16, over twice the CTAs a 132-SM GPU runs of either): each CTA streams
+// several groups as one pipeline, and the bulk kernel's activation queue
+// runs on across group boundaries. K of one partial stage
+// (every stage ends a group) and of two stages, the second partial.
+TEST_P(CudaWoGemv, SeveralRowGroupsPerCta) {
+  QG_SEEDED_RNG(rng, 45);
+  int idx = 0;
+  for (int64_t k : {384, 4096 + 128})
+    for (int64_t n : {2, 8, 9}) {
+      ++idx;
+      Case c = make_case(rng, 9607, n, k, 128, idx % 2 ? DType::bf16 : DType::f16, DType::f16, idx % 3 == 0);
+      run_checked(c);
+      if (HasFailure()) return;
+    }
+  EXPECT_GT(ran_, 0);
+}
+
 // Transposed C (ldc = 1, ldc_n = M) in f32 / f16 / bf16, bias and relu.
 TEST_P(CudaWoGemv, TransposedCBiasRelu) {
   QG_SEEDED_RNG(rng, 42);
