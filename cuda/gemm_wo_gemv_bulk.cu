@@ -38,9 +38,10 @@
 // with S = sum x from one more mma against an all-ones A fragment.
 //
 // Work split: a row group is two m16 tiles up to N = 8, one above
-// (RowGroup below); a CTA (8 warps) owns groups blockIdx.x, + gridDim.x, ...
-// and streams them as one sequence of stages (32 or 16 rows x 32 macro
-// steps), so the pipeline runs on across groups. Warp w takes macro steps
+// (RowGroup below); a CTA (8 compute warps, plus a producer warp with two
+// tiles) owns groups blockIdx.x, + gridDim.x, ... and streams them as one
+// sequence of stages (32 or 16 rows x 32 macro steps), so the pipeline runs
+// on across groups. Warp w takes macro steps
 // 4w .. 4w + 3 of each stage. Shared rows are 2064 bytes (516
 // words, 4 mod 32) apart: a warp's 32-bit loads (rows g = 0..7, words
 // 4i + t) hit 32 different banks. The warps' partial tiles are added in
@@ -88,23 +89,46 @@ constexpr int kMinGroup = kMacroK;
 // docs/architecture.md): 2-4 % faster than one tile at N = 2..8 at
 // 4096 x 14336, 0-2 % at 14336 x 4096 (level at N = 8); two n8 tiles
 // (N = 9..16) keep one row tile, two being 10 % slower at N = 9.
-template <int kRT>
+//
+// Who fills the ring. With two tiles a ninth warp only issues the bulk
+// copies (a producer) and the eight compute warps free a slot by arriving on
+// its `empty` mbarrier. A trace of the kernel (globaltimer per CTA and stage,
+// H200, 4096 x 14336, cold) showed why: each UBLKCP of 2 KB holds its warp
+// 40-60 ns, so warp 0 spent 4 µs issuing the three prologue stages and 2 µs
+// refilling a slot, while the other seven waited at the stage barrier for
+// it; compute on stage 0 began only at 7 µs, when all of the CTA's W had
+// arrived. With the producer, stage 0 is computed from 3.5 µs while the rest
+// streams in: 4-10 % faster at N = 2..8 (docs/architecture.md). The
+// registers decide where it fits. Each of an SM's four schedulers has its
+// own 16 K registers and nine warps put three on one of them: 168 a thread
+// at most. The plain form fits them; the zero-point form needs 232 (it
+// spilled at 168), so it keeps warp 0 as the issuer, and so does one tile,
+// whose two CTAs an SM would be left 112 registers against the 120-128 it
+// needs.
+template <int kRT, bool kZP>
 struct RowGroup {
   static constexpr int kRows = kTileRows * kRT;
   static constexpr int kStageBytes = kRows * kPitch;        // 33024 a tile
   static constexpr int kSmemBytes = kStages * kStageBytes;  // 99072 a tile
   static constexpr int kCtasPerSm = kRT == 1 ? 2 : 1;
+  static constexpr bool kProducer = kRT == 2 && !kZP;
+  static constexpr int kThreads = 32 * (kWarps + (kProducer ? 1 : 0));
 };
 
+// Bar 1 among the compute warps alone (the producer warp has left by then).
+__device__ __forceinline__ void compute_warps_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
+}
+
 template <int kNT, int kRT, bool kBf16, bool kZP>
-__global__ void __launch_bounds__(kThreads, RowGroup<kRT>::kCtasPerSm)
+__global__ void __launch_bounds__(RowGroup<kRT, kZP>::kThreads, RowGroup<kRT, kZP>::kCtasPerSm)
     gemm_wo_gemv_bulk_kernel(Params p, EpilogueParams ep) {
-  using RG = RowGroup<kRT>;
+  using RG = RowGroup<kRT, kZP>;
   static_assert(kRT == 1 || kNT == 1, "two row tiles take one n8 tile (registers)");
   constexpr int kGroupRows = RG::kRows, kStageBytes = RG::kStageBytes;
   constexpr bool kXQueue = kRT == 2;  // activations from a queue (below)
   extern __shared__ __align__(128) uint8_t stage_mem[];
-  __shared__ __align__(8) uint64_t full[kStages];
+  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
   __shared__ float partial[kWarps][kGroupRows * 8 * kNT];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -116,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, RowGroup<kRT>::kCtasPerSm)
   const uint32_t bits = p.code_bits;
   const uint32_t ones = kBf16 ? 0x3F803F80u : 0x3C003C00u;  // 1.0 in both halves
 
-  // Warp 0 fills stage `item`: lane 0 announces the bytes, lanes 0..15 copy a row each.
+  // One warp fills stage `item`: lane 0 announces the bytes, lane r copies row r.
   auto issue = [&](int64_t item) {
     const int64_t grp = blockIdx.x + (item / stages_per_group) * gridDim.x;
     const int64_t m0 = (item % stages_per_group) * kStageMacros;
@@ -132,12 +156,23 @@ __global__ void __launch_bounds__(kThreads, RowGroup<kRT>::kCtasPerSm)
   };
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) bulk::mbar_init(&full[s], 1);
+    // empty[s]: every compute thread arrives once it has read slot s (each
+    // thread's own arrival orders its own shared loads before the refill).
+    for (int s = 0; s < kStages; ++s) bulk::mbar_init(&full[s], 1), bulk::mbar_init(&empty[s], kThreads);
     bulk::mbar_init_fence();
   }
   __syncthreads();
-  if (warp == 0)
+  if constexpr (RG::kProducer) {
+    if (warp == kWarps) {
+      for (int64_t it = 0; it < items; ++it) {
+        if (it >= kStages) bulk::mbar_wait(&empty[it % kStages], static_cast<uint32_t>((it / kStages - 1) & 1));
+        issue(it);
+      }
+      return;
+    }
+  } else if (warp == 0) {
     for (int64_t i = 0; i < min64(items, kStages); ++i) issue(i);
+  }
 
   // This lane's activations: column nt * 8 + g, K = 8(4i + t) .. of each macro step.
   const uint8_t* xp[kNT];
@@ -301,8 +336,12 @@ __global__ void __launch_bounds__(kThreads, RowGroup<kRT>::kCtasPerSm)
             }
       }
       cur = next;
-      __syncthreads();  // every warp is done with the slot before it is refilled
-      if (warp == 0 && item + kStages < items) issue(item + kStages);
+      if constexpr (RG::kProducer) {
+        bulk::mbar_arrive(&empty[slot]);
+      } else {
+        __syncthreads();  // every warp is done with the slot before it is refilled
+        if (warp == 0 && item + kStages < items) issue(item + kStages);
+      }
     }
 
     constexpr int kCols = 8 * kNT;
@@ -313,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, RowGroup<kRT>::kCtasPerSm)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           partial[warp][(kTileRows * r + g + 8 * (e / 2)) * kCols + nt * 8 + 2 * t + e % 2] = out[r][nt][e];
-    __syncthreads();
+    compute_warps_sync();
     const int64_t n_here = min64(p.n, kCols);
     for (int o = threadIdx.x; o < kGroupRows * kCols; o += kThreads) {
       const int64_t row = row0 + o / kCols, col = o % kCols;
@@ -323,7 +362,7 @@ __global__ void __launch_bounds__(kThreads, RowGroup<kRT>::kCtasPerSm)
       for (int i = 1; i < kWarps; ++i) v += partial[i][o];
       epilogue_store(ep, row, col, v);
     }
-    __syncthreads();  // partial[] is rewritten by the next group
+    compute_warps_sync();  // partial[] is rewritten by the next group
   }
 }
 
@@ -338,12 +377,12 @@ int resident_ctas(int device) {
   static int cached[kMaxDevices];
   auto query = [] {
     auto* kernel = gemm_wo_gemv_bulk_kernel<kNT, kRT, kBf16, kZP>;
-    constexpr int smem = RowGroup<kRT>::kSmemBytes;
+    constexpr int smem = RowGroup<kRT, kZP>::kSmemBytes;
     cudaFuncAttributes attr{};
     int blocks = 0;
     if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90 ||
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, smem) != cudaSuccess) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, RowGroup<kRT, kZP>::kThreads, smem) != cudaSuccess) {
       cudaGetLastError();
       return 0;
     }
@@ -360,11 +399,11 @@ Status launch(const GemmArgs& g, const Params& p, cudaStream_t stream) {
   if (per_sm <= 0)
     return Status(StatusCode::cuda_error, std::string(g.fn) + " (cuda_wo_gemv_bulk): cannot launch on cuda:" +
                                               std::to_string(g.device.id) + " (" + shape_text(g) + ")");
-  using RG = RowGroup<kRT>;
+  using RG = RowGroup<kRT, kZP>;
   const int64_t groups = (p.m + RG::kRows - 1) / RG::kRows;
   const int64_t grid = std::min<int64_t>(groups, static_cast<int64_t>(per_sm) * device_limits(g.device.id).sms);
   gemm_wo_gemv_bulk_kernel<kNT, kRT, kBf16, kZP>
-      <<<static_cast<unsigned>(grid), kThreads, RG::kSmemBytes, stream>>>(p, epilogue_params(g));
+      <<<static_cast<unsigned>(grid), RG::kThreads, RG::kSmemBytes, stream>>>(p, epilogue_params(g));
   return launch_result(g);
 }
 
