@@ -66,7 +66,7 @@ using namespace intfast;
 using namespace wo;
 
 constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
+constexpr int kComputeThreads = 32 * kWarps;  // the eight warps that do the arithmetic
 constexpr int kTileRows = 16;                              // one m16 tile
 constexpr int kMacroK = 128;                               // values of K per macro step
 constexpr int kMacroBytes = kMacroK / 2;                   // 64
@@ -98,7 +98,7 @@ constexpr int kMinGroup = kMacroK;
 // refilling a slot, while the other seven waited at the stage barrier for
 // it; compute on stage 0 began only at 7 µs, when all of the CTA's W had
 // arrived. With the producer, stage 0 is computed from 3.5 µs while the rest
-// streams in: 4-10 % faster at N = 2..8 (docs/architecture.md). The
+// streams in: 3-9 % faster at N = 2..8 (docs/architecture.md). The
 // registers decide where it fits. Each of an SM's four schedulers has its
 // own 16 K registers and nine warps put three on one of them: 168 a thread
 // at most. The plain form fits them; the zero-point form needs 232 (it
@@ -112,12 +112,12 @@ struct RowGroup {
   static constexpr int kSmemBytes = kStages * kStageBytes;  // 99072 a tile
   static constexpr int kCtasPerSm = kRT == 1 ? 2 : 1;
   static constexpr bool kProducer = kRT == 2 && !kZP;
-  static constexpr int kThreads = 32 * (kWarps + (kProducer ? 1 : 0));
+  static constexpr int kThreads = 32 * (kWarps + (kProducer ? 1 : 0));  // launched
 };
 
 // Bar 1 among the compute warps alone (the producer warp has left by then).
 __device__ __forceinline__ void compute_warps_sync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
+  asm volatile("bar.sync 1, %0;" ::"n"(kComputeThreads) : "memory");
 }
 
 template <int kNT, int kRT, bool kBf16, bool kZP>
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(RowGroup<kRT, kZP>::kThreads, RowGroup<kRT, kZ
   if (threadIdx.x == 0) {
     // empty[s]: every compute thread arrives once it has read slot s (each
     // thread's own arrival orders its own shared loads before the refill).
-    for (int s = 0; s < kStages; ++s) bulk::mbar_init(&full[s], 1), bulk::mbar_init(&empty[s], kThreads);
+    for (int s = 0; s < kStages; ++s) bulk::mbar_init(&full[s], 1), bulk::mbar_init(&empty[s], kComputeThreads);
     bulk::mbar_init_fence();
   }
   __syncthreads();
@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(RowGroup<kRT, kZP>::kThreads, RowGroup<kRT, kZ
           partial[warp][(kTileRows * r + g + 8 * (e / 2)) * kCols + nt * 8 + 2 * t + e % 2] = out[r][nt][e];
     compute_warps_sync();
     const int64_t n_here = min64(p.n, kCols);
-    for (int o = threadIdx.x; o < kGroupRows * kCols; o += kThreads) {
+    for (int o = threadIdx.x; o < kGroupRows * kCols; o += kComputeThreads) {
       const int64_t row = row0 + o / kCols, col = o % kCols;
       if (row >= p.m || col >= n_here) continue;
       float v = partial[0][o];
@@ -380,9 +380,10 @@ int resident_ctas(int device) {
     constexpr int smem = RowGroup<kRT, kZP>::kSmemBytes;
     cudaFuncAttributes attr{};
     int blocks = 0;
+    constexpr int threads = RowGroup<kRT, kZP>::kThreads;
     if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90 ||
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, RowGroup<kRT, kZP>::kThreads, smem) != cudaSuccess) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) != cudaSuccess) {
       cudaGetLastError();
       return 0;
     }
