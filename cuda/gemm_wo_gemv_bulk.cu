@@ -366,11 +366,12 @@ __global__ void __launch_bounds__(RowGroup<kRT, kZP>::kThreads, RowGroup<kRT, kZ
   }
 }
 
-// Resident CTAs per SM, asked once per device (0: cannot launch here). The
-// dynamic shared-memory limit is raised first: 99 KB is over the default 48.
-// A build whose newest target is older than sm_90 runs on an H100 through
-// JIT-compiled PTX in which the bulk copies are traps: the image's PTX
-// version must be 90 or more.
+// Resident CTAs per SM, asked once per device: -1 where this build has no
+// sm_90 code for the kernel, 0 where the device cannot hold one of its CTAs.
+// The dynamic shared-memory limit is raised first: 99 KB is over the
+// default 48. A build whose newest target is older than sm_90 runs on an
+// H100 through JIT-compiled PTX in which the bulk copies are traps: the
+// image's PTX version must be 90 or more.
 template <int kNT, int kRT, bool kBf16, bool kZP>
 int resident_ctas(int device) {
   static std::once_flag once[kMaxDevices];
@@ -381,8 +382,11 @@ int resident_ctas(int device) {
     cudaFuncAttributes attr{};
     int blocks = 0;
     constexpr int threads = RowGroup<kRT, kZP>::kThreads;
-    if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90 ||
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+    if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90) {
+      cudaGetLastError();
+      return -1;
+    }
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) != cudaSuccess) {
       cudaGetLastError();
       return 0;
@@ -413,6 +417,18 @@ Status launch_tiles(const GemmArgs& g, const Params& p, cudaStream_t stream) {
   return p.n <= 8 ? launch<1, 2, kBf16, kZP>(g, p, stream) : launch<2, 1, kBf16, kZP>(g, p, stream);
 }
 
+// resident_ctas of the instance that launch_tiles would run for g.
+int resident_ctas_for(const GemmArgs& g) {
+  const bool bf16 = g.b.format == Format::bf16, zp = g.a.zero_points.data != nullptr, two = g.b.rows <= 8;
+  const int dev = g.device.id;
+  if (two) {
+    if (bf16) return zp ? resident_ctas<1, 2, true, true>(dev) : resident_ctas<1, 2, true, false>(dev);
+    return zp ? resident_ctas<1, 2, false, true>(dev) : resident_ctas<1, 2, false, false>(dev);
+  }
+  if (bf16) return zp ? resident_ctas<2, 1, true, true>(dev) : resident_ctas<2, 1, true, false>(dev);
+  return zp ? resident_ctas<2, 1, false, true>(dev) : resident_ctas<2, 1, false, false>(dev);
+}
+
 bool group_fits(int64_t gs) { return gs >= kMinGroup && (gs & (gs - 1)) == 0; }
 
 }  // namespace
@@ -437,10 +453,14 @@ bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
   // point dtypes) as the mma GEMV it shares its unpacking with.
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;
   DeviceGuard guard(args.device.id);
-  if (guard.error() != cudaSuccess || resident_ctas<1, 2, false, false>(args.device.id) <= 0) {
+  const int per_sm = guard.error() == cudaSuccess ? resident_ctas_for(args) : -1;
+  if (per_sm < 0) {
     cudaGetLastError();
     return no("this build has no sm_90 code for it on cuda:" + std::to_string(args.device.id));
   }
+  if (per_sm == 0)
+    return no("cuda:" + std::to_string(args.device.id) +
+              " cannot hold one of its CTAs (registers or shared memory): the occupancy query gave 0");
   return true;
 }
 
