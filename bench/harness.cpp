@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "backend.h"  // the kernel registries, for the JSON context
+#include "epilogue.h"  // fp32_to_bf16 (and, through quant_block.h, fp32_to_fp16): the core's roundings
 #include "cpu/thread_pool.h"
 
 #ifndef QG_BENCH_CUDA
@@ -189,32 +190,6 @@ void fill_gaussian(float* x, size_t n, uint64_t seed) {
     x[i] = static_cast<float>(r * std::cos(t));
     if (i + 1 < n) x[i + 1] = static_cast<float>(r * std::sin(t));
   }
-}
-
-// IEEE binary32 -> binary16 bits, round to nearest even (no half type needed).
-uint16_t float_to_half_bits(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  const uint32_t a = x & 0x7fffffffu;
-  if (a >= 0x7f800000u) return sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u);  // inf / nan
-  if (a >= 0x477ff000u) return sign | 0x7c00u;  // rounds to 65536 or more: inf
-  if (a < 0x38800000u) {                        // below 2^-14: half subnormal or zero
-    float af;
-    std::memcpy(&af, &a, 4);
-    return sign | static_cast<uint16_t>(std::nearbyint(af * 16777216.0f));  // units of 2^-24
-  }
-  uint32_t h = (a >> 13) - (112u << 10);  // rebias the exponent 127 -> 15
-  const uint32_t rest = a & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-  return sign | static_cast<uint16_t>(h);
-}
-
-// IEEE binary32 -> bfloat16 bits, round to nearest even (finite inputs).
-uint16_t float_to_bf16_bits(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -429,8 +404,12 @@ std::string cpu_fill_16(void* dst, int64_t n, uint64_t seed, uint16_t (*to_bits)
   }
   return {};
 }
-std::string cpu_fill_f16(void* dst, int64_t n, uint64_t seed) { return cpu_fill_16(dst, n, seed, float_to_half_bits); }
-std::string cpu_fill_bf16(void* dst, int64_t n, uint64_t seed) { return cpu_fill_16(dst, n, seed, float_to_bf16_bits); }
+std::string cpu_fill_f16(void* dst, int64_t n, uint64_t seed) {
+  return cpu_fill_16(dst, n, seed, qg::detail::fp32_to_fp16);
+}
+std::string cpu_fill_bf16(void* dst, int64_t n, uint64_t seed) {
+  return cpu_fill_16(dst, n, seed, qg::detail::fp32_to_bf16);
+}
 
 // ========================================================================= CUDA
 #if QG_BENCH_CUDA
@@ -685,8 +664,8 @@ void gpu_init() {
     fill_gaussian(host.data(), host.size(), 0x5eedu);
     std::vector<uint16_t> host16(host.size()), host16bf(host.size());
     for (size_t i = 0; i < host.size(); ++i) {
-      host16[i] = float_to_half_bits(host[i]);
-      host16bf[i] = float_to_bf16_bits(host[i]);
+      host16[i] = qg::detail::fp32_to_fp16(host[i]);
+      host16bf[i] = qg::detail::fp32_to_bf16(host[i]);
     }
     void* p = nullptr;
     err = device_alloc(host.size() * 4, &p);

@@ -52,6 +52,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 #include "bulk_copy.cuh"
 #include "device_limits.cuh"
@@ -412,21 +413,22 @@ Status launch(const GemmArgs& g, const Params& p, cudaStream_t stream) {
   return launch_result(g);
 }
 
-template <bool kBf16, bool kZP>
-Status launch_tiles(const GemmArgs& g, const Params& p, cudaStream_t stream) {
-  return p.n <= 8 ? launch<1, 2, kBf16, kZP>(g, p, stream) : launch<2, 1, kBf16, kZP>(g, p, stream);
-}
-
-// resident_ctas of the instance that launch_tiles would run for g.
-int resident_ctas_for(const GemmArgs& g) {
-  const bool bf16 = g.b.format == Format::bf16, zp = g.a.zero_points.data != nullptr, two = g.b.rows <= 8;
-  const int dev = g.device.id;
-  if (two) {
-    if (bf16) return zp ? resident_ctas<1, 2, true, true>(dev) : resident_ctas<1, 2, true, false>(dev);
-    return zp ? resident_ctas<1, 2, false, true>(dev) : resident_ctas<1, 2, false, false>(dev);
-  }
-  if (bf16) return zp ? resident_ctas<2, 1, true, true>(dev) : resident_ctas<2, 1, true, false>(dev);
-  return zp ? resident_ctas<2, 1, false, true>(dev) : resident_ctas<2, 1, false, false>(dev);
+// The kernel instance a call runs, chosen in one place for the launch and
+// for can_run's occupancy check: two row tiles (one n8 tile) up to N = 8,
+// one row tile (two n8 tiles) above; the activations' dtype; zero points or
+// not. f(nt, rt, bf16, zp) receives them as std::integral_constant values.
+template <class F>
+auto with_instance(const GemmArgs& g, F&& f) {
+  using std::integral_constant;
+  const bool bf16 = g.b.format == Format::bf16, zp = g.a.zero_points.data != nullptr;
+  auto pick_zp = [&](auto nt, auto rt, auto b) {
+    return zp ? f(nt, rt, b, integral_constant<bool, true>{}) : f(nt, rt, b, integral_constant<bool, false>{});
+  };
+  auto pick_dtype = [&](auto nt, auto rt) {
+    return bf16 ? pick_zp(nt, rt, integral_constant<bool, true>{}) : pick_zp(nt, rt, integral_constant<bool, false>{});
+  };
+  return g.b.rows <= 8 ? pick_dtype(integral_constant<int, 1>{}, integral_constant<int, 2>{})
+                       : pick_dtype(integral_constant<int, 2>{}, integral_constant<int, 1>{});
 }
 
 bool group_fits(int64_t gs) { return gs >= kMinGroup && (gs & (gs - 1)) == 0; }
@@ -453,7 +455,10 @@ bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
   // point dtypes) as the mma GEMV it shares its unpacking with.
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;
   DeviceGuard guard(args.device.id);
-  const int per_sm = guard.error() == cudaSuccess ? resident_ctas_for(args) : -1;
+  const int per_sm = guard.error() != cudaSuccess ? -1 : with_instance(args, [&](auto nt, auto rt, auto bf16, auto zp) {
+    return resident_ctas<decltype(nt)::value, decltype(rt)::value, decltype(bf16)::value, decltype(zp)::value>(
+        args.device.id);
+  });
   if (per_sm < 0) {
     cudaGetLastError();
     return no("this build has no sm_90 code for it on cuda:" + std::to_string(args.device.id));
@@ -473,10 +478,10 @@ Status gemm_wo_gemv_bulk_run(const GemmArgs& args, Stream stream) {
   p.n = args.b.rows;
   p.splits = 1;
   p.code_bits = wo::code_bits(args.b.format == Format::bf16);
-  const cudaStream_t st = to_cuda(stream);
-  const bool bf16 = args.b.format == Format::bf16, zp = p.zeros != nullptr;
-  if (bf16) return zp ? launch_tiles<true, true>(args, p, st) : launch_tiles<true, false>(args, p, st);
-  return zp ? launch_tiles<false, true>(args, p, st) : launch_tiles<false, false>(args, p, st);
+  return with_instance(args, [&](auto nt, auto rt, auto bf16, auto zp) {
+    return launch<decltype(nt)::value, decltype(rt)::value, decltype(bf16)::value, decltype(zp)::value>(
+        args, p, to_cuda(stream));
+  });
 }
 
 }  // namespace qg::detail::cuda
