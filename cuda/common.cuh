@@ -80,6 +80,8 @@ inline bool is_aligned(const void* p, uintptr_t alignment) {
 }
 
 // ------------------------------------------------------------ device helpers
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 // Q4_0 blocks are 18 bytes and Q8_0 blocks 34, so inside a row their fields
 // are only 2-byte aligned: a 4-byte load would fault with
 // cudaErrorMisalignedAddress. Two 16-bit loads assemble the word instead.

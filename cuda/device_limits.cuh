@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <mutex>
+#include <string>
 
 namespace qg::detail::cuda {
 
@@ -32,6 +33,49 @@ inline DeviceLimits device_limits(int device) {
   if (device < 0 || device >= kMaxDevices) return query();
   std::call_once(once[device], [&] { cached[device] = query(); });
   return cached[device];
+}
+
+// Resident CTAs per SM of kKernel launched with `threads` threads and `smem`
+// bytes of dynamic shared memory (the same for every launch of it), asked
+// once per device: -1 where this build has no sm_90 code for it, 0 where the
+// device cannot hold one of its CTAs. For kernels of sm_90's bulk copies and
+// mbarrier transaction counts: a build whose newest target is older than
+// sm_90 runs on an H100 through JIT-compiled PTX in which those are traps,
+// so the image's PTX version must be 90 or more. The dynamic shared-memory
+// limit (over the default 48 KB) is raised first.
+template <auto kKernel>
+int resident_ctas_sm90(int device, int threads, int smem) {
+  static std::once_flag once[kMaxDevices];
+  static int cached[kMaxDevices];
+  auto query = [&] {
+    cudaFuncAttributes attr{};
+    int blocks = 0;
+    if (cudaFuncGetAttributes(&attr, kKernel) != cudaSuccess || attr.ptxVersion < 90) {
+      cudaGetLastError();
+      return -1;
+    }
+    if (cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, threads, smem) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return blocks;
+  };
+  if (device < 0 || device >= kMaxDevices) return query();
+  std::call_once(once[device], [&] { cached[device] = query(); });
+  return cached[device];
+}
+
+// can_run's reading of resident_ctas_sm90's answer: false, with the reason,
+// for -1 and 0.
+inline bool sm90_ctas_fit(int per_sm, int device, std::string* why_not) {
+  if (per_sm > 0) return true;
+  cudaGetLastError();
+  if (why_not)
+    *why_not = per_sm < 0 ? "this build has no sm_90 code for it on cuda:" + std::to_string(device)
+                          : "cuda:" + std::to_string(device) +
+                                " cannot hold one of its CTAs (registers or shared memory): the occupancy query gave 0";
+  return false;
 }
 
 }  // namespace qg::detail::cuda

@@ -54,6 +54,9 @@ __device__ __forceinline__ int q4_0_codes_minus_8(uint32_t nibbles) {
   return static_cast<int>((nibbles ^ 0x08080808u) | (below8 * 0x1Eu));
 }
 
+// cuda_gemv_bulk: N = 7..8 on sm_90, W by bulk copies, int8 mma.sync.
+bool gemm_bulk_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_bulk_run(const GemmArgs& args, Stream stream);
 bool gemm_mmvq_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_mmvq_run(const GemmArgs& args, Stream stream);
 bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not);

@@ -1,28 +1,13 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_q4_0_q8_1_mma.cu: the tensor-core GEMM (sm_80+), any M, N, K.
 //
-// One int8 mma.sync.m16n8k32 is exactly one Q4_0 x Q8_1 block: 32 values of K.
-// Q4_0's byte j holds elements j (low nibble) and j + 16 (high nibble), which
-// is the m16n8k32 A-fragment layout: the word of bytes 4t..4t+3 of a block
-// gives a thread both its k = 4t.. register (low nibbles) and its
-// k = 16 + 4t.. register (high nibbles). Q8_1's codes are the B fragment as
-// they lie. So the operands go from global to shared memory untouched
-// (cp.async, a multi-stage pipeline) and from shared memory to registers with
-// plain loads: no repacked weight layout.
-//
-// The block-32 rescale is what bounds this kernel, not the tensor cores: every
-// output needs acc += d_w * d_a * isum once per 32 MACs, and an int32 -> fp32
-// convert (I2F) runs at a quarter of the FMA rate. Instead:
-//   - the mma accumulates onto C = 0x4B400000, the bits of 1.5 * 2^23, so D's
-//     bits are the float 1.5 * 2^23 + isum exactly (|isum| <= 32 * 8 * 128 =
-//     2^15, far below the 2^22 where the ulp would exceed 1);
-//   - f = fma(D as float, d_a, -1.5 * 2^23 * d_a) is isum * d_a rounded once:
-//     the product is exact inside the FMA, and 1.5 * 2^23 * d_a (2 + 11
-//     significant bits) is exact in fp32;
-//   - acc = fma(d_w, f, acc).
-// Two FMAs per output and block, no convert. A non-finite d_a would make the
-// first FMA Inf - Inf; such blocks take acc += d_w * (d_a * float(isum)),
-// which agrees with the reference's d * isum on every Inf and NaN.
+// One int8 mma.sync.m16n8k32 is exactly one Q4_0 x Q8_1 block: 32 values of
+// K, and the codes lie in shared memory as the fragments want them, so the
+// operands go from global to shared memory untouched (cp.async, a multi-stage
+// pipeline) and from shared memory to registers with plain loads: no repacked
+// weight layout. The block's arithmetic (codes as 16 * (q - 8), the
+// magic-number rescale: two FMAs per output and block, no convert) is
+// q4_0_mma.cuh's, shared with cuda_gemv_bulk.
 //
 // Tiles: a CTA owns BM rows of W x BN rows of A and walks K eight blocks (256
 // values) per pipeline stage. Its warps form WM x WN x WK: WK > 1 splits each
@@ -49,6 +34,7 @@
 #include "cp_async.cuh"
 #include "device_limits.cuh"
 #include "gemm_q4_0_q8_1.cuh"
+#include "q4_0_mma.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -62,8 +48,6 @@ constexpr int kABytesPerStage = kBlocksPerStage * kQ8_1Bytes;    // 288
 // fragment (word 76g + t) fall in 32 different banks (72 would give 8g + t:
 // 2-way conflicts).
 constexpr int kAPitchWords = kABytesPerStage / 4 + 4;
-constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
-constexpr float kMagic = 12582912.0f;
 constexpr int64_t kMaxGrid = 0x7FFFFFFF;
 
 template <int BM_, int BN_, int WM_, int WN_, int WK_, int STAGES_>
@@ -100,28 +84,6 @@ constexpr int smem_bytes() {
 }
 
 // ------------------------------------------------------------ device helpers
-// D = A * B + magic, s8 x s8 -> s32, one 16 x 8 x 32 tile.
-__device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], int b0, int b1) {
-#if __CUDA_ARCH__ >= 800
-  const int c = static_cast<int>(kMagicBits);
-  asm(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
-#else
-  d[0] = d[1] = d[2] = d[3] = 0;
-  __trap();
-#endif
-}
-
-// Four codes 0..15 held in bytes -> the signed bytes code - 8. Adding 0x78 to
-// each byte cannot carry into the next (15 + 0x78 < 0x100); flipping bit 7
-// then gives code - 8 in two's complement. Two ops per word.
-__device__ __forceinline__ int centered(uint32_t nibbles) {
-  return static_cast<int>((nibbles + 0x78787878u) ^ 0x80808080u);
-}
-
 __device__ __forceinline__ uint32_t lds_u16(const uint8_t* p) {
   return *reinterpret_cast<const uint16_t*>(p);
 }
@@ -130,7 +92,8 @@ struct Operands {
   const uint8_t* w;
   const uint8_t* a;
   int64_t m, n, nb, ldw, lda;
-  int splits;  // CTAs of a cluster sharing one tile's K range (1: no cluster)
+  int splits;    // CTAs of a cluster sharing one tile's K range (1: no cluster)
+  uint32_t k80;  // q4mma::kCodeBias, from a register (q4_0_mma.cuh)
 };
 
 // Copies kBytes of a row segment to shared memory. Whole chunks inside the
@@ -230,40 +193,24 @@ struct CopyPlan {
   }
 };
 
-// The mmas and rescales of one K block for a warp's MT x NT tiles. With
-// kAllFinite every d_a of the warp is finite and the magic-number rescale
-// applies; otherwise d_w * (d_a * float(isum)), which rounds identically for
-// finite scales (d_a * isum is exact-then-rounded both ways) and propagates
-// Inf and NaN as the reference does.
+// The mmas and rescales of one K block for a warp's MT x NT tiles: W's words
+// from shared memory by 16-bit loads (a row may start 2 bytes into a word),
+// then q4_0_mma.cuh's arithmetic. kAllFinite: every d_a of the warp is finite.
 template <class T, bool kAllFinite>
 __device__ __forceinline__ void block_mma(float (&acc)[T::MT][T::NT][4], const uint8_t* sw,
                                           const int (&w_off)[T::MT][2], int j, int t, const int (&b)[T::NT][2],
-                                          const float (&da)[T::NT][2], const float (&neg_magic_da)[T::NT][2]) {
+                                          const q4mma::AScale (&s)[T::NT][2], uint32_t k80) {
 #pragma unroll
   for (int mi = 0; mi < T::MT; ++mi) {
-    const uint8_t* w0 = sw + w_off[mi][0] + j * kQ4_0Bytes;
-    const uint8_t* w1 = sw + w_off[mi][1] + j * kQ4_0Bytes;
-    const float dw[2] = {half_bits_to_float((lds_u16(w0))),
-                         half_bits_to_float((lds_u16(w1)))};
-    const uint32_t q0 = lds_u16(w0 + 2 + 4 * t) | (lds_u16(w0 + 4 + 4 * t) << 16);
-    const uint32_t q1 = lds_u16(w1 + 2 + 4 * t) | (lds_u16(w1 + 4 + 4 * t) << 16);
-    const int a[4] = {centered(q0 & 0x0F0F0F0Fu), centered(q1 & 0x0F0F0F0Fu), centered((q0 >> 4) & 0x0F0F0F0Fu),
-                      centered((q1 >> 4) & 0x0F0F0F0Fu)};
+    uint32_t q[2];
+    float dw16[2];
 #pragma unroll
-    for (int ni = 0; ni < T::NT; ++ni) {
-      int d[4];
-      mma_s8(d, a, b[ni][0], b[ni][1]);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (kAllFinite) {
-          acc[mi][ni][e] = fmaf(dw[e >> 1], fmaf(__int_as_float(d[e]), da[ni][e & 1], neg_magic_da[ni][e & 1]),
-                                acc[mi][ni][e]);
-        } else {
-          const float isum = static_cast<float>(d[e] - static_cast<int>(kMagicBits));
-          acc[mi][ni][e] = fmaf(dw[e >> 1], da[ni][e & 1] * isum, acc[mi][ni][e]);
-        }
-      }
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* w = sw + w_off[mi][h] + j * kQ4_0Bytes;
+      dw16[h] = half_bits_to_float(lds_u16(w)) * 0.0625f;
+      q[h] = lds_u16(w + 2 + 4 * t) | (lds_u16(w + 4 + 4 * t) << 16);
     }
+    q4mma::tile_block<T::NT, kAllFinite>(acc[mi], q, dw16, b, s, k80);
   }
 }
 
@@ -361,7 +308,7 @@ gemm_mma_kernel(Operands op, EpilogueParams ep) {
 
         // B fragments and the scales of this thread's output columns 2t, 2t + 1.
         int b[T::NT][2];
-        float da[T::NT][2], neg_magic_da[T::NT][2];
+        q4mma::AScale sc[T::NT][2];
         bool finite = true;
 #pragma unroll
         for (int ni = 0; ni < T::NT; ++ni) {
@@ -371,18 +318,17 @@ gemm_mma_kernel(Operands op, EpilogueParams ep) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const uint32_t* scol = sa + (wn * T::WTN + ni * 8 + 2 * t + c) * kAPitchWords + j * (kQ8_1Bytes / 4);
-            da[ni][c] = half_bits_to_float((scol[0] & 0xFFFFu));
-            neg_magic_da[ni][c] = -kMagic * da[ni][c];
-            finite = finite && isfinite(da[ni][c]);
+            sc[ni][c] = q4mma::a_scale(scol[0]);
+            finite = finite && isfinite(sc[ni][c].d);
           }
         }
 
         // One vote per block, not a branch per mma: a branch between an mma
         // and its FMAs would expose the mma's latency once per tile.
         if (__all_sync(0xFFFFFFFFu, finite))
-          block_mma<T, true>(acc, sw, w_off, j, t, b, da, neg_magic_da);
+          block_mma<T, true>(acc, sw, w_off, j, t, b, sc, op.k80);
         else
-          block_mma<T, false>(acc, sw, w_off, j, t, b, da, neg_magic_da);
+          block_mma<T, false>(acc, sw, w_off, j, t, b, sc, op.k80);
       }
     }
     cp_async_wait<0>();
@@ -524,7 +470,8 @@ Status gemm_mma_run(const GemmArgs& args, Stream stream) {
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const Operands op{static_cast<const uint8_t*>(args.a.data), static_cast<const uint8_t*>(args.b.data),
-                    args.a.rows, args.b.rows, args.a.k / 32, args.a.row_stride, args.b.row_stride, 1};
+                    args.a.rows, args.b.rows, args.a.k / 32, args.a.row_stride, args.b.row_stride, 1,
+                    q4mma::kCodeBias};
   const DeviceLimits lim = device_limits(args.device.id);
   // 16-byte copies need every row's stage (144 and 288 bytes) 16-byte aligned.
   const bool vec16 = is_aligned(op.w, 16) && is_aligned(op.a, 16) && (op.m <= 1 || op.ldw % 16 == 0) &&

@@ -51,7 +51,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <mutex>
 #include <type_traits>
 
 #include "bulk_copy.cuh"
@@ -367,36 +366,12 @@ __global__ void __launch_bounds__(RowGroup<kRT, kZP>::kThreads, RowGroup<kRT, kZ
   }
 }
 
-// Resident CTAs per SM, asked once per device: -1 where this build has no
-// sm_90 code for the kernel, 0 where the device cannot hold one of its CTAs.
-// The dynamic shared-memory limit is raised first: 99 KB is over the
-// default 48. A build whose newest target is older than sm_90 runs on an
-// H100 through JIT-compiled PTX in which the bulk copies are traps: the
-// image's PTX version must be 90 or more.
+// Resident CTAs per SM of an instance (device_limits.cuh): -1 without sm_90
+// code, 0 where the device cannot hold its 99 KB (one tile) or 198 KB CTA.
 template <int kNT, int kRT, bool kBf16, bool kZP>
 int resident_ctas(int device) {
-  static std::once_flag once[kMaxDevices];
-  static int cached[kMaxDevices];
-  auto query = [] {
-    auto* kernel = gemm_wo_gemv_bulk_kernel<kNT, kRT, kBf16, kZP>;
-    constexpr int smem = RowGroup<kRT, kZP>::kSmemBytes;
-    cudaFuncAttributes attr{};
-    int blocks = 0;
-    constexpr int threads = RowGroup<kRT, kZP>::kThreads;
-    if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90) {
-      cudaGetLastError();
-      return -1;
-    }
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return blocks;
-  };
-  if (device < 0 || device >= kMaxDevices) return query();
-  std::call_once(once[device], [&] { cached[device] = query(); });
-  return cached[device];
+  using RG = RowGroup<kRT, kZP>;
+  return resident_ctas_sm90<gemm_wo_gemv_bulk_kernel<kNT, kRT, kBf16, kZP>>(device, RG::kThreads, RG::kSmemBytes);
 }
 
 template <int kNT, int kRT, bool kBf16, bool kZP>
@@ -459,13 +434,7 @@ bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
     return resident_ctas<decltype(nt)::value, decltype(rt)::value, decltype(bf16)::value, decltype(zp)::value>(
         args.device.id);
   });
-  if (per_sm < 0) {
-    cudaGetLastError();
-    return no("this build has no sm_90 code for it on cuda:" + std::to_string(args.device.id));
-  }
-  if (per_sm == 0)
-    return no("cuda:" + std::to_string(args.device.id) +
-              " cannot hold one of its CTAs (registers or shared memory): the occupancy query gave 0");
+  if (!sm90_ctas_fit(per_sm, args.device.id, why_not)) return false;
   return true;
 }
 

@@ -29,8 +29,6 @@ struct Params {
 };
 
 // ------------------------------------------------------------ device helpers
-__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 // The halves' exponent bits and the two's complement flip of a nibble, one
 // constant: (nibble pair) ^ code_bits = 2^10 + 8 + code (fp16) or 2^7 + 8 +
 // code (bf16), and the same bits read as a number are 2^10 + 8 (2^7 + 8).

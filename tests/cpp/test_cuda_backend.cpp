@@ -310,6 +310,7 @@ struct GemmCase {
   int64_t ldw_pad = 0, lda_pad = 0, ldc_pad = 0;  // bytes, bytes, elements
   size_t w_offset = 0, a_offset = 0;              // bytes past a cudaMalloc'd base
   const char* expect_impl = nullptr;              // substring of the chosen implementation
+  const char* force_kernel = nullptr;             // run this registry kernel itself, not qg::gemm
 };
 
 std::string describe(const GemmCase& g) {
@@ -397,19 +398,27 @@ void run_gemm_case(const GemmCase& g, cudaStream_t stream, uint32_t seed, std::v
   args.device = qg::Device::cuda(0);
   args.fn = "qg.gemm_q4_0_q8_1";
 
-  qg::Explanation ex;
-  QG_OK(qg::explain(args, &ex));
-  EXPECT_EQ(ex.op, "qg.gemm_q4_0_q8_1");
-  EXPECT_EQ(ex.problem, "q4_0 x q8_1 on cuda:0");
-  if (chosen_out) *chosen_out = ex.chosen;
-  if (g.expect_impl) {
-    std::string lines;
-    for (const std::string& s : ex.candidates) lines += "\n  " + s;
-    EXPECT_NE(ex.chosen.find(g.expect_impl), std::string::npos)
-        << "expected " << g.expect_impl << ", chosen " << ex.chosen << lines;
+  if (g.force_kernel) {
+    const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), g.force_kernel);
+    ASSERT_NE(k, nullptr) << g.force_kernel;
+    std::string why;
+    ASSERT_TRUE(k->can_run(args, &why)) << g.force_kernel << ": " << why;
+    if (chosen_out) *chosen_out = k->name;
+    QG_OK(k->run(args, stream));
+  } else {
+    qg::Explanation ex;
+    QG_OK(qg::explain(args, &ex));
+    EXPECT_EQ(ex.op, "qg.gemm_q4_0_q8_1");
+    EXPECT_EQ(ex.problem, "q4_0 x q8_1 on cuda:0");
+    if (chosen_out) *chosen_out = ex.chosen;
+    if (g.expect_impl) {
+      std::string lines;
+      for (const std::string& s : ex.candidates) lines += "\n  " + s;
+      EXPECT_NE(ex.chosen.find(g.expect_impl), std::string::npos)
+          << "expected " << g.expect_impl << ", chosen " << ex.chosen << lines;
+    }
+    QG_OK(qg::gemm(args, stream));
   }
-
-  QG_OK(qg::gemm(args, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
   std::vector<float> c(c_count);
   CUDA_OK(cudaMemcpy(c.data(), dc.at(), c_count * 4, cudaMemcpyDeviceToHost));
@@ -457,9 +466,25 @@ bool warpgroup_runs() {
 }
 const char* warpgroup_impl() { return warpgroup_runs() ? "cuda_wgmma" : tiled_impl(); }
 
-// N = 7..8 on such shapes: the warpgroup kernel where it runs (it is tried
-// first), the GEMV elsewhere.
-const char* decode_7_8_impl() { return warpgroup_runs() ? "cuda_wgmma" : "mmvq"; }
+// N = 7..8, K % 256 == 0, 16-byte-aligned W rows and at most one 32-row
+// group per SM on an sm_90 device: the bulk-copy GEMV (tried before the
+// warpgroup kernel and cuda_mmvq).
+bool bulk_runs() {
+  std::string why;
+  const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), "cuda_gemv_bulk");
+  return k && qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why);
+}
+int sm_count() {
+  int sms = 0;
+  return cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess ? sms : 0;
+}
+// Decode shapes with such rows: the bulk GEMV at N = 7..8 where it runs,
+// else the warpgroup kernel for N = 7..8 where that runs (M >= 128), else
+// cuda_mmvq.
+const char* decode_impl(int64_t m, int64_t n) {
+  if (n >= 7 && n <= 8 && (m + 31) / 32 <= sm_count() && bulk_runs()) return "cuda_gemv_bulk";
+  return n >= 7 && m >= 128 && warpgroup_runs() ? "cuda_wgmma" : "mmvq";
+}
 
 TEST_F(CudaBackend, GemmShapes) {
   const char* tiled = tiled_impl();
@@ -467,14 +492,14 @@ TEST_F(CudaBackend, GemmShapes) {
       {1, 1, 32, 0, 0, 0, 0, 0, "mmvq"},
       {7, 3, 96, 0, 0, 0, 0, 0, "mmvq"},
       {33, 9, 320, 0, 0, 0, 0, 0, tiled},
-      {130, 8, 4096, 0, 0, 0, 0, 0, decode_7_8_impl()},
-      {127, 8, 4096, 0, 0, 0, 0, 0, "mmvq"},
+      {130, 8, 4096, 0, 0, 0, 0, 0, decode_impl(130, 8)},
+      {127, 8, 4096, 0, 0, 0, 0, 0, decode_impl(127, 8)},
       {64, 64, 128, 0, 0, 0, 0, 0, tiled},
       {257, 129, 1024, 0, 0, 0, 0, 0, warpgroup_impl()},
       {1, 512, 256, 0, 0, 0, 0, 0, tiled},
       {5, 300, 32, 0, 0, 0, 0, 0, tiled},
-      {4096, 1, 4096, 0, 0, 0, 0, 0, "mmvq"},
-      {512, 2, 14336, 0, 0, 0, 0, 0, "mmvq"},
+      {4096, 1, 4096, 0, 0, 0, 0, 0, decode_impl(4096, 1)},
+      {512, 2, 14336, 0, 0, 0, 0, 0, decode_impl(512, 2)},
       {65, 100, 14336, 0, 0, 0, 0, 0, tiled},
   };
   uint32_t seed = kSeed;
@@ -539,31 +564,59 @@ TEST_F(CudaBackend, GemmStridedRows) {
 // off 16), a K that is not a multiple of 256 (chunks plus a per-block tail;
 // ldw padded to a multiple of 16, or a single row), K = 32 (tail only), long K
 // (every warp of a CTA), and M tails of every row group (8 or 16 rows per CTA).
-// The last case runs twice: bit-identical.
+// The kernel runs itself (the bulk GEMV takes some of these shapes first in
+// dispatch). The last case runs twice: bit-identical.
 TEST_F(CudaBackend, GemmMmvqPaths) {
   uint32_t seed = kSeed + 250;
+  constexpr const char* kMmvq = "cuda_mmvq";
   for (int64_t n : {1, 2, 3, 5, 8}) {
     const GemmCase cases[] = {
-        {61, n, 4096, 0, 0, 0, 0, 0, "mmvq"},       // 16-byte W and A
-        {61, n, 4096, 0, 0, 0, 0, 4, "mmvq"},       // A at 4 mod 16: 32-bit A loads
-        {61, n, 4096, 0, 4, 0, 0, 0, "mmvq"},       // lda = 16k + 4 (N = 1: still 16-byte)
-        {61, n, 4096, 0, 0, 0, 2, 0, "mmvq"},       // W at 2 mod 16: per-block path
-        {61, n, 4096, 2, 0, 1, 0, 0, "mmvq"},       // ldw = 16k + 2: per-block path
-        {37, n, 32 * 13, 6, 12, 1, 0, 0, "mmvq"},   // ldw 240, lda 480: 1 chunk + 5 tail blocks
-        {1, n, 32 * 13, 0, 0, 0, 0, 0, "mmvq"},     // one row: its stride does not matter
-        {17, n, 32, 14, 12, 0, 0, 0, "mmvq"},       // K = 32, 16-byte rows: tail only
-        {17, n, 32, 0, 0, 0, 0, 0, "mmvq"},         // K = 32, packed: per-block path
-        {23, n, 32 * 264, 0, 0, 0, 0, 0, "mmvq"},   // 33 chunks: uneven split over warps
-        {127, n, 14336, 0, 0, 2, 0, 0, "mmvq"},     // long K, several CTAs (M < 128: not cuda_wgmma's)
+        {61, n, 4096, 0, 0, 0, 0, 0, nullptr, kMmvq},       // 16-byte W and A
+        {61, n, 4096, 0, 0, 0, 0, 4, nullptr, kMmvq},       // A at 4 mod 16: 32-bit A loads
+        {61, n, 4096, 0, 4, 0, 0, 0, nullptr, kMmvq},       // lda = 16k + 4 (N = 1: still 16-byte)
+        {61, n, 4096, 0, 0, 0, 2, 0, nullptr, kMmvq},       // W at 2 mod 16: per-block path
+        {61, n, 4096, 2, 0, 1, 0, 0, nullptr, kMmvq},       // ldw = 16k + 2: per-block path
+        {37, n, 32 * 13, 6, 12, 1, 0, 0, nullptr, kMmvq},   // ldw 240, lda 480: 1 chunk + 5 tail blocks
+        {1, n, 32 * 13, 0, 0, 0, 0, 0, nullptr, kMmvq},     // one row: its stride does not matter
+        {17, n, 32, 14, 12, 0, 0, 0, nullptr, kMmvq},       // K = 32, 16-byte rows: tail only
+        {17, n, 32, 0, 0, 0, 0, 0, nullptr, kMmvq},         // K = 32, packed: per-block path
+        {23, n, 32 * 264, 0, 0, 0, 0, 0, nullptr, kMmvq},   // 33 chunks: uneven split over warps
+        {127, n, 14336, 0, 0, 2, 0, 0, nullptr, kMmvq},     // long K, several CTAs
     };
     for (const GemmCase& g : cases) run_gemm_case(g, nullptr, seed++, nullptr);
   }
-  const GemmCase g{300, 8, 14336 + 96, 10, 4, 0, 0, 0, "mmvq"};  // ldw, lda multiples of 16; 3-block tail
+  const GemmCase g{300, 8, 14336 + 96, 10, 4, 0, 0, 0, nullptr, kMmvq};  // ldw, lda multiples of 16; 3-block tail
   std::vector<float> first, again;
   run_gemm_case(g, nullptr, seed, &first);
   run_gemm_case(g, nullptr, seed, &again);
   ASSERT_EQ(first.size(), again.size());
   EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * 4)) << describe(g);
+}
+
+// The bulk GEMV's ring of 4 stages (64 blocks each): K = 14336 is 7 stages,
+// so the ring wraps; with M = 32 x SMs - 5 every SM streams one row group,
+// the last with 27 rows, and K = 2304 ends on a short stage of 8 blocks; one
+// more row group than SMs is refused. N = 7..8 (the N it takes).
+TEST_F(CudaBackend, GemvBulkRingAndTails) {
+  if (!bulk_runs()) GTEST_SKIP() << "cuda_gemv_bulk does not run on cuda:0";
+  const int sms = sm_count();
+  ASSERT_GT(sms, 0);
+  qgtest::CudaMemory mem;
+  qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), "cuda_gemv_bulk", mem);
+  struct Shape {
+    int64_t m, k;
+  };
+  int salt = 0;
+  for (const Shape s : {Shape{300, 14336}, Shape{32 * sms - 5, 2304}})
+    for (int64_t n : {7, 8}) {
+      QG_SEEDED_RNG(rng, 2100 + ++salt);
+      qgtest::GemmCase c = qgtest::random_case(rng, s.m, n, s.k);
+      EXPECT_TRUE(tester.run_and_check(c)) << "M=" << s.m << " N=" << n << " K=" << s.k << ": " << tester.refusals();
+    }
+  QG_SEEDED_RNG(rng, 2199);
+  qgtest::GemmCase over = qgtest::random_case(rng, 32 * sms + 1, 8, 256);
+  EXPECT_FALSE(tester.run_and_check(over)) << "one row group more than SMs should be refused";
+  EXPECT_NE(tester.refusals().find("row groups of 32"), std::string::npos) << tester.refusals();
 }
 
 TEST_F(CudaBackend, GemmMisalignedOperandsUseGeneric) {
@@ -669,24 +722,25 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   const qg::detail::Registry& r = qg::detail::cuda::registry();
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cuda(0)), &r);
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
-            (std::vector<std::string>{"cuda_wgmma_folded", "cuda_wgmma_f16", "cuda_wgmma", "cuda_mmvq", "cuda_mma",
-                                      "cuda_dp4a_tiled", "cuda_generic", "dispatch"}));
+            (std::vector<std::string>{"cuda_wgmma_folded", "cuda_wgmma_f16", "cuda_gemv_bulk", "cuda_wgmma", "cuda_mmvq",
+                                      "cuda_mma", "cuda_dp4a_tiled", "cuda_generic", "dispatch"}));
   // The Q4_0 kernels come first (the integer family's follow: test_cuda_int*.cpp).
-  ASSERT_GE(r.gemm.size(), 7u);
-  for (int i = 0; i < 7; ++i) {
+  ASSERT_GE(r.gemm.size(), 8u);
+  for (int i = 0; i < 8; ++i) {
     const qg::detail::GemmKernel& k = r.gemm[i];
     SCOPED_TRACE(k.name);
     EXPECT_EQ(k.epilogue_caps, static_cast<uint32_t>(qg::detail::kEpiFloatAll));
     EXPECT_EQ(k.arch.cpu_features, 0u);
-    EXPECT_EQ(k.arch.arch_specific, i <= 2);  // wgmma: the sm_90a image only
+    EXPECT_EQ(k.arch.arch_specific, i <= 1 || i == 3);  // wgmma: the sm_90a image only
   }
   EXPECT_EQ(r.gemm[0].arch.min_cc, 90);  // wgmma, tensor copies
   EXPECT_EQ(r.gemm[1].arch.min_cc, 90);
-  EXPECT_EQ(r.gemm[2].arch.min_cc, 90);
-  EXPECT_EQ(r.gemm[3].arch.min_cc, 61);  // DP4A
-  EXPECT_EQ(r.gemm[4].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
-  EXPECT_EQ(r.gemm[5].arch.min_cc, 61);
-  EXPECT_EQ(r.gemm[6].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
+  EXPECT_EQ(r.gemm[2].arch.min_cc, 90);  // bulk copies (any sm_90 image)
+  EXPECT_EQ(r.gemm[3].arch.min_cc, 90);
+  EXPECT_EQ(r.gemm[4].arch.min_cc, 61);  // DP4A
+  EXPECT_EQ(r.gemm[5].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
+  EXPECT_EQ(r.gemm[6].arch.min_cc, 61);
+  EXPECT_EQ(r.gemm[7].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
   // quantize / dequantize: the ggml blocks' kernel first, then the integer family's.
   ASSERT_GE(r.quantize.size(), 1u);
   ASSERT_GE(r.dequantize.size(), 1u);
@@ -714,7 +768,8 @@ class GemmCudaKernel : public qgtest::CudaFixture<::testing::TestWithParam<std::
 
 QG_GEMM_KERNEL_TESTS(GemmCudaKernel)
 
-// Which kernel takes which case: the GEMV kernel N <= 8 only, the warpgroup
+// Which kernel takes which case: the GEMV kernel N <= 8 only, the bulk GEMV
+// K % 256 == 0 only (these have K = 64), the warpgroup
 // kernel 128 x 128 tiles and more only (test_cuda_q4_0_wgmma.cpp), the fast
 // paths aligned operands only, the generic kernel anything.
 TEST_P(GemmCudaKernel, AdmitsWhatItsCanRunSays) {
@@ -725,8 +780,9 @@ TEST_P(GemmCudaKernel, AdmitsWhatItsCanRunSays) {
   qgtest::GemmCase wide = qgtest::random_case(rng, 9, 9, 64);
   qgtest::GemmCase odd = qgtest::random_case(rng, 9, 4, 64, /*a_pad=*/1, /*b_pad=*/2);
   const bool warpgroup = name.rfind("cuda_wgmma", 0) == 0;  // M >= 128 only
-  EXPECT_EQ(tester().run_and_check(small), !warpgroup);
-  EXPECT_EQ(tester().run_and_check(wide), name != "cuda_mmvq" && !warpgroup);
+  const bool bulk = name == "cuda_gemv_bulk";                // K % 256 == 0 only
+  EXPECT_EQ(tester().run_and_check(small), !warpgroup && !bulk);
+  EXPECT_EQ(tester().run_and_check(wide), name != "cuda_mmvq" && !warpgroup && !bulk);
   EXPECT_EQ(tester().run_and_check(odd), name == "cuda_generic") << tester().refusals();
 }
 

@@ -694,12 +694,13 @@ namespace gemm_suite {
 struct Shape {
   int64_t m, n, k;
 };
-// Tails of every tile (CPU 16 x 64, CUDA 64 x 64 and N <= 8), M = 1, N = 1, K = 32.
+// Tails of every tile (CPU 16 x 64, CUDA 64 x 64 and N <= 8), M = 1, N = 1,
+// K = 32; and N = 7..8 with K a multiple of 256 (the bulk GEMV's shapes).
 inline const std::vector<Shape>& shapes() {
   static const std::vector<Shape> s = {
       {1, 1, 32},    {1, 7, 64}, {3, 5, 96},   {17, 9, 320}, {33, 65, 1024}, {64, 1, 4096},
       {5, 130, 256}, {1, 8, 32}, {1, 9, 32},   {16, 64, 64}, {17, 65, 96},   {2, 3, 32 * 7},
-      {70, 4, 160},  {65, 66, 96},
+      {70, 4, 160},  {65, 66, 96}, {33, 7, 512}, {3, 8, 256},
   };
   return s;
 }
@@ -732,7 +733,7 @@ inline void strided_operands(GemmKernelTester& t) {
 // A wide scale range, subnormal fp16 scales included.
 inline void subnormal_and_large_scales(GemmKernelTester& t) {
   QG_SEEDED_RNG(rng, 200);
-  for (const Shape& s : {Shape{9, 11, 32 * 9}, Shape{9, 3, 32 * 9}}) {
+  for (const Shape& s : {Shape{9, 11, 32 * 9}, Shape{9, 3, 32 * 9}, Shape{9, 7, 512}}) {
     GemmCase c = random_case(rng, s.m, s.n, s.k, 0, 0, /*emin=*/-15, /*emax=*/7);
     t.run_and_check(c);
   }
@@ -743,7 +744,8 @@ inline void subnormal_and_large_scales(GemmKernelTester& t) {
 // is exact, whatever the bytes (a = -128 included).
 inline void integer_part_exact(GemmKernelTester& t) {
   QG_SEEDED_RNG(rng, 300);
-  for (const Shape& s : {Shape{7, 13, 4096}, Shape{1, 5, 32}, Shape{19, 3, 32 * 33}, Shape{70, 70, 256}}) {
+  for (const Shape& s :
+       {Shape{7, 13, 4096}, Shape{1, 5, 32}, Shape{19, 3, 32 * 33}, Shape{70, 70, 256}, Shape{7, 8, 512}}) {
     GemmCase c = random_case(rng, s.m, s.n, s.k);
     set_all_scales(c, 0x3C00);
     if (t.run(c)) expect_gemm_exact(c);
@@ -810,7 +812,7 @@ inline void empty_m_or_n(GemmKernelTester& t) {
 // a (or row of b, a column of C) and nothing else.
 inline void nan_block_poisons_its_row_and_column_only(GemmKernelTester& t) {
   QG_SEEDED_RNG(rng, 500);
-  for (const Shape& s : {Shape{6, 8, 32 * 5}, Shape{6, 10, 32 * 5}, Shape{70, 80, 64}}) {
+  for (const Shape& s : {Shape{6, 8, 32 * 5}, Shape{6, 10, 32 * 5}, Shape{70, 80, 64}, Shape{6, 8, 256}}) {
     GemmCase c = random_case(rng, s.m, s.n, s.k);
     store_u16(c.w_block(2, 1), 0x7E00);
     store_u16(c.a_block(7, 0), 0x7E00);
@@ -1020,7 +1022,7 @@ inline GemmCase epilogue_case(std::mt19937_64& rng, const Shape& s, const Epilog
 // so a kernel that reads C without being asked to fails.
 inline void epilogue_features(GemmKernelTester& t) {
   QG_SEEDED_RNG(rng, 1000);  // one stream, drawn in loop order: a failure's seed reproduces it
-  for (const Shape& s : {Shape{19, 5, 96}, Shape{33, 70, 160}, Shape{1, 1, 32}}) {
+  for (const Shape& s : {Shape{19, 5, 96}, Shape{33, 70, 160}, Shape{1, 1, 32}, Shape{19, 7, 256}}) {
     for (const EpilogueConfig& e : epilogue_configs()) {
       for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16}) {
         for (const CLayout& l : c_layouts(s.m, s.n)) {
