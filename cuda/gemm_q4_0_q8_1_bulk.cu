@@ -26,7 +26,7 @@
 // every compute thread arrives once it has read the stage, before it refills
 // it. No CTA-wide barrier on the stage path: a warp runs on to the next
 // stage as soon as its bytes have landed. (One 2D tensor copy a stage, 32
-// rows x 1168 bytes, issued far fewer instructions and was 10-15 % slower.)
+// rows x 1168 bytes, issued far fewer instructions and was 9-15 % slower.)
 //
 // Work split. A CTA owns row groups of 32 rows (two m16 tiles) blockIdx.x,
 // + gridDim.x, ..., and streams each as stages of 64 blocks (2048 values of
