@@ -80,6 +80,30 @@ __device__ __forceinline__ void copy_g2s(void* dst, const void* src, uint32_t by
 #endif
 }
 
+// One warp fills a ring slot with `rows` (<= 32) row runs of `bytes` each:
+// lane r copies row first_row + r (rows past last_row repeat it: tails need
+// no branch in the consumers) from src + row * ld to dst + r * pitch, and
+// lane 0 announces the slot's bytes on bar. For a producer warp, or a warp
+// that issues for its CTA.
+__device__ __forceinline__ void copy_rows(uint8_t* dst, int pitch, const uint8_t* src, int64_t ld,
+                                          int64_t first_row, int64_t last_row, int rows, uint32_t bytes,
+                                          uint64_t* bar) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (lane == 0) mbar_arrive_expect(bar, bytes * static_cast<uint32_t>(rows));
+  __syncwarp();
+  if (lane < rows) {
+    const int64_t row = first_row + lane < last_row ? first_row + lane : last_row;
+    copy_g2s(dst + lane * pitch, src + row * ld, bytes, bar);
+  }
+}
+
+// Named barrier 1 among the first kThreads threads of the CTA: the consumer
+// warps' own barrier, once a producer warp (numbered after them) has left.
+template <int kThreads>
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
+}
+
 // Asks L2 to fetch [p, p + bytes) from memory, without waiting: a hint, so
 // that data needed later (a GEMV's activations) is requested ahead of a flood
 // of bulk copies instead of queueing behind them. The run is trimmed to the

@@ -45,6 +45,25 @@ inline bool gemm_operands_aligned(const GemmArgs& g, std::string* why_not) {
   return true;
 }
 
+// The codes as the signed bytes 16 * (q - 8), for DP4A and the int8 MMAs:
+// the high nibbles of a code word are (v & 0xF0F0F0F0) ^ 0x80808080 (one
+// LOP3: x ^ 0x80 on x = 16q is 16q - 128 as a signed byte), the low ones the
+// same after v << 4. A block's sum is then 16 * isum, exact (|16 isum| <=
+// 16 * 32 * 8 * 128 = 2^19). `bias` is kCodeBias, which kernels pass from a
+// register where they can: LOP3 takes one immediate, and with both masks
+// immediate ptxas splits the form into two LOP3s.
+constexpr uint32_t kCodeBias = 0x80808080u;
+__device__ __forceinline__ int codes_x16_high(uint32_t v, uint32_t bias) {
+  return static_cast<int>((v & 0xF0F0F0F0u) ^ bias);
+}
+__device__ __forceinline__ int codes_x16_low(uint32_t v, uint32_t bias) { return codes_x16_high(v << 4, bias); }
+
+// Integer sums started at these bits (1.5 * 2^23) read as the float
+// 1.5 * 2^23 + sum exactly while |sum| < 2^22: one FADD or FMA, not a
+// quarter-rate I2F, turns them into floats.
+constexpr uint32_t kMagicBits = 0x4B400000u;
+constexpr float kMagic = 12582912.0f;
+
 // Four Q4_0 codes held as bytes 0..15 -> the signed bytes code - 8, so that a
 // single DP4A gives sum (w - 8) * a exactly. Done with three logic ops instead
 // of __vsub4, which has no single instruction on sm_70 and later: code < 8

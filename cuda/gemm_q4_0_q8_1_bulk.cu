@@ -84,13 +84,8 @@ struct Params {
   const uint8_t* w;
   const uint8_t* x;
   int64_t m, n, nb, ldw, ldx;
-  uint32_t k80;  // q4mma::kCodeBias, from a register
+  uint32_t k80;  // kCodeBias, from a register
 };
-
-// Bar 1 among the compute warps alone (the producer warp has left by then).
-__device__ __forceinline__ void compute_warps_sync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(kComputeThreads) : "memory");
-}
 
 // A warp's activations for one stage: per block, the B fragment (codes 4t..
 // and 16 + 4t.. of column g) and the first words (d, s) of output columns 2t
@@ -118,20 +113,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_bulk_kernel(Params p, Epilog
   }
   __syncthreads();
 
-  if (warp == kWarps) {  // the producer: lane 0 announces a stage's bytes, lane r copies row r
+  if (warp == kWarps) {  // the producer
     for (int64_t it = 0; it < items; ++it) {
       const int slot = static_cast<int>(it % kStages);
       if (it >= kStages) bulk::mbar_wait(&empty[slot], static_cast<uint32_t>((it / kStages - 1) & 1));
       const int64_t grp = blockIdx.x + (it / stages_per_group) * gridDim.x;
       const int64_t b0 = (it % stages_per_group) * kStageBlocks;
       const uint32_t row_bytes = static_cast<uint32_t>(min64(kStageBlocks, p.nb - b0) * kQ4_0Bytes);
-      if (lane == 0) bulk::mbar_arrive_expect(&full[slot], row_bytes * kGroupRows);
-      __syncwarp();
-      if (lane < kGroupRows) {
-        const int64_t row = min64(grp * kGroupRows + lane, p.m - 1);
-        bulk::copy_g2s(smem + slot * kStageBytes + lane * kPitch, p.w + row * p.ldw + b0 * kQ4_0Bytes, row_bytes,
-                       &full[slot]);
-      }
+      bulk::copy_rows(smem + slot * kStageBytes, kPitch, p.w + b0 * kQ4_0Bytes, p.ldw, grp * kGroupRows, p.m - 1,
+                      kGroupRows, row_bytes, &full[slot]);
     }
     return;
   }
@@ -215,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_bulk_kernel(Params p, Epilog
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         partial[warp * kGroupRows * kCols + (16 * mi + g + 8 * (e / 2)) * kCols + 2 * t + e % 2] = acc[mi][0][e];
-    compute_warps_sync();
+    bulk::consumers_sync<kComputeThreads>();
     for (int o = threadIdx.x; o < kGroupRows * kCols; o += kComputeThreads) {
       const int64_t row = row0 + o / kCols, col = o % kCols;
       if (row >= p.m || col >= p.n) continue;
@@ -224,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_bulk_kernel(Params p, Epilog
       for (int i = 1; i < kWarps; ++i) v += partial[i * kGroupRows * kCols + o];
       epilogue_store(ep, row, col, v);
     }
-    compute_warps_sync();  // partial[] is rewritten by the next group
+    bulk::consumers_sync<kComputeThreads>();  // partial[] is rewritten by the next group
   }
 }
 
@@ -279,7 +269,7 @@ Status gemm_bulk_run(const GemmArgs& args, Stream stream) {
     return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_gemv_bulk): cannot launch on cuda:" +
                                               std::to_string(args.device.id) + " (" + gemm_shape(args) + ")");
   const Params p{static_cast<const uint8_t*>(args.a.data), static_cast<const uint8_t*>(args.b.data), args.a.rows,
-                 args.b.rows, args.a.k / 32, args.a.row_stride, args.b.row_stride, q4mma::kCodeBias};
+                 args.b.rows, args.a.k / 32, args.a.row_stride, args.b.row_stride, kCodeBias};
   const int64_t groups = (p.m + kGroupRows - 1) / kGroupRows;
   const int64_t grid = std::min<int64_t>(groups, static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms);
   gemm_bulk_kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, to_cuda(stream)>>>(p, epilogue_params(args));

@@ -93,7 +93,7 @@ struct Operands {
   const uint8_t* a;
   int64_t m, n, nb, ldw, lda;
   int splits;    // CTAs of a cluster sharing one tile's K range (1: no cluster)
-  uint32_t k80;  // q4mma::kCodeBias, from a register (q4_0_mma.cuh)
+  uint32_t k80;  // kCodeBias, from a register (gemm_q4_0_q8_1.cuh)
 };
 
 // Copies kBytes of a row segment to shared memory. Whole chunks inside the
@@ -471,7 +471,7 @@ Status gemm_mma_run(const GemmArgs& args, Stream stream) {
   if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const Operands op{static_cast<const uint8_t*>(args.a.data), static_cast<const uint8_t*>(args.b.data),
                     args.a.rows, args.b.rows, args.a.k / 32, args.a.row_stride, args.b.row_stride, 1,
-                    q4mma::kCodeBias};
+                    kCodeBias};
   const DeviceLimits lim = device_limits(args.device.id);
   // 16-byte copies need every row's stage (144 and 288 bytes) 16-byte aligned.
   const bool vec16 = is_aligned(op.w, 16) && is_aligned(op.a, 16) && (op.m <= 1 || op.ldw % 16 == 0) &&

@@ -31,10 +31,9 @@
 // 16-byte aligned every 4 blocks, so with 16-byte-aligned A rows it takes
 // 3 or 4 vector loads (t % 4 decides which); otherwise 9 32-bit loads.
 //
-// Integer dot: codes as signed bytes 16 * (q - 8): the high nibbles are
-// (v & 0xF0F0F0F0) ^ 0x80808080 (one LOP3: x ^ 0x80 on x = 16q is 16q - 128
-// as a signed byte), the low ones the same after v << 4. Eight DP4As give
-// 16 * isum per block and column, exact (|16 isum| <= 2^19). The chain starts
+// Integer dot: codes as signed bytes 16 * (q - 8) (gemm_q4_0_q8_1.cuh's
+// codes_x16_*, one LOP3 a word). Eight DP4As give 16 * isum per block and
+// column, exact (|16 isum| <= 2^19). The chain starts
 // at 0x4B400000, the bits of 1.5 * 2^23, so its result read as a float is
 // 1.5 * 2^23 + 16 * isum exactly, and one FADD gives 16 * isum as a float:
 // no I2F (quarter rate). Then acc = fma((d_w / 16) * d_a, 16 * isum, acc):
@@ -69,13 +68,7 @@ constexpr int kMaxWarps = 8;               // warps of a CTA, all on the same ro
 constexpr int kChunkBlocks = 8;            // 8 Q4_0 blocks = 144 bytes = 9 x 16
 constexpr int kWChunkBytes = kChunkBlocks * kQ4_0Bytes;  // 144
 constexpr int kAChunkBytes = kChunkBlocks * kQ8_1Bytes;  // 288 = 18 x 16
-constexpr int kMagicBits = 0x4B400000;     // 1.5 * 2^23
-constexpr float kMagic = 12582912.0f;
 constexpr int64_t kMaxGrid = 0x7FFFFFFF;
-// 0x80808080, passed to the kernel as an argument: LOP3 takes one immediate,
-// and with both masks immediate ptxas splits (v & 0xF0F0F0F0) ^ 0x80808080
-// into two LOP3s. From a register it is one per code word.
-constexpr uint32_t kCodeBias = 0x80808080u;
 
 constexpr int kLaneRows = 2;  // W rows per lane (header: A is the bound)
 constexpr int kCtaRows = kSlots * kLaneRows;
@@ -159,15 +152,15 @@ __device__ __forceinline__ void dot_block(float (&acc)[kRows][kCols], const floa
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      lo[r][k] = static_cast<int>(((v[r][k] << 4) & 0xF0F0F0F0u) ^ k80);
-      hi[r][k] = static_cast<int>((v[r][k] & 0xF0F0F0F0u) ^ k80);
+      lo[r][k] = codes_x16_low(v[r][k], k80);
+      hi[r][k] = codes_x16_high(v[r][k], k80);
     }
 #pragma unroll
   for (int j = 0; j < kCols; ++j) {
     const ABlock a = load_a(j);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      int s = kMagicBits;
+      int s = static_cast<int>(kMagicBits);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         s = dp4a(lo[r][k], a.q[k], s);

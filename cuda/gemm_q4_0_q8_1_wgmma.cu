@@ -243,8 +243,6 @@ using CfgFolded64 = Cfg<32, 2, 4, true, 1, true, 1>;  // 64 tokens: four stages 
 // at 14336 x 4096 N = 32 29.2-29.4 -> 27.6 us cold (docs/architecture.md).
 using CfgFolded32 = Cfg<32, 1, 6, true, 1, true, 1>;
 
-constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
-constexpr float kMagic = 12582912.0f;
 // Tokens. From N = 7 this kernel, with the quantization of linear_q4_0's x
 // inside it, beat cuda_mmvq on an H200 (4096 x 14336, linear_q4_0 in a CUDA
 // graph: 20.1 against 22.3 us at N = 7, 20.2 against 24.3 at N = 8); at
@@ -575,18 +573,14 @@ __device__ __forceinline__ float lds_half(uint32_t addr) {
 }
 
 // Four codes 0..15 in the high nibbles of bytes (the low nibbles ignored)
-// -> the signed bytes 16 (code - 8): the mask keeps 16 code, flipping bit 7
-// subtracts 128 in two's complement. One LOP3 a register in the source (the
-// low nibbles' after a shift), where code - 8 from a low nibble took a mask,
-// an add and an xor. (cuda_mmvq passes 0x80808080 in a register because
-// ptxas split this form into two LOP3s there; the SASS of this kernel has
-// not been checked for it.) The MMA's sums are 16 times the block's integer
-// sum (|16 isum| <= 2^19, inside the magic number's exact range), and the
-// activations' scales in the table are d / 16 (SplitDst::put_scale), so the
-// rescale's products are the same.
-__device__ __forceinline__ int high_nibbles_x16(uint32_t bytes) {
-  return static_cast<int>((bytes & 0xF0F0F0F0u) ^ 0x80808080u);
-}
+// -> the signed bytes 16 (code - 8) (codes_x16_high, gemm_q4_0_q8_1.cuh),
+// where code - 8 from a low nibble took a mask, an add and an xor. The bias
+// is an immediate here (cuda_mmvq passes it in a register because ptxas
+// split the form into two LOP3s there; the SASS of this kernel has not been
+// checked for it). The MMA's sums are 16 times the block's integer sum, and
+// the activations' scales in the table are d / 16 (SplitDst::put_scale), so
+// the rescale's products are the same.
+__device__ __forceinline__ int high_nibbles_x16(uint32_t bytes) { return codes_x16_high(bytes, kCodeBias); }
 
 // Block kB of the stage in W row `row` + 8 r (row: the W stage's row of lane
 // g): its scale into dw, and the thread's code word, bytes 4t .. 4t + 3 of

@@ -115,11 +115,6 @@ struct RowGroup {
   static constexpr int kThreads = 32 * (kWarps + (kProducer ? 1 : 0));  // launched
 };
 
-// Bar 1 among the compute warps alone (the producer warp has left by then).
-__device__ __forceinline__ void compute_warps_sync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(kComputeThreads) : "memory");
-}
-
 template <int kNT, int kRT, bool kBf16, bool kZP>
 __global__ void __launch_bounds__(RowGroup<kRT, kZP>::kThreads, RowGroup<kRT, kZP>::kCtasPerSm)
     gemm_wo_gemv_bulk_kernel(Params p, EpilogueParams ep) {
@@ -146,13 +141,8 @@ __global__ void __launch_bounds__(RowGroup<kRT, kZP>::kThreads, RowGroup<kRT, kZ
     const int64_t m0 = (item % stages_per_group) * kStageMacros;
     const uint32_t row_bytes = static_cast<uint32_t>(min64(kStageMacros, macros - m0) * kMacroBytes);
     const int slot = static_cast<int>(item % kStages);
-    if (lane == 0) bulk::mbar_arrive_expect(&full[slot], row_bytes * kGroupRows);
-    __syncwarp();
-    if (lane < kGroupRows) {
-      const int64_t row = min64(grp * kGroupRows + lane, p.m - 1);
-      bulk::copy_g2s(stage_mem + slot * kStageBytes + lane * kPitch, p.w + row * p.ldw + m0 * kMacroBytes,
-                     row_bytes, &full[slot]);
-    }
+    bulk::copy_rows(stage_mem + slot * kStageBytes, kPitch, p.w + m0 * kMacroBytes, p.ldw, grp * kGroupRows, p.m - 1,
+                    kGroupRows, row_bytes, &full[slot]);
   };
 
   if (threadIdx.x == 0) {
@@ -352,7 +342,7 @@ __global__ void __launch_bounds__(RowGroup<kRT, kZP>::kThreads, RowGroup<kRT, kZ
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           partial[warp][(kTileRows * r + g + 8 * (e / 2)) * kCols + nt * 8 + 2 * t + e % 2] = out[r][nt][e];
-    compute_warps_sync();
+    bulk::consumers_sync<kComputeThreads>();  // the producer warp, if any, has left
     const int64_t n_here = min64(p.n, kCols);
     for (int o = threadIdx.x; o < kGroupRows * kCols; o += kComputeThreads) {
       const int64_t row = row0 + o / kCols, col = o % kCols;
@@ -362,7 +352,7 @@ __global__ void __launch_bounds__(RowGroup<kRT, kZP>::kThreads, RowGroup<kRT, kZ
       for (int i = 1; i < kWarps; ++i) v += partial[i][o];
       epilogue_store(ep, row, col, v);
     }
-    compute_warps_sync();  // partial[] is rewritten by the next group
+    bulk::consumers_sync<kComputeThreads>();  // partial[] is rewritten by the next group
   }
 }
 

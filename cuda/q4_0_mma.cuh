@@ -10,10 +10,8 @@
 // thread both its k = 4t.. register (low nibbles) and its k = 16 + 4t..
 // register (high nibbles). Q8_1's codes are the B fragment as they lie.
 //
-// The codes enter the mma as the signed bytes 16 * (q - 8): the high nibbles
-// are (v & 0xF0F0F0F0) ^ 0x80808080 (one LOP3: x ^ 0x80 on x = 16q is
-// 16q - 128 as a signed byte), the low ones the same after v << 4. So the
-// mma gives 16 * isum, exact (|16 isum| <= 16 * 32 * 8 * 128 = 2^19).
+// The codes enter the mma as the signed bytes 16 * (q - 8)
+// (gemm_q4_0_q8_1.cuh's codes_x16_*), so the mma gives 16 * isum, exact.
 //
 // The block-32 rescale is what bounds these kernels, not the tensor cores:
 // every output needs acc += d_w * d_a * isum once per 32 MACs, and an int32 ->
@@ -35,15 +33,9 @@
 #include <cstdint>
 
 #include "cp_async.cuh"
+#include "gemm_q4_0_q8_1.cuh"
 
 namespace qg::detail::cuda::q4mma {
-
-constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23
-constexpr float kMagic = 12582912.0f;
-// 0x80808080, which the kernels take as an argument and pass down as `k80`:
-// LOP3 takes one immediate, and with both masks immediate ptxas splits
-// (v & 0xF0F0F0F0) ^ 0x80808080 into two LOP3s. From a register it is one.
-constexpr uint32_t kCodeBias = 0x80808080u;
 
 // D = A * B + magic, s8 x s8 -> s32, one 16 x 8 x 32 tile.
 __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], int b0, int b1) {
@@ -76,13 +68,12 @@ __device__ __forceinline__ AScale a_scale(uint32_t ds_word) {
 // those rows' d_w / 16. b[ni]: the B fragment (codes 4t.. and 16 + 4t.. of
 // column g); s[ni][c]: the scales of output columns 2t + c. kAllFinite: every
 // d_a of the warp is finite (the caller's vote), so the magic-number rescale
-// applies.
+// applies. k80: kCodeBias, from a register.
 template <int kNT, bool kAllFinite>
 __device__ __forceinline__ void tile_block(float (&acc)[kNT][4], const uint32_t (&q)[2], const float (&dw16)[2],
                                            const int (&b)[kNT][2], const AScale (&s)[kNT][2], uint32_t k80) {
-  const int a[4] = {static_cast<int>(((q[0] << 4) & 0xF0F0F0F0u) ^ k80),
-                    static_cast<int>(((q[1] << 4) & 0xF0F0F0F0u) ^ k80),
-                    static_cast<int>((q[0] & 0xF0F0F0F0u) ^ k80), static_cast<int>((q[1] & 0xF0F0F0F0u) ^ k80)};
+  const int a[4] = {codes_x16_low(q[0], k80), codes_x16_low(q[1], k80), codes_x16_high(q[0], k80),
+                    codes_x16_high(q[1], k80)};
 #pragma unroll
   for (int ni = 0; ni < kNT; ++ni) {
     int d[4];
