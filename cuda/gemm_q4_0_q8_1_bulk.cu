@@ -247,7 +247,7 @@ bool gemm_bulk_can_run(const GemmArgs& args, std::string* why_not) {
     return no("A spans 2 GiB or more (the kernel's offsets into it are 32-bit)");
   DeviceGuard guard(args.device.id);
   const int per_sm = guard.error() != cudaSuccess ? -1 : resident_ctas(args.device.id);
-  if (!sm90_ctas_fit(per_sm, args.device.id, why_not)) return false;
+  if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
   // One row group a CTA, all resident at once. With more groups than that,
   // CTAs take several and the split is uneven (14336 rows on 132 SMs: 4
   // groups against an average of 3.4); measured there, cuda_wgmma is level

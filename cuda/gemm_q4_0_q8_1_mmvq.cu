@@ -31,16 +31,8 @@
 // 16-byte aligned every 4 blocks, so with 16-byte-aligned A rows it takes
 // 3 or 4 vector loads (t % 4 decides which); otherwise 9 32-bit loads.
 //
-// Integer dot: codes as signed bytes 16 * (q - 8) (gemm_q4_0_q8_1.cuh's
-// codes_x16_*, one LOP3 a word). Eight DP4As give 16 * isum per block and
-// column, exact (|16 isum| <= 2^19). The chain starts
-// at 0x4B400000, the bits of 1.5 * 2^23, so its result read as a float is
-// 1.5 * 2^23 + 16 * isum exactly, and one FADD gives 16 * isum as a float:
-// no I2F (quarter rate). Then acc = fma((d_w / 16) * d_a, 16 * isum, acc):
-// d_w / 16 * d_a is exact in fp32 (two fp16 significands, exponents far from
-// the limits), so this is fma(d_w * d_a, isum, acc), once per whole block: a
-// non-finite scale meets the block's integer sum (Inf * 0 = NaN as the
-// reference's d * isum), with no special case.
+// Integer dot and the block layout in words: q4_0_dp4a.cuh (shared with
+// cuda_gemv_ring).
 //
 // Work split: a CTA owns 8 * kRows rows; its warps (kw of them, 1..8, picked
 // on the host) and the 4 K positions of each warp take chunks c = kpos,
@@ -57,6 +49,7 @@
 
 #include "cp_async.cuh"
 #include "gemm_q4_0_q8_1.cuh"
+#include "q4_0_dp4a.cuh"
 #include "quant_block.h"
 
 namespace qg::detail::cuda {
@@ -87,20 +80,9 @@ __device__ __forceinline__ void static_for(F&& f) {
   }
 }
 
-// One Q8_1 block of one column: d_a and the 32 codes as 8 words.
-struct ABlock {
-  float d;
-  int q[8];
-};
-
-// A block at p, 4-byte aligned: 9 word loads.
-__device__ __forceinline__ ABlock load_a_words(const uint8_t* p) {
-  ABlock b;
-  b.d = half_bits_to_float(static_cast<uint32_t>(ldg4(p)) & 0xFFFFu);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) b.q[k] = ldg4(p + 4 + 4 * k);
-  return b;
-}
+using q4dp4a::ABlock;
+using q4dp4a::dot_block;
+using q4dp4a::load_a_words;
 
 // Block t of a 16-byte-aligned A chunk (p = chunk + 36t, so p % 16 = 4 (t % 4)):
 // the widest aligned loads that cover its 36 bytes.
@@ -138,38 +120,6 @@ __device__ __forceinline__ ABlock load_a_vec(const uint8_t* p) {
   }
   b.d = half_bits_to_float(ds & 0xFFFFu);
   return b;
-}
-
-// One W block of kRows rows (d_w / 16 and the 16 code bytes as 4 words) against
-// one A block per column: acc[r][j] += d_w * d_a * isum.
-template <int kRows, int kCols, class LoadA>
-__device__ __forceinline__ void dot_block(float (&acc)[kRows][kCols], const float (&dw)[kRows],
-                                          const uint32_t (&v)[kRows][4], uint32_t k80, LoadA&& load_a) {
-  // Codes as signed bytes 16 * (q - 8): element 4k.. (low nibbles of word k)
-  // and element 16 + 4k.. (high nibbles), matching A words k and k + 4.
-  int lo[kRows][4], hi[kRows][4];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      lo[r][k] = codes_x16_low(v[r][k], k80);
-      hi[r][k] = codes_x16_high(v[r][k], k80);
-    }
-#pragma unroll
-  for (int j = 0; j < kCols; ++j) {
-    const ABlock a = load_a(j);
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      int s = static_cast<int>(kMagicBits);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        s = dp4a(lo[r][k], a.q[k], s);
-        s = dp4a(hi[r][k], a.q[k + 4], s);
-      }
-      // 16 * isum, exact; times d_w / 16 * d_a, exact: one rounding.
-      acc[r][j] = fmaf(dw[r] * a.d, __int_as_float(s) - kMagic, acc[r][j]);
-    }
-  }
 }
 
 // Block b of each row, any 2-byte-aligned row: 16-bit loads of W, 32-bit of A.
@@ -216,19 +166,7 @@ __device__ __forceinline__ void dot_loaded_chunk(float (&acc)[kRows][kCols], con
     float dw[kRows];
     uint32_t v[kRows][4];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if constexpr (t % 2 == 0) {  // at byte 4q: d low half of word q, codes straddle words
-        constexpr int q = 9 * t / 2;
-        dw[r] = half_bits_to_float(w[r][q] & 0xFFFFu) * 0.0625f;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) v[r][k] = __byte_perm(w[r][q + k], w[r][q + k + 1], 0x5432);
-      } else {  // at byte 4q + 2: d high half of word q, codes words q + 1 .. q + 4
-        constexpr int q = (9 * t - 1) / 2;
-        dw[r] = half_bits_to_float(w[r][q] >> 16) * 0.0625f;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) v[r][k] = w[r][q + 1 + k];
-      }
-    }
+    for (int r = 0; r < kRows; ++r) q4dp4a::unpack_block<t>(w[r], dw[r], v[r]);
     const uint8_t* ab = ac + t * kQ8_1Bytes;
     dot_block<kRows, kCols>(acc, dw, v, k80, [&](int j) {
       if constexpr (kAVec) {

@@ -424,7 +424,7 @@ bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
     return resident_ctas<decltype(nt)::value, decltype(rt)::value, decltype(bf16)::value, decltype(zp)::value>(
         args.device.id);
   });
-  if (!sm90_ctas_fit(per_sm, args.device.id, why_not)) return false;
+  if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
   return true;
 }
 

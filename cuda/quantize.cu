@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "format_dispatch.h"
+#include "grid_dependency.cuh"
 #include "quantize.cuh"
 #include "quantize_warp.cuh"
 
@@ -252,6 +253,10 @@ quantize_kernel(const uint8_t* __restrict__ x, int64_t rows, int64_t nb, int64_t
   // Q8_1, 2 for the others), so that neither is a run-time branch per load
   // and store (they made up a third of the instructions).
   constexpr int kAlign = kVector ? (F == Format::q8_1 ? 4 : 2) : 0;
+  // A GEMM launched early behind this pass (linear_q4_0 on cuda_gemv_ring)
+  // may start streaming its weights now; it waits for this grid's completion
+  // before it reads y (grid_dependency.cuh). Kernels launched plainly ignore it.
+  launch_dependents();
   const int lane = threadIdx.x % 32, sub = lane % G, slot = lane / G;
   const int64_t tasks_per_row = (nb + kTaskBlocks - 1) / kTaskBlocks;
   const int64_t tasks = rows * tasks_per_row;

@@ -478,12 +478,23 @@ int sm_count() {
   int sms = 0;
   return cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess ? sms : 0;
 }
+// N = 1, K % 256 == 0 and 16-byte-aligned W rows on an sm_90 device: the
+// cp.async ring GEMV (tried after the bulk GEMV and the warpgroup kernel,
+// before cuda_mmvq).
+constexpr int64_t kRingMaxN = 1;
+bool ring_runs() {
+  std::string why;
+  const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), "cuda_gemv_ring");
+  return k && qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why);
+}
 // Decode shapes with such rows: the bulk GEMV at N = 7..8 where it runs,
 // else the warpgroup kernel for N = 7..8 where that runs (M >= 128), else
-// cuda_mmvq.
-const char* decode_impl(int64_t m, int64_t n) {
+// the ring GEMV up to its N, else cuda_mmvq.
+const char* decode_impl(int64_t m, int64_t n, int64_t k) {
   if (n >= 7 && n <= 8 && (m + 31) / 32 <= sm_count() && bulk_runs()) return "cuda_gemv_bulk";
-  return n >= 7 && m >= 128 && warpgroup_runs() ? "cuda_wgmma" : "mmvq";
+  if (n >= 7 && m >= 128 && warpgroup_runs()) return "cuda_wgmma";
+  if (n <= kRingMaxN && k % 256 == 0 && ring_runs()) return "cuda_gemv_ring";
+  return "mmvq";
 }
 
 TEST_F(CudaBackend, GemmShapes) {
@@ -492,14 +503,14 @@ TEST_F(CudaBackend, GemmShapes) {
       {1, 1, 32, 0, 0, 0, 0, 0, "mmvq"},
       {7, 3, 96, 0, 0, 0, 0, 0, "mmvq"},
       {33, 9, 320, 0, 0, 0, 0, 0, tiled},
-      {130, 8, 4096, 0, 0, 0, 0, 0, decode_impl(130, 8)},
-      {127, 8, 4096, 0, 0, 0, 0, 0, decode_impl(127, 8)},
+      {130, 8, 4096, 0, 0, 0, 0, 0, decode_impl(130, 8, 4096)},
+      {127, 8, 4096, 0, 0, 0, 0, 0, decode_impl(127, 8, 4096)},
       {64, 64, 128, 0, 0, 0, 0, 0, tiled},
       {257, 129, 1024, 0, 0, 0, 0, 0, warpgroup_impl()},
       {1, 512, 256, 0, 0, 0, 0, 0, tiled},
       {5, 300, 32, 0, 0, 0, 0, 0, tiled},
-      {4096, 1, 4096, 0, 0, 0, 0, 0, decode_impl(4096, 1)},
-      {512, 2, 14336, 0, 0, 0, 0, 0, decode_impl(512, 2)},
+      {4096, 1, 4096, 0, 0, 0, 0, 0, decode_impl(4096, 1, 4096)},
+      {512, 2, 14336, 0, 0, 0, 0, 0, decode_impl(512, 2, 14336)},
       {65, 100, 14336, 0, 0, 0, 0, 0, tiled},
   };
   uint32_t seed = kSeed;
@@ -619,6 +630,42 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
   EXPECT_NE(tester.refusals().find("row groups of 32"), std::string::npos) << tester.refusals();
 }
 
+// The ring GEMV's stages (64 blocks) and rings (4 slots a warp): K = 256 is
+// one short stage, K = 2304 a full one and a short one of 8 blocks, K =
+// 14336 seven stages (the ring wraps); M = 1, an odd M (the last warp's
+// second row is past M), and rows for several CTAs; W rows padded by 16
+// bytes (still 16-byte aligned); A by 8-byte loads, and by 4-byte ones (A's
+// base 4 mod 8). Forced by name, every N it takes; N = 2 is refused. The
+// last case runs twice: bit-identical.
+TEST_F(CudaBackend, GemvRingStagesAndTails) {
+  if (!ring_runs()) GTEST_SKIP() << "cuda_gemv_ring does not run on cuda:0";
+  uint32_t seed = kSeed + 280;
+  constexpr const char* kRing = "cuda_gemv_ring";
+  for (int64_t n = 1; n <= kRingMaxN; ++n) {
+    const GemmCase cases[] = {
+        {1, n, 256, 0, 0, 0, 0, 0, nullptr, kRing},        // one short stage
+        {61, n, 2304, 0, 0, 0, 0, 0, nullptr, kRing},      // a full stage and 8 blocks; odd M
+        {300, n, 14336, 16, 0, 1, 0, 0, nullptr, kRing},   // the ring wraps; padded W rows and C
+        {45, n, 4096, 0, 0, 0, 0, 4, nullptr, kRing},      // A's base 4 mod 8: 4-byte A loads
+        {45, n, 4096, 0, 0, 0, 0, 8, nullptr, kRing},      // A's base 8 mod 16: 8-byte A loads
+    };
+    for (const GemmCase& g : cases) run_gemm_case(g, nullptr, seed++, nullptr);
+  }
+  {
+    qgtest::CudaMemory mem;
+    qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kRing, mem);
+    QG_SEEDED_RNG(rng, 2201);
+    qgtest::GemmCase two = qgtest::random_case(rng, 64, kRingMaxN + 1, 4096);
+    EXPECT_FALSE(tester.run_and_check(two)) << "N = 2 should be refused";
+  }
+  const GemmCase g{257, kRingMaxN, 14336 + 256, 0, 0, 0, 0, 0, nullptr, kRing};
+  std::vector<float> first, again;
+  run_gemm_case(g, nullptr, seed, &first);
+  run_gemm_case(g, nullptr, seed, &again);
+  ASSERT_EQ(first.size(), again.size());
+  EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * 4)) << describe(g);
+}
+
 TEST_F(CudaBackend, GemmMisalignedOperandsUseGeneric) {
   uint32_t seed = kSeed + 300;
   // A two bytes off a 4-byte boundary: no 32-bit loads of A allowed.
@@ -722,11 +769,12 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   const qg::detail::Registry& r = qg::detail::cuda::registry();
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cuda(0)), &r);
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
-            (std::vector<std::string>{"cuda_wgmma_folded", "cuda_wgmma_f16", "cuda_gemv_bulk", "cuda_wgmma", "cuda_mmvq",
-                                      "cuda_mma", "cuda_dp4a_tiled", "cuda_generic", "dispatch"}));
+            (std::vector<std::string>{"cuda_wgmma_folded", "cuda_wgmma_f16", "cuda_gemv_bulk", "cuda_wgmma",
+                                      "cuda_gemv_ring", "cuda_mmvq", "cuda_mma", "cuda_dp4a_tiled", "cuda_generic",
+                                      "dispatch"}));
   // The Q4_0 kernels come first (the integer family's follow: test_cuda_int*.cpp).
-  ASSERT_GE(r.gemm.size(), 8u);
-  for (int i = 0; i < 8; ++i) {
+  ASSERT_GE(r.gemm.size(), 9u);
+  for (int i = 0; i < 9; ++i) {
     const qg::detail::GemmKernel& k = r.gemm[i];
     SCOPED_TRACE(k.name);
     EXPECT_EQ(k.epilogue_caps, static_cast<uint32_t>(qg::detail::kEpiFloatAll));
@@ -737,10 +785,11 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   EXPECT_EQ(r.gemm[1].arch.min_cc, 90);
   EXPECT_EQ(r.gemm[2].arch.min_cc, 90);  // bulk copies (any sm_90 image)
   EXPECT_EQ(r.gemm[3].arch.min_cc, 90);
-  EXPECT_EQ(r.gemm[4].arch.min_cc, 61);  // DP4A
-  EXPECT_EQ(r.gemm[5].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
-  EXPECT_EQ(r.gemm[6].arch.min_cc, 61);
-  EXPECT_EQ(r.gemm[7].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
+  EXPECT_EQ(r.gemm[4].arch.min_cc, 90);  // cp.async (sm_80), measured on Hopper only
+  EXPECT_EQ(r.gemm[5].arch.min_cc, 61);  // DP4A
+  EXPECT_EQ(r.gemm[6].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
+  EXPECT_EQ(r.gemm[7].arch.min_cc, 61);
+  EXPECT_EQ(r.gemm[8].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
   // quantize / dequantize: the ggml blocks' kernel first, then the integer family's.
   ASSERT_GE(r.quantize.size(), 1u);
   ASSERT_GE(r.dequantize.size(), 1u);
@@ -780,7 +829,7 @@ TEST_P(GemmCudaKernel, AdmitsWhatItsCanRunSays) {
   qgtest::GemmCase wide = qgtest::random_case(rng, 9, 9, 64);
   qgtest::GemmCase odd = qgtest::random_case(rng, 9, 4, 64, /*a_pad=*/1, /*b_pad=*/2);
   const bool warpgroup = name.rfind("cuda_wgmma", 0) == 0;  // M >= 128 only
-  const bool bulk = name == "cuda_gemv_bulk";                // K % 256 == 0 only
+  const bool bulk = name == "cuda_gemv_bulk" || name == "cuda_gemv_ring";  // K % 256 == 0 only
   EXPECT_EQ(tester().run_and_check(small), !warpgroup && !bulk);
   EXPECT_EQ(tester().run_and_check(wide), name != "cuda_mmvq" && !warpgroup && !bulk);
   EXPECT_EQ(tester().run_and_check(odd), name == "cuda_generic") << tester().refusals();

@@ -695,12 +695,14 @@ struct Shape {
   int64_t m, n, k;
 };
 // Tails of every tile (CPU 16 x 64, CUDA 64 x 64 and N <= 8), M = 1, N = 1,
-// K = 32; and N = 7..8 with K a multiple of 256 (the bulk GEMV's shapes).
+// K = 32; and N = 1 and 7..8 with K a multiple of 256 (the ring and bulk
+// GEMVs' shapes).
 inline const std::vector<Shape>& shapes() {
   static const std::vector<Shape> s = {
       {1, 1, 32},    {1, 7, 64}, {3, 5, 96},   {17, 9, 320}, {33, 65, 1024}, {64, 1, 4096},
       {5, 130, 256}, {1, 8, 32}, {1, 9, 32},   {16, 64, 64}, {17, 65, 96},   {2, 3, 32 * 7},
-      {70, 4, 160},  {65, 66, 96}, {33, 7, 512}, {3, 8, 256},
+      {70, 4, 160},  {65, 66, 96}, {33, 7, 512}, {3, 8, 256},   {5, 1, 512},    {37, 1, 2304},
+      {19, 1, 256},
   };
   return s;
 }
@@ -733,7 +735,7 @@ inline void strided_operands(GemmKernelTester& t) {
 // A wide scale range, subnormal fp16 scales included.
 inline void subnormal_and_large_scales(GemmKernelTester& t) {
   QG_SEEDED_RNG(rng, 200);
-  for (const Shape& s : {Shape{9, 11, 32 * 9}, Shape{9, 3, 32 * 9}, Shape{9, 7, 512}}) {
+  for (const Shape& s : {Shape{9, 11, 32 * 9}, Shape{9, 3, 32 * 9}, Shape{9, 7, 512}, Shape{9, 1, 512}}) {
     GemmCase c = random_case(rng, s.m, s.n, s.k, 0, 0, /*emin=*/-15, /*emax=*/7);
     t.run_and_check(c);
   }
@@ -745,7 +747,7 @@ inline void subnormal_and_large_scales(GemmKernelTester& t) {
 inline void integer_part_exact(GemmKernelTester& t) {
   QG_SEEDED_RNG(rng, 300);
   for (const Shape& s :
-       {Shape{7, 13, 4096}, Shape{1, 5, 32}, Shape{19, 3, 32 * 33}, Shape{70, 70, 256}, Shape{7, 8, 512}}) {
+       {Shape{7, 13, 4096}, Shape{1, 5, 32}, Shape{19, 3, 32 * 33}, Shape{70, 70, 256}, Shape{7, 8, 512}, Shape{7, 1, 2304}}) {
     GemmCase c = random_case(rng, s.m, s.n, s.k);
     set_all_scales(c, 0x3C00);
     if (t.run(c)) expect_gemm_exact(c);
@@ -761,7 +763,7 @@ inline void extreme_codes(GemmKernelTester& t) {
     int8_t a;
   };
   for (const Ext& e : {Ext{0, -128}, Ext{15, -128}, Ext{0, 127}, Ext{15, 127}, Ext{8, -128}}) {
-    for (int64_t n : {int64_t{6}, int64_t{70}}) {
+    for (int64_t n : {int64_t{1}, int64_t{6}, int64_t{70}}) {
       SCOPED_TRACE("nibble " + std::to_string(e.nibble) + " a " + std::to_string(e.a));
       std::mt19937_64 unused(0);
       GemmCase c = random_case(unused, 3, n, 32 * 128);
@@ -812,7 +814,7 @@ inline void empty_m_or_n(GemmKernelTester& t) {
 // a (or row of b, a column of C) and nothing else.
 inline void nan_block_poisons_its_row_and_column_only(GemmKernelTester& t) {
   QG_SEEDED_RNG(rng, 500);
-  for (const Shape& s : {Shape{6, 8, 32 * 5}, Shape{6, 10, 32 * 5}, Shape{70, 80, 64}, Shape{6, 8, 256}}) {
+  for (const Shape& s : {Shape{6, 8, 32 * 5}, Shape{6, 10, 32 * 5}, Shape{70, 80, 64}, Shape{6, 8, 256}, Shape{6, 1, 256}}) {
     GemmCase c = random_case(rng, s.m, s.n, s.k);
     store_u16(c.w_block(2, 1), 0x7E00);
     store_u16(c.a_block(7, 0), 0x7E00);
@@ -880,7 +882,7 @@ inline void inf_scale_block(GemmKernelTester& t) {
   x[0] = 6e5f;
   x[1] = 1.0f;
   const std::vector<uint8_t> inf_block = quantize_on_cpu(qg::Format::q4_0, x, 1, 32, 18);
-  for (const Shape& s : {Shape{3, 5, 96}, Shape{20, 70, 160}}) {
+  for (const Shape& s : {Shape{3, 5, 96}, Shape{20, 70, 160}, Shape{3, 1, 256}}) {
     for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16}) {
       GemmCase c = random_case(rng, s.m, s.n, s.k, 0, 0, -10, -4);
       std::memcpy(c.w_block(1, 1), inf_block.data(), 18);
@@ -903,7 +905,7 @@ inline void inf_scale_block(GemmKernelTester& t) {
 // Tier B (reliability.md §9): uniform[-1,1] W and A quantized by qg.
 inline void tier_b_against_unquantized_inputs(GemmKernelTester& t) {
   QG_SEEDED_RNG(rng, 600);
-  for (const Shape& s : {Shape{64, 33, 4096}, Shape{64, 5, 4096}}) {
+  for (const Shape& s : {Shape{64, 33, 4096}, Shape{64, 5, 4096}, Shape{64, 1, 4096}}) {
     std::vector<float> w(s.m * s.k), a(s.n * s.k);
     for (auto& v : w) v = uniform(rng, -1.0f, 1.0f);
     for (auto& v : a) v = uniform(rng, -1.0f, 1.0f);
@@ -1022,7 +1024,7 @@ inline GemmCase epilogue_case(std::mt19937_64& rng, const Shape& s, const Epilog
 // so a kernel that reads C without being asked to fails.
 inline void epilogue_features(GemmKernelTester& t) {
   QG_SEEDED_RNG(rng, 1000);  // one stream, drawn in loop order: a failure's seed reproduces it
-  for (const Shape& s : {Shape{19, 5, 96}, Shape{33, 70, 160}, Shape{1, 1, 32}, Shape{19, 7, 256}}) {
+  for (const Shape& s : {Shape{19, 5, 96}, Shape{33, 70, 160}, Shape{1, 1, 32}, Shape{19, 7, 256}, Shape{19, 1, 256}}) {
     for (const EpilogueConfig& e : epilogue_configs()) {
       for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16}) {
         for (const CLayout& l : c_layouts(s.m, s.n)) {
@@ -1072,7 +1074,7 @@ inline void misaligned_buffers(GemmKernelTester& t) {
   };
   for (const Offsets& o : {Offsets{1, 2, 1, 1, 2, 1, 2}, Offsets{1, 0, 0, 0, 0, 0, 0}, Offsets{0, 2, 0, 0, 0, 0, 0},
                            Offsets{0, 0, 1, 1, 1, 0, 0}, Offsets{0, 0, 2, 3, 2, 2, 4}}) {
-    for (const Shape& s : {Shape{19, 5, 96}, Shape{33, 70, 160}}) {
+    for (const Shape& s : {Shape{19, 5, 96}, Shape{33, 70, 160}, Shape{19, 1, 256}}) {
       for (qg::DType dt : {qg::DType::f32, qg::DType::f16}) {
         GemmCase c = random_case(rng, s.m, s.n, s.k, o.a_pad, o.b_pad, -10, -4);
         set_c_layout(c, dt, 1, s.m);  // transposed
@@ -1096,7 +1098,7 @@ inline void misaligned_buffers(GemmKernelTester& t) {
 // Same inputs twice: bit-identical outputs.
 inline void deterministic(GemmKernelTester& t) {
   QG_SEEDED_RNG(rng, 1700);
-  for (const Shape& s : {Shape{70, 6, 512}, Shape{70, 130, 512}}) {
+  for (const Shape& s : {Shape{70, 6, 512}, Shape{70, 130, 512}, Shape{70, 1, 512}}) {
     GemmCase c = epilogue_case(rng, s, epilogue_configs().back(), qg::DType::f32, {"row-major", s.n, 1});
     GemmCase again = c;
     if (!t.run(c) || !t.run(again)) continue;
