@@ -11,7 +11,8 @@ back-to-back calls of
   * qg.gemm_q4_0_q8_1 at M=4096, K=14336, N=1 (decode) and at 64x64x64,
     each also with out= (a preallocated result);
   * on CUDA, qg.gemm_q4_0_q8_1 at N=16 and N=128 and qg.linear_q4_0 of
-    16 fp16 tokens (the tensor-core GEMM and its re-layout pass);
+    16 fp16 tokens (the tensor-core GEMM and its re-layout pass), and
+    qg.linear_q4_0 of 1 fp16 token (the quantizer and the decode GEMV);
   * qg.quantize_q8_1 of a 1 x 14336 activation (also with out=);
   * the integer family: int8_matmul of a 1 x 14336 int8 row against int8
     [4096, 14336] weights (int32, and fp32 with per-row scales),
@@ -214,6 +215,11 @@ def torch_rows(qg, torch, device: str, timer: Timer, data):
         x16 = torch.randn(16, K_BIG, device=dev, dtype=torch.float16)
         measure(f"qg linear_q4_0 16x{K_BIG} fp16 @ [{M_BIG},{K_BIG}]^T", "gemm_big",
                 lambda: qg.linear_q4_0(x16, w_big), explain_kernel(qg, qg.linear_q4_0, x16, w_big))
+        # Decode's call: one token, quantized and multiplied in one call
+        # (the GEMV launched early behind the quantizer).
+        x1 = torch.randn(1, K_BIG, device=dev, dtype=torch.float16)
+        measure(f"qg linear_q4_0 1x{K_BIG} fp16 @ [{M_BIG},{K_BIG}]^T", "gemm_big",
+                lambda: qg.linear_q4_0(x1, w_big), explain_kernel(qg, qg.linear_q4_0, x1, w_big))
     measure(f"qg quantize_q8_1 1x{K_BIG}", "quantize", lambda: qg.quantize_q8_1(x), kq)
     measure(f"qg quantize_q8_1 1x{K_BIG} out=", "quantize", lambda: qg.quantize_q8_1(x, out=out_q), kq)
 

@@ -67,7 +67,7 @@ constexpr int kStages = 4;                                 // ring slots of a wa
 constexpr int kWarps = 8;                                  // rings of a CTA
 constexpr int kThreads = 32 * kWarps;
 constexpr int kCtaRows = kWarps * kRows;
-constexpr int kSmemBytes = kWarps * kStages * kSlotBytes;  // 72 KB: up to three CTAs an SM
+constexpr int kSmemBytes = kWarps * kStages * kSlotBytes;  // 72 KB a CTA
 // N it takes. The kernel is written for any N (kCols), but from N = 2 its
 // activation loads (a lane's 72 bytes a column and stage, over 18 lines a
 // warp instruction) cost more than its ring saves: measured on an H200
@@ -106,8 +106,10 @@ __device__ __forceinline__ void load_a_pair(const uint8_t* p, q4dp4a::ABlock (&a
   }
 }
 
-// Registers: __launch_bounds__ allows 128 a thread (two CTAs an SM); at
-// N = 1 ptxas takes 83, so three CTAs fit.
+// Registers: __launch_bounds__ allows 128 a thread; ptxas takes 83 at N = 1,
+// which (allocated 256 a warp) leaves room for two CTAs an SM, 16 warps.
+// Three (at most 80 registers, __launch_bounds__(kThreads, 3)) measured
+// level or slower (docs/architecture.md).
 template <int kCols, bool kA8>
 __global__ void __launch_bounds__(kThreads, 2) gemm_ring_kernel(Params p, EpilogueParams ep) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -194,10 +196,14 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_ring_kernel(Params p, Epilog
 }
 
 // Resident CTAs per SM of one instance (device_limits.cuh): -1 without
-// sm_80 code (cp.async), 0 where the device cannot hold a CTA.
+// sm_90 code, 0 where the device cannot hold a CTA. The instructions are
+// sm_80's (cp.async), but the early launch behind the quantizer needs
+// griddepcontrol.wait, which an image for an older target compiles to
+// nothing: there the GEMV could read the activations before they are
+// written.
 template <int kCols, bool kA8>
 int resident_ctas(int device) {
-  return resident_ctas_of<gemm_ring_kernel<kCols, kA8>>(device, kThreads, kSmemBytes, 80);
+  return resident_ctas_of<gemm_ring_kernel<kCols, kA8>>(device, kThreads, kSmemBytes, 90);
 }
 
 // f(kernel, per_sm) for the instance that runs `g`: N = 1, A 8-byte aligned
@@ -216,9 +222,10 @@ Status launch(const GemmArgs& args, Stream stream, bool early) {
   const Params p{static_cast<const uint8_t*>(args.a.data), static_cast<const uint8_t*>(args.b.data), args.a.rows,
                  args.a.k / 32, args.a.row_stride, args.b.row_stride, kCodeBias};
   return with_instance(args, [&](auto kernel, int per_sm) {
-    if (per_sm <= 0)
-      return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_gemv_ring): cannot launch on cuda:" +
-                                                std::to_string(args.device.id) + " (" + gemm_shape(args) + ")");
+    std::string why;
+    if (!ctas_fit(per_sm, args.device.id, "sm_90", &why))
+      return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_gemv_ring): " + why + " (" +
+                                                gemm_shape(args) + "); qg.explain shows the kernels that can run it");
     const int64_t grid = (p.m + kCtaRows - 1) / kCtaRows;
     launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmemBytes, to_cuda(stream), early,
                        p, epilogue_params(args));
@@ -233,7 +240,8 @@ bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not) {
     if (why_not) *why_not = std::move(why);
     return false;
   };
-  if (args.b.rows < 1 || args.b.rows > kMaxCols)
+  if (args.b.rows < 1) return no("N=" + std::to_string(args.b.rows) + ": nothing to compute");
+  if (args.b.rows > kMaxCols)
     return no("N=" + std::to_string(args.b.rows) + " > " + std::to_string(kMaxCols) +
               " (measured slower than cuda_mmvq there)");
   if (args.a.k % 256 != 0 || args.a.k == 0)
@@ -250,7 +258,7 @@ bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not) {
     return no("M=" + std::to_string(args.a.rows) + " needs more CTAs than a grid holds");
   DeviceGuard guard(args.device.id);
   const int per_sm = guard.error() != cudaSuccess ? -1 : with_instance(args, [](auto, int n) { return n; });
-  return ctas_fit(per_sm, args.device.id, "sm_80", why_not);
+  return ctas_fit(per_sm, args.device.id, "sm_90", why_not);
 }
 
 Status gemm_ring_run(const GemmArgs& args, Stream stream) { return launch(args, stream, false); }

@@ -3,7 +3,10 @@
 // caller's workspace, then the GEMM, enqueued back to back, both kernels
 // chosen (and every argument checked) before either runs.
 //   linear_q4_0: Q8_1 activations x Q4_0 weights. A GEMM kernel with
-//                run_quantizing takes x itself and leaves the workspace unused.
+//                run_quantizing takes both steps itself: the warpgroup
+//                kernels quantize x into their own layout (the workspace
+//                unused), the ring GEMV runs the quantizer into the
+//                workspace and starts early behind it.
 //   linear_int8: int8 activations per token x int8 weights per feature.
 #include <cstdint>
 #include <string>

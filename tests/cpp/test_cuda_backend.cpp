@@ -482,10 +482,19 @@ int sm_count() {
 // cp.async ring GEMV (tried after the bulk GEMV and the warpgroup kernel,
 // before cuda_mmvq).
 constexpr int64_t kRingMaxN = 1;
+// Runs: the arch window, and can_run on a small aligned shape (the build's
+// image and the occupancy query).
 bool ring_runs() {
   std::string why;
   const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), "cuda_gemv_ring");
-  return k && qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why);
+  if (!k || !qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why)) return false;
+  alignas(16) static uint8_t w[16 * 8 * 18], a[8 * 36];
+  qg::GemmArgs g;
+  g.a = {w, qg::Format::q4_0, 16, 256, 8 * 18, {}, {}};
+  g.b = {a, qg::Format::q8_1, 1, 256, 8 * 36, {}, {}};
+  g.device = qg::Device::cuda(0);
+  g.fn = "qg.gemm";
+  return k->can_run(g, &why);
 }
 // Decode shapes with such rows: the bulk GEMV at N = 7..8 where it runs,
 // else the warpgroup kernel for N = 7..8 where that runs (M >= 128), else
@@ -657,6 +666,7 @@ TEST_F(CudaBackend, GemvRingStagesAndTails) {
     QG_SEEDED_RNG(rng, 2201);
     qgtest::GemmCase two = qgtest::random_case(rng, 64, kRingMaxN + 1, 4096);
     EXPECT_FALSE(tester.run_and_check(two)) << "N = 2 should be refused";
+    EXPECT_NE(tester.refusals().find("N=2 > 1"), std::string::npos) << tester.refusals();
   }
   const GemmCase g{257, kRingMaxN, 14336 + 256, 0, 0, 0, 0, 0, nullptr, kRing};
   std::vector<float> first, again;
@@ -785,7 +795,8 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   EXPECT_EQ(r.gemm[1].arch.min_cc, 90);
   EXPECT_EQ(r.gemm[2].arch.min_cc, 90);  // bulk copies (any sm_90 image)
   EXPECT_EQ(r.gemm[3].arch.min_cc, 90);
-  EXPECT_EQ(r.gemm[4].arch.min_cc, 90);  // cp.async (sm_80), measured on Hopper only
+  EXPECT_EQ(r.gemm[4].arch.min_cc, 90);  // griddepcontrol; measured on Hopper only
+  EXPECT_EQ(r.gemm[4].arch.max_cc, 90);
   EXPECT_EQ(r.gemm[5].arch.min_cc, 61);  // DP4A
   EXPECT_EQ(r.gemm[6].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
   EXPECT_EQ(r.gemm[7].arch.min_cc, 61);
