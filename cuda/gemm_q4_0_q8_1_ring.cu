@@ -108,8 +108,10 @@ __device__ __forceinline__ void load_a_pair(const uint8_t* p, q4dp4a::ABlock (&a
 
 // Registers: __launch_bounds__ allows 128 a thread; ptxas takes 83 at N = 1,
 // which (allocated 256 a warp) leaves room for two CTAs an SM, 16 warps.
-// Three (at most 80 registers, __launch_bounds__(kThreads, 3)) measured
-// level or slower (docs/architecture.md).
+// Three (at most 80 registers, __launch_bounds__(kThreads, 3)) were level to
+// 4 % faster cold, but with three stages 17 % slower in linear_q4_0's CUDA
+// graph at 4096 x 14336; four stages at three CTAs were not timed there
+// (docs/architecture.md, the geometry table).
 template <int kCols, bool kA8>
 __global__ void __launch_bounds__(kThreads, 2) gemm_ring_kernel(Params p, EpilogueParams ep) {
   extern __shared__ __align__(16) uint8_t smem[];
