@@ -817,12 +817,14 @@ inline void nan_block_poisons_its_row_and_column_only(GemmKernelTester& t) {
   for (const Shape& s : {Shape{6, 8, 32 * 5}, Shape{6, 10, 32 * 5}, Shape{70, 80, 64}, Shape{6, 8, 256}, Shape{6, 1, 256}}) {
     GemmCase c = random_case(rng, s.m, s.n, s.k);
     store_u16(c.w_block(2, 1), 0x7E00);
-    store_u16(c.a_block(7, 0), 0x7E00);
+    const bool nan_column = c.n > 7;  // with fewer columns, W's NaN block alone
+    if (nan_column) store_u16(c.a_block(7, 0), 0x7E00);
     if (!t.run(c)) continue;
     expect_gemm_output(c);  // NaN exactly where the reference is NaN
     for (int64_t i = 0; i < c.m; ++i)
       for (int64_t j = 0; j < c.n; ++j)
-        ASSERT_EQ(std::isnan(c.out(i, j)), i == 2 || j == 7) << "C[" << i << "," << j << "] = " << c.out(i, j);
+        ASSERT_EQ(std::isnan(c.out(i, j)), i == 2 || (nan_column && j == 7))
+            << "C[" << i << "," << j << "] = " << c.out(i, j);
   }
   QG_SKIP_IF_NOTHING_RAN(t);
 }
