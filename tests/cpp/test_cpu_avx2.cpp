@@ -117,21 +117,29 @@ void expect_same_codes(const float* x, const std::string& what) {
   int want_sum = 0, got_sum = 0;
   float got_d = 0;
   const float want_d = qg::detail::quantize_codes_q8(x, want, &want_sum);
-  ASSERT_TRUE(qg::detail::cpu::quantize_codes_q8_avx2(x, got, &got_d, &got_sum)) << what;
+  const auto* xb = reinterpret_cast<const uint8_t*>(x);
+  ASSERT_TRUE(qg::detail::cpu::quantize_codes_q8_avx2(xb, reinterpret_cast<uint8_t*>(got), &got_d, &got_sum)) << what;
   ASSERT_EQ(qgtest::f2u(got_d), qgtest::f2u(want_d)) << what;
   ASSERT_EQ(got_sum, want_sum) << what;
   for (int j = 0; j < 32; ++j) ASSERT_EQ(got[j], want[j]) << what << ": element " << j << " x=" << x[j];
   // The whole block, fp16 scale and sum included, as quantize_block_q8_1 and
-  // _q8_0 write it (d and s through vcvtps2ph against fp32_to_fp16).
-  qg::block_q8_1 want1, got1;
+  // _q8_0 write it (d and s through vcvtps2ph against fp32_to_fp16), its
+  // bytes written at an odd address and the values read from one.
+  qg::block_q8_1 want1;
+  qg::block_q8_0 want0;
   qg::detail::quantize_block_q8_1(x, &want1, qg::Q8_1Convention::reference);
-  ASSERT_TRUE(qg::detail::cpu::quantize_block_q8_avx2(x, got1.qs, &got1.d, &got1.s)) << what;
-  ASSERT_EQ(got1.d, want1.d) << what;
-  ASSERT_EQ(got1.s, want1.s) << what << ": sum " << want_sum;
-  ASSERT_EQ(0, std::memcmp(got1.qs, want1.qs, 32)) << what;
-  uint16_t d0 = 0;
-  ASSERT_TRUE(qg::detail::cpu::quantize_block_q8_avx2(x, got, &d0, nullptr)) << what;
-  ASSERT_EQ(d0, want1.d) << what;
+  qg::detail::quantize_block_q8_0(x, &want0);
+  alignas(32) uint8_t src[1 + 128], dst[1 + sizeof want1 + 1];
+  std::memcpy(src + 1, x, 128);
+  std::memset(dst, 0xA5, sizeof dst);
+  ASSERT_TRUE(qg::detail::cpu::quantize_block_q8_avx2(src + 1, dst + 1, true)) << what;
+  ASSERT_EQ(0, std::memcmp(dst + 1, &want1, sizeof want1)) << what << ": sum " << want_sum;
+  ASSERT_EQ(dst[0], 0xA5) << what;
+  ASSERT_EQ(dst[1 + sizeof want1], 0xA5) << what << ": written past the block";
+  std::memset(dst, 0xA5, sizeof dst);
+  ASSERT_TRUE(qg::detail::cpu::quantize_block_q8_avx2(src + 1, dst + 1, false)) << what;
+  ASSERT_EQ(0, std::memcmp(dst + 1, &want0, sizeof want0)) << what;
+  ASSERT_EQ(dst[1 + sizeof want0], 0xA5) << what << ": written past the block";
 }
 
 TEST_F(CpuAvx2, QuantizerMatchesScalarCodes) {
@@ -185,10 +193,11 @@ TEST_F(CpuAvx2, QuantizerLeavesNonFiniteBlocksToScalarCode) {
     for (int pos : {0, 13, 31}) {
       for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j);
       x[pos] = bad;
-      int8_t qs[32];
+      uint8_t qs[32];
       float d = 0;
       int sum = 0;
-      EXPECT_FALSE(qg::detail::cpu::quantize_codes_q8_avx2(x, qs, &d, &sum)) << bad << " at " << pos;
+      EXPECT_FALSE(qg::detail::cpu::quantize_codes_q8_avx2(reinterpret_cast<const uint8_t*>(x), qs, &d, &sum))
+          << bad << " at " << pos;
     }
 }
 

@@ -40,13 +40,17 @@ Status gemm_wo_avx2(const GemmArgs& args);
 Status gemm_wo_avx512vnni(const GemmArgs& args);
 
 // The codes and scale of quant_block.h's quantize_codes_q8 for one block of
-// 32 finite floats, with AVX2 (callable only where cpu_features().avx2);
-// false, writing nothing, where the block holds NaN or +-Inf.
-bool quantize_codes_q8_avx2(const float* x, int8_t* qs, float* d, int* code_sum);
-// The same block's codes with its fp16 scale d (and, for Q8_1 by the
-// reference convention, s = fp16(sum * d) where s16 is not null): the bytes
-// of quant_block.h's quantize_block_q8_0 / _q8_1.
-bool quantize_block_q8_avx2(const float* x, int8_t* qs, uint16_t* d16, uint16_t* s16);
+// 32 finite floats (fp32 bytes at x, any alignment), with AVX2 (callable only
+// where cpu_features().avx2); false, writing nothing, where the block holds
+// NaN or +-Inf. The 32 codes go to qs (any alignment).
+bool quantize_codes_q8_avx2(const uint8_t* x, uint8_t* qs, float* d, int* code_sum);
+// The same block as the bytes of quant_block.h's quantize_block_q8_0 (d,
+// codes: 34 bytes) or, with_s, of quantize_block_q8_1 by the reference
+// convention (d, s = fp16(sum * d), codes: 36 bytes), written at y (any
+// alignment) by the stores that make them: a block built in a local and
+// copied out read its bytes back across three stores, which store-to-load
+// forwarding cannot serve, and took twice as long.
+bool quantize_block_q8_avx2(const uint8_t* x, uint8_t* y, bool with_s);
 // The integer quantizer's loops (quantize_tensor.cpp) with AVX2, callable
 // only where cpu_features().avx2, .fma and .f16c: n values of dtype d at x
 // (f32, f16 or bf16). The minimum, maximum and largest magnitude of the

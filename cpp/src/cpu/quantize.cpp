@@ -35,15 +35,17 @@ void load_block(const uint8_t* p, DType dtype, float* out) {
   }
 }
 
-// Finite blocks through the AVX2 block quantizer (the scalar code's
-// bytes); false (nothing written) for a non-finite block.
-template <class Block>
-bool quantize_block_vector(const float* v, Block* blk) {
-  uint16_t* s = nullptr;
-  if constexpr (sizeof(Block) == sizeof(block_q8_1)) s = &blk->s;
-  return quantize_block_q8_avx2(v, blk->qs, &blk->d, s);
+// A finite block of 32 fp32 values at x (bytes, any alignment) through the
+// AVX2 block quantizer, which writes the scalar code's bytes straight to y;
+// false (nothing written) for a non-finite block.
+template <Format F>
+bool quantize_block_vector(const uint8_t* x, uint8_t* y) {
+  if constexpr (F == Format::q4_0) {
+    return false;
+  } else {
+    return quantize_block_q8_avx2(x, y, F == Format::q8_1);
+  }
 }
-inline bool quantize_block_vector(const float*, block_q4_0*) { return false; }
 
 // Rows per task: enough work to amortise the pool's hand-off.
 int64_t rows_per_task(int64_t k) { return k >= 4096 ? 1 : (4096 + k - 1) / (k ? k : 1); }
@@ -70,9 +72,16 @@ void quantize_rows_as(const QuantizeArgs& a) {
       const uint8_t* xr = x + r * a.x_row_stride * esize;
       uint8_t* yr = y + r * a.y_row_stride;
       for (int64_t b = 0; b < nb; ++b) {
-        load_block(xr + b * 32 * esize, a.x_dtype, v);
-        if (!(vector_q8 && quantize_block_vector(v, &blk))) quantize_block<F>(v, &blk, a.q8_1_convention);
-        std::memcpy(yr + b * sizeof blk, &blk, sizeof blk);
+        const uint8_t* xb = xr + b * 32 * esize;
+        uint8_t* yb = yr + b * sizeof blk;
+        // fp32 blocks go to the vector quantizer as they lie; f16 / bf16
+        // ones (and non-finite blocks, which it declines) are widened first.
+        if (vector_q8 && a.x_dtype == DType::f32 && quantize_block_vector<F>(xb, yb)) continue;
+        load_block(xb, a.x_dtype, v);
+        if (vector_q8 && a.x_dtype != DType::f32 && quantize_block_vector<F>(reinterpret_cast<const uint8_t*>(v), yb))
+          continue;
+        quantize_block<F>(v, &blk, a.q8_1_convention);
+        std::memcpy(yb, &blk, sizeof blk);
       }
     }
   });

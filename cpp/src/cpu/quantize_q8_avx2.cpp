@@ -12,18 +12,20 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "quant_block.h"
 
 namespace qg::detail::cpu {
 
-bool quantize_codes_q8_avx2(const float* x, int8_t* qs, float* d_out, int* code_sum) {
+bool quantize_codes_q8_avx2(const uint8_t* x, uint8_t* qs, float* d_out, int* code_sum) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256i exp_mask = _mm256_set1_epi32(0x7F800000);
   __m256 v[4];
   __m256 amax = _mm256_setzero_ps();
   __m256i nonfinite = _mm256_setzero_si256();
   for (int i = 0; i < 4; ++i) {
-    v[i] = _mm256_loadu_ps(x + 8 * i);
+    v[i] = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * i)));
     const __m256i e = _mm256_and_si256(_mm256_castps_si256(v[i]), exp_mask);
     nonfinite = _mm256_or_si256(nonfinite, _mm256_cmpeq_epi32(e, exp_mask));
     amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], abs_mask));
@@ -63,15 +65,19 @@ bool quantize_codes_q8_avx2(const float* x, int8_t* qs, float* d_out, int* code_
   return true;
 }
 
-bool quantize_block_q8_avx2(const float* x, int8_t* qs, uint16_t* d16, uint16_t* s16) {
+bool quantize_block_q8_avx2(const uint8_t* x, uint8_t* y, bool with_s) {
   float d;
   int sum;
-  if (!quantize_codes_q8_avx2(x, qs, &d, &sum)) return false;
+  if (!quantize_codes_q8_avx2(x, y + (with_s ? 4 : 2), &d, &sum)) return false;
   // vcvtps2ph rounds to nearest even as fp32_to_fp16 does (d and sum * d
   // are finite here: NaN, whose bits would differ, never reaches it), in
   // one instruction where the portable conversion takes two dozen.
-  *d16 = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-  if (s16) *s16 = _cvtss_sh(mul_rn(static_cast<float>(sum), d), _MM_FROUND_TO_NEAREST_INT);
+  const uint16_t d16 = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+  std::memcpy(y, &d16, 2);
+  if (with_s) {
+    const uint16_t s16 = _cvtss_sh(mul_rn(static_cast<float>(sum), d), _MM_FROUND_TO_NEAREST_INT);
+    std::memcpy(y + 2, &s16, 2);
+  }
   return true;
 }
 
@@ -80,8 +86,8 @@ bool quantize_block_q8_avx2(const float* x, int8_t* qs, uint16_t* d16, uint16_t*
 #else
 
 namespace qg::detail::cpu {
-bool quantize_codes_q8_avx2(const float*, int8_t*, float*, int*) { return false; }
-bool quantize_block_q8_avx2(const float*, int8_t*, uint16_t*, uint16_t*) { return false; }
+bool quantize_codes_q8_avx2(const uint8_t*, uint8_t*, float*, int*) { return false; }
+bool quantize_block_q8_avx2(const uint8_t*, uint8_t*, bool) { return false; }
 }  // namespace qg::detail::cpu
 
 #endif
