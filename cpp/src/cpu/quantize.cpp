@@ -5,8 +5,9 @@
 // No pointer here carries an alignment promise: a NumPy view at offset 1, a
 // DLPack byte_offset or an odd row stride can put any array at any address.
 // So every access to the caller's memory is a memcpy to or from a local
-// (compilers turn it into plain unaligned loads and stores), rows are found
-// by byte arithmetic, and no misaligned typed pointer is ever formed.
+// (compilers turn it into plain unaligned loads and stores) or, in the AVX2
+// block quantizer, an unaligned vector load or store; rows are found by byte
+// arithmetic, and no misaligned typed pointer is ever formed.
 #include "cpu/kernels.h"
 
 #include <cstring>
