@@ -6,8 +6,9 @@
 // DLPack byte_offset or an odd row stride can put any array at any address.
 // So every access to the caller's memory is a memcpy to or from a local
 // (compilers turn it into plain unaligned loads and stores) or, in the AVX2
-// block quantizer, an unaligned vector load or store; rows are found by byte
-// arithmetic, and no misaligned typed pointer is ever formed.
+// block quantizer, an unaligned vector load or store (_mm256_loadu_si256 /
+// _storeu_si256, defined for any address); rows are found by byte
+// arithmetic, and no misaligned pointer is dereferenced as its type.
 #include "cpu/kernels.h"
 
 #include <cstring>
