@@ -48,6 +48,7 @@
 #include <type_traits>
 
 #include "cp_async.cuh"
+#include "device_limits.cuh"
 #include "gemm_q4_0_q8_1.cuh"
 #include "q4_0_dp4a.cuh"
 #include "quant_block.h"
@@ -253,21 +254,6 @@ int resident_ctas(Kernel kernel, int device, int warps, std::atomic<int> (&cache
   return blocks;
 }
 
-int sm_count(int device) {
-  static std::atomic<int> cached[64];
-  if (device >= 0 && device < 64) {
-    const int v = cached[device].load(std::memory_order_relaxed);
-    if (v > 0) return v;
-  }
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
-    cudaGetLastError();
-    return 1;
-  }
-  if (device >= 0 && device < 64) cached[device].store(sms, std::memory_order_relaxed);
-  return sms;
-}
-
 template <int kCols, bool kWVec, bool kAVec>
 void launch(const GemmArgs& g, cudaStream_t stream) {
   static std::atomic<int> occupancy[64][kMaxWarps + 1];
@@ -282,7 +268,7 @@ void launch(const GemmArgs& g, cudaStream_t stream) {
   // The most warps per CTA with which every CTA is resident at once; if none
   // fits, there are several waves anyway and short CTAs balance them best.
   int warps = max_warps;
-  const int sms = sm_count(g.device.id);
+  const int sms = device_limits(g.device.id).sms;
   for (int kw = max_warps; kw >= 1; --kw) {
     const int per_sm = resident_ctas(kernel, g.device.id, kw, occupancy);
     if (per_sm > 0 && ctas <= static_cast<int64_t>(per_sm) * sms) {

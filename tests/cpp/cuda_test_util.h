@@ -38,6 +38,9 @@ class DevBytes {
     }
     ptr_ = static_cast<uint8_t*>(base_) + offset;
     EXPECT_EQ(cudaMemcpy(ptr_, host.data(), size_, cudaMemcpyHostToDevice), cudaSuccess);
+    // A copy from pageable memory may return before it lands, and a kernel on
+    // a non-blocking stream does not wait for the legacy stream's copies.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   ~DevBytes() {
     if (base_) cudaFree(base_);

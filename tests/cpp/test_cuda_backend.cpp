@@ -389,6 +389,10 @@ void run_gemm_case(const GemmCase& g, cudaStream_t stream, uint32_t seed, std::v
   CUDA_OK(cudaMemcpy(dw.at(g.w_offset), w.data(), w.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(da.at(g.a_offset), a.data(), a.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(dc.at(), 0xFF, c_count * 4));  // NaN poison: unwritten outputs fail
+  // The copies and the memset ran on the legacy stream, which a non-blocking
+  // stream of the caller's does not wait for; the memset (and a copy from
+  // pageable memory) may still be running when its call returns.
+  CUDA_OK(cudaDeviceSynchronize());
 
   qg::GemmArgs args;
   args.a = {dw.at(g.w_offset), qg::Format::q4_0, g.m, g.k, ldw, {}, {}};
@@ -466,43 +470,42 @@ bool warpgroup_runs() {
 }
 const char* warpgroup_impl() { return warpgroup_runs() ? "cuda_wgmma" : tiled_impl(); }
 
-// N = 7..8, K % 256 == 0, 16-byte-aligned W rows and at most one 32-row
-// group per SM on an sm_90 device: the bulk-copy GEMV (tried before the
-// warpgroup kernel and cuda_mmvq).
-bool bulk_runs() {
+// Whether the registry's kernel `name` takes an M x N x K Q4_0 x Q8_1 GEMM
+// with contiguous rows on cuda:0: its arch window, then its can_run (the
+// build's image, the occupancy query, the shape rules). can_run reads only
+// the operands' addresses, so a small aligned buffer stands in for them.
+bool kernel_takes(const char* name, int64_t m, int64_t n, int64_t k) {
   std::string why;
-  const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), "cuda_gemv_bulk");
-  return k && qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why);
+  const qg::detail::GemmKernel* kern = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), name);
+  if (!kern || !qgtest::gemm_kernel_runs_on(*kern, qg::Device::cuda(0), &why)) return false;
+  alignas(16) static uint8_t stand_in[16];
+  qg::GemmArgs g;
+  g.a = {stand_in, qg::Format::q4_0, m, k, k / 32 * 18, {}, {}};
+  g.b = {stand_in, qg::Format::q8_1, n, k, k / 32 * 36, {}, {}};
+  g.device = qg::Device::cuda(0);
+  g.fn = "qg.gemm";
+  return kern->can_run(g, &why);
 }
+// The bulk-copy GEMV: N = 7..8, K % 256 == 0, 16-byte-aligned W rows and at
+// most one 32-row group per resident CTA on an sm_90 device (tried before
+// the warpgroup kernel and cuda_mmvq).
+bool bulk_runs() { return kernel_takes("cuda_gemv_bulk", 32, 8, 256); }
 int sm_count() {
   int sms = 0;
   return cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess ? sms : 0;
 }
-// N = 1, K % 256 == 0 and 16-byte-aligned W rows on an sm_90 device: the
-// cp.async ring GEMV (tried after the bulk GEMV and the warpgroup kernel,
+// The cp.async ring GEMV: N = 1, K % 256 == 0 and 16-byte-aligned W rows
+// on an sm_90 device (tried after the bulk GEMV and the warpgroup kernel,
 // before cuda_mmvq).
 constexpr int64_t kRingMaxN = 1;
-// Runs: the arch window, and can_run on a small aligned shape (the build's
-// image and the occupancy query).
-bool ring_runs() {
-  std::string why;
-  const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), "cuda_gemv_ring");
-  if (!k || !qgtest::gemm_kernel_runs_on(*k, qg::Device::cuda(0), &why)) return false;
-  alignas(16) static uint8_t w[16 * 8 * 18], a[8 * 36];
-  qg::GemmArgs g;
-  g.a = {w, qg::Format::q4_0, 16, 256, 8 * 18, {}, {}};
-  g.b = {a, qg::Format::q8_1, 1, 256, 8 * 36, {}, {}};
-  g.device = qg::Device::cuda(0);
-  g.fn = "qg.gemm";
-  return k->can_run(g, &why);
-}
-// Decode shapes with such rows: the bulk GEMV at N = 7..8 where it runs,
+bool ring_runs() { return kernel_takes("cuda_gemv_ring", 16, 1, 256); }
+// Decode shapes with such rows: the bulk GEMV where it takes the shape,
 // else the warpgroup kernel for N = 7..8 where that runs (M >= 128), else
-// the ring GEMV up to its N, else cuda_mmvq.
+// the ring GEMV where it takes the shape, else cuda_mmvq.
 const char* decode_impl(int64_t m, int64_t n, int64_t k) {
-  if (n >= 7 && n <= 8 && (m + 31) / 32 <= sm_count() && bulk_runs()) return "cuda_gemv_bulk";
+  if (kernel_takes("cuda_gemv_bulk", m, n, k)) return "cuda_gemv_bulk";
   if (n >= 7 && m >= 128 && warpgroup_runs()) return "cuda_wgmma";
-  if (n <= kRingMaxN && k % 256 == 0 && ring_runs()) return "cuda_gemv_ring";
+  if (kernel_takes("cuda_gemv_ring", m, n, k)) return "cuda_gemv_ring";
   return "mmvq";
 }
 
