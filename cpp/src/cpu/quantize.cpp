@@ -52,8 +52,9 @@ bool quantize_block_vector(const uint8_t* x, uint8_t* y) {
 // Rows per task: enough work to amortise the pool's hand-off.
 int64_t rows_per_task(int64_t k) { return k >= 4096 ? 1 : (4096 + k - 1) / (k ? k : 1); }
 
-// F's blocks are built in a local and copied out (and read the same way
-// back): like every access here, no alignment is assumed.
+// The scalar code builds F's blocks in a local and copies them out; the
+// AVX2 block quantizer (Q8) writes its bytes straight into y. Like every
+// access here, neither assumes alignment.
 template <Format F>
 void quantize_rows_as(const QuantizeArgs& a) {
   using Block = typename BlockOf<F>::type;
@@ -76,12 +77,13 @@ void quantize_rows_as(const QuantizeArgs& a) {
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* xb = xr + b * 32 * esize;
         uint8_t* yb = yr + b * sizeof blk;
-        // fp32 blocks go to the vector quantizer as they lie; f16 / bf16
-        // ones (and non-finite blocks, which it declines) are widened first.
-        if (vector_q8 && a.x_dtype == DType::f32 && quantize_block_vector<F>(xb, yb)) continue;
-        load_block(xb, a.x_dtype, v);
-        if (vector_q8 && a.x_dtype != DType::f32 && quantize_block_vector<F>(reinterpret_cast<const uint8_t*>(v), yb))
-          continue;
+        // The vector quantizer reads fp32 blocks where they lie and f16 /
+        // bf16 ones widened; a block it declines (non-finite) goes to the
+        // scalar code.
+        const bool widen = a.x_dtype != DType::f32;
+        if (widen) load_block(xb, a.x_dtype, v);
+        if (vector_q8 && quantize_block_vector<F>(widen ? reinterpret_cast<const uint8_t*>(v) : xb, yb)) continue;
+        if (!widen) load_block(xb, a.x_dtype, v);
         quantize_block<F>(v, &blk, a.q8_1_convention);
         std::memcpy(yb, &blk, sizeof blk);
       }
