@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
-// cuda/gemm_q4_0_q8_1_ring.cu: Q4_0 x Q8_1 decode at N = 1 on sm_90, W
+// cuda/gemm_q4_0_q8_1_ring.cu: Q4_0 x Q8_1 decode at N = 1..4 on sm_90, W
 // streamed through a ring of shared-memory stages by cp.async, one ring a
-// warp, and DP4A on it.
+// warp, the activations in shared memory, and DP4A on them.
 //
 // Measured on an H200 (docs/architecture.md, "The ring GEMV"): at 4096 x
-// 14336, cold, 14.7 against cuda_mmvq's 16.9 us (the read floor, a kernel
-// that only reads the 33 MB, 12.2); linear_q4_0 in a CUDA graph 10.1
-// against 12.5. Which geometry (4 stages of 64 blocks, 8 warps of 2 rows a
-// CTA) and why only N = 1: the same section.
+// 14336, cold, 13.4-13.6 us at N = 1 against cuda_mmvq's 17.0 (the read
+// floor, a kernel that only reads the 33 MB, 12.2), 14.3-16.7 at N = 2..4
+// against 18.1-21.7; linear_q4_0 in a CUDA graph 8.5-8.6 us at N = 1.
+// Which geometry (4 stages of 64 blocks, 8 warps of 2 rows a CTA), why the
+// activations sit in shared memory and where N = 3..4 run: the same section.
 //
 // Why not cuda_mmvq's way. The GEMV loads W into registers, a lane two
 // 144-byte chunks (one of each of its two rows) at a time, and at 4096 x
@@ -32,10 +33,15 @@
 // of one (q4_0_dp4a.cuh's unpack_block<0> and <1>). Each activation word a
 // lane loads serves both rows.
 //
-// Activations: a lane's two blocks of each column, 72 bytes, by 8-byte loads
-// (kA8; 4-byte ones where A's rows are only 4-byte aligned) from global
-// memory, where they stay in L2 and L1 (every warp of the GPU reads them),
-// requested before the wait for the stage's W.
+// Activations: the CTA copies A's kCols rows, all of K, into shared memory
+// once (cp.async, every thread), after the first stages of W are requested;
+// a lane then reads its two blocks of each column, 72 bytes, by nine 8-byte
+// shared loads, which fall in 32 banks a half-warp (the lanes' pairs are 18
+// words apart). Read from global memory instead (L1/L2), those 72 bytes a
+// lane are a warp instruction over 18 lines, nine of them a column and
+// stage: from N = 2 they cost more than the ring saved (docs/architecture.md,
+// "The ring GEMV"). Where N x K is too large to sit beside the ring with two
+// CTAs an SM, can_run refuses and cuda_mmvq runs.
 //
 // linear_q4_0 (run_quantizing): the quantizer runs first and lets this
 // kernel start early (grid_dependency.cuh); the first kStages - 1 stages of
@@ -63,47 +69,87 @@ constexpr int kRows = 2;                                   // W rows a warp stre
 constexpr int kStageBlocks = 64;                           // a block pair a lane
 constexpr int kStageRowBytes = kStageBlocks * kQ4_0Bytes;  // 1152
 constexpr int kSlotBytes = kRows * kStageRowBytes;         // 2304
-constexpr int kStages = 4;                                 // ring slots of a warp
+constexpr int kMaxStages = 4;                              // ring slots of a warp, at most
 constexpr int kWarps = 8;                                  // rings of a CTA
 constexpr int kThreads = 32 * kWarps;
 constexpr int kCtaRows = kWarps * kRows;
-constexpr int kSmemBytes = kWarps * kStages * kSlotBytes;  // 72 KB a CTA
-// N it takes. The kernel is written for any N (kCols), but from N = 2 its
-// activation loads (a lane's 72 bytes a column and stage, over 18 lines a
-// warp instruction) cost more than its ring saves: measured on an H200
-// against cuda_mmvq (docs/architecture.md), N = 2 was 7 % faster cold but
-// level or 7 % slower in linear_q4_0's CUDA graphs, and N >= 3 slower.
-constexpr int kMaxCols = 1;
+// N it takes, the widths built and measured (N = 3..4 only in one wave of
+// CTAs: can_run). From N = 5 a ring beside K = 14336's activations would be
+// down to two stages; not built.
+constexpr int kMaxCols = 4;
+// Two CTAs an SM: sm_90 has 228 KB of shared memory an SM and reserves 1 KB
+// a CTA. The rings (kStages x 2304 bytes a warp, 72 KB a CTA at four) and
+// the activations (N x K / 32 x 36 bytes) share a CTA's half.
+constexpr int kTwoCtaSmemBytes = (228 * 1024 - 2 * 1024) / 2;
+__host__ __device__ constexpr int ring_bytes(int stages) { return kWarps * stages * kSlotBytes; }
 static_assert(kStageRowBytes % 16 == 0, "a stage's row bytes must be whole 16-byte pieces");
+static_assert(ring_bytes(kMaxStages) % 16 == 0, "the activations start 16-byte aligned");
 
 struct Params {
   const uint8_t* w;
   const uint8_t* x;
   int64_t m, nb, ldw, ldx;
   uint32_t k80;  // kCodeBias, from a register
+  bool x16;      // A's rows 16-byte aligned: 16-byte copies into shared memory, else 4-byte ones
 };
 
-// Lane `lane`'s two A blocks of one column (72 bytes at p, 8-byte aligned
-// with kA8).
-template <bool kA8>
-__device__ __forceinline__ void load_a_pair(const uint8_t* p, q4dp4a::ABlock (&a)[2]) {
-  uint32_t w[18];
-  if constexpr (kA8) {
+// Activation bytes in shared memory: kCols rows of nb whole Q8_1 blocks.
+int64_t activation_bytes(int64_t n, int64_t nb) { return n * nb * kQ8_1Bytes; }
+
+// The deepest ring (kMaxStages down to 2) beside N x K's activations with
+// two CTAs an SM; 0 if even two stages do not fit.
+int stages_for(int64_t n, int64_t nb) {
+  for (int s = kMaxStages; s >= 2; --s)
+    if (ring_bytes(s) + activation_bytes(n, nb) <= kTwoCtaSmemBytes) return s;
+  return 0;
+}
+
+// Lane `lane`'s two A blocks of one column: 72 bytes at p in shared memory,
+// 8-byte aligned.
+__device__ __forceinline__ void load_a_pair(const uint8_t* p, int t, q4dp4a::ABlock& a) {
+  uint32_t w[9];
+  const uint8_t* q = p + 36 * t;  // block t of the pair: 4-byte aligned, 8-byte for t = 0
+  if (t == 0) {
 #pragma unroll
-    for (int i = 0; i < 9; ++i) {
-      const uint2 v = __ldg(reinterpret_cast<const uint2*>(p) + i);
+    for (int i = 0; i < 4; ++i) {
+      const uint2 v = reinterpret_cast<const uint2*>(q)[i];
       w[2 * i] = v.x, w[2 * i + 1] = v.y;
     }
+    w[8] = reinterpret_cast<const uint32_t*>(q)[8];
   } else {
+    w[0] = reinterpret_cast<const uint32_t*>(q)[0];
 #pragma unroll
-    for (int i = 0; i < 18; ++i) w[i] = __ldg(reinterpret_cast<const uint32_t*>(p) + i);
+    for (int i = 0; i < 4; ++i) {
+      const uint2 v = reinterpret_cast<const uint2*>(q + 4)[i];
+      w[1 + 2 * i] = v.x, w[2 + 2 * i] = v.y;
+    }
   }
+  a.d = half_bits_to_float(w[0] & 0xFFFFu);
 #pragma unroll
-  for (int t = 0; t < 2; ++t) {
-    a[t].d = half_bits_to_float(w[9 * t] & 0xFFFFu);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) a[t].q[k] = static_cast<int>(w[9 * t + 1 + k]);
+  for (int k = 0; k < 8; ++k) a.q[k] = static_cast<int>(w[1 + k]);
+}
+
+// A's kCols rows, all of K, into shared memory at `dst` (row j at j * nb *
+// 36): every thread of the CTA issues 16-byte copies (4-byte ones where A's
+// rows are not 16-byte aligned) in one commit group.
+template <int kCols>
+__device__ __forceinline__ void copy_activations(const Params& p, uint8_t* dst) {
+  const int64_t row_bytes = p.nb * kQ8_1Bytes;
+  const uint32_t base = smem_u32(dst);
+  if (p.x16) {
+    const int64_t pieces = row_bytes / 16;  // nb % 8 == 0
+    for (int64_t i = threadIdx.x; i < kCols * pieces; i += kThreads) {
+      const int64_t j = i / pieces, q = i % pieces;
+      cp_async<16>(base + static_cast<uint32_t>(j * row_bytes + 16 * q), p.x + j * p.ldx + 16 * q, 16);
+    }
+  } else {
+    const int64_t words = row_bytes / 4;
+    for (int64_t i = threadIdx.x; i < kCols * words; i += kThreads) {
+      const int64_t j = i / words, q = i % words;
+      cp_async<4>(base + static_cast<uint32_t>(j * row_bytes + 4 * q), p.x + j * p.ldx + 4 * q, 4);
+    }
   }
+  cp_async_commit();
 }
 
 // Registers: __launch_bounds__ allows 128 a thread; ptxas takes 83 at N = 1,
@@ -112,125 +158,167 @@ __device__ __forceinline__ void load_a_pair(const uint8_t* p, q4dp4a::ABlock (&a
 // 4 % faster cold, but with three stages 17 % slower in linear_q4_0's CUDA
 // graph at 4096 x 14336; four stages at three CTAs were not timed there
 // (docs/architecture.md, the geometry table).
-template <int kCols, bool kA8>
+template <int kCols, int kStages>
 __global__ void __launch_bounds__(kThreads, 2) gemm_ring_kernel(Params p, EpilogueParams ep) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRows;
-  if (row0 >= p.m) return;  // no CTA barrier below: a warp without rows just leaves
+  // Persistent CTAs: the warp's row pairs are pair0, pair0 + pairs_step, ...
+  // (one each where the grid covers M in one wave), each streamed through
+  // the warp's ring in turn, against the activations copied once.
+  const int64_t pairs_step = static_cast<int64_t>(gridDim.x) * kWarps * kRows;
+  int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRows;
   uint8_t* ring = smem + warp * (kStages * kSlotBytes);
-  const uint8_t* wrow[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) wrow[r] = p.w + min64(row0 + r, p.m - 1) * p.ldw;
+  const uint8_t* act = smem + ring_bytes(kStages);
   const int stages = static_cast<int>((p.nb + kStageBlocks - 1) / kStageBlocks);
 
-  // Stage s of both rows into its slot: lane l copies pieces l, l + 32, l + 64.
+  // Stage s of rows row0, row0 + 1 into its slot: lane l copies pieces l,
+  // l + 32, l + 64 of each (rows past M are read from row M - 1).
   auto issue = [&](int s) {
     const int64_t b0 = static_cast<int64_t>(s) * kStageBlocks;
     const int pieces = static_cast<int>(min64(kStageBlocks, p.nb - b0)) * kQ4_0Bytes / 16;  // nb % 8 == 0
     const uint32_t slot = smem_u32(ring + (s % kStages) * kSlotBytes);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
+    for (int r = 0; r < kRows; ++r) {
+      const uint8_t* src = p.w + min64(row0 + r, p.m - 1) * p.ldw + b0 * kQ4_0Bytes;
 #pragma unroll
       for (int i = 0; i < 3; ++i) {
         const int q = lane + 32 * i;
-        if (q < pieces) cp_async<16>(slot + r * kStageRowBytes + 16 * q, wrow[r] + b0 * kQ4_0Bytes + 16 * q, 16);
+        if (q < pieces) cp_async<16>(slot + r * kStageRowBytes + 16 * q, src + 16 * q, 16);
       }
+    }
   };
-  // One commit group a stage, empty ones too, so that stage s is always
-  // group s and the wait below is one constant.
+  // A pair's first kStages - 1 stages, one commit group a stage, empty ones
+  // too, so that stage s is always the pair's group s and the wait below is
+  // one constant. The first pair's go before the wait for A.
+  auto prologue = [&] {
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < stages) issue(s);
-    cp_async_commit();
-  }
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (row0 < p.m && s < stages) issue(s);
+      cp_async_commit();
+    }
+  };
+  prologue();
   wait_prerequisite();  // A may be the previous kernel's output (linear_q4_0's quantizer)
+  copy_activations<kCols>(p, smem + ring_bytes(kStages));
+  cp_async_wait<0>();  // the activations (and the first stages, requested before them)
+  __syncthreads();     // every thread's copies of the activations; no CTA barrier below
 
-  float acc[kRows][kCols];
+  for (bool first = true; row0 < p.m; row0 += pairs_step, first = false) {
+    if (!first) {
+      __syncwarp();  // every lane has read the last pair's slots before the prologue refills them
+      prologue();
+    }
+    float acc[kRows][kCols];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r)
+    for (int r = 0; r < kRows; ++r)
 #pragma unroll
-    for (int j = 0; j < kCols; ++j) acc[r][j] = 0.0f;
+      for (int j = 0; j < kCols; ++j) acc[r][j] = 0.0f;
 
-  for (int s = 0; s < stages; ++s) {
-    __syncwarp();  // every lane has read the slot that stage s + kStages - 1 refills
-    if (s + kStages - 1 < stages) issue(s + kStages - 1);
-    cp_async_commit();
-    const int64_t b = static_cast<int64_t>(s) * kStageBlocks + 2 * lane;
-    const bool active = b < p.nb;  // the row's last stage can be short
-    q4dp4a::ABlock a[kCols][2];
-    if (active) {
+    for (int s = 0; s < stages; ++s) {
+      __syncwarp();  // every lane has read the slot that stage s + kStages - 1 refills
+      if (s + kStages - 1 < stages) issue(s + kStages - 1);
+      cp_async_commit();
+      const int64_t b = static_cast<int64_t>(s) * kStageBlocks + 2 * lane;
+      cp_async_wait<kStages - 1>();  // this lane's copies of stage s
+      __syncwarp();                      // and every other lane's
+      if (b < p.nb) {                    // the row's last stage can be short
+        const uint8_t* slot = ring + (s % kStages) * kSlotBytes;
+        const uint8_t* a_pair = act + b * kQ8_1Bytes;
+        auto pair_block = [&](auto tc) {
+          constexpr int t = decltype(tc)::value;
+          float dw[kRows];
+          uint32_t v[kRows][4];
 #pragma unroll
-      for (int j = 0; j < kCols; ++j) load_a_pair<kA8>(p.x + j * p.ldx + b * kQ8_1Bytes, a[j]);
+          for (int r = 0; r < kRows; ++r)
+            q4dp4a::unpack_block<t>(reinterpret_cast<const uint32_t*>(slot + r * kStageRowBytes) + 9 * lane, dw[r],
+                                    v[r]);
+          q4dp4a::dot_block<kRows, kCols>(acc, dw, v, p.k80, [&](int j) {
+            q4dp4a::ABlock a;
+            load_a_pair(a_pair + j * p.nb * kQ8_1Bytes, t, a);
+            return a;
+          });
+        };
+        pair_block(std::integral_constant<int, 0>{});
+        pair_block(std::integral_constant<int, 1>{});
+      }
     }
-    cp_async_wait<kStages - 1>();  // this lane's copies of stage s
-    __syncwarp();                      // and every other lane's
-    if (active) {
-      const uint8_t* slot = ring + (s % kStages) * kSlotBytes;
-      auto pair_block = [&](auto tc) {
-        constexpr int t = decltype(tc)::value;
-        float dw[kRows];
-        uint32_t v[kRows][4];
+
+    // The warp's 32 partial sums of each output, by a fixed butterfly: every
+    // lane ends with every total; lane r * kCols + j stores output (r, j).
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
-          q4dp4a::unpack_block<t>(reinterpret_cast<const uint32_t*>(slot + r * kStageRowBytes) + 9 * lane, dw[r],
-                                  v[r]);
-        q4dp4a::dot_block<kRows, kCols>(acc, dw, v, p.k80, [&](int j) { return a[j][t]; });
-      };
-      pair_block(std::integral_constant<int, 0>{});
-      pair_block(std::integral_constant<int, 1>{});
-    }
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int j = 0; j < kCols; ++j)
+#pragma unroll
+        for (int o = 16; o >= 1; o /= 2) acc[r][j] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][j], o);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int j = 0; j < kCols; ++j)
+        if (lane == r * kCols + j && row0 + r < p.m) epilogue_store(ep, row0 + r, j, acc[r][j]);
   }
-
-  // The warp's 32 partial sums of each output, by a fixed butterfly: every
-  // lane ends with every total; lane r * kCols + j stores output (r, j).
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int j = 0; j < kCols; ++j)
-#pragma unroll
-      for (int o = 16; o >= 1; o /= 2) acc[r][j] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][j], o);
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int j = 0; j < kCols; ++j)
-      if (lane == r * kCols + j && row0 + r < p.m ) epilogue_store(ep, row0 + r, j, acc[r][j]);
 }
 
-// Resident CTAs per SM of one instance (device_limits.cuh): -1 without
+// Resident CTAs per SM of one instance (device_limits.cuh), with the
+// largest shared memory any call gives it (two CTAs' worth): -1 without
 // sm_90 code, 0 where the device cannot hold a CTA. The instructions are
 // sm_80's (cp.async), but the early launch behind the quantizer needs
 // griddepcontrol.wait, which an image for an older target compiles to
 // nothing: there the GEMV could read the activations before they are
 // written.
-template <int kCols, bool kA8>
+template <int kCols, int kStages>
 int resident_ctas(int device) {
-  return resident_ctas_of<gemm_ring_kernel<kCols, kA8>>(device, kThreads, kSmemBytes, 90);
+  return resident_ctas_of<gemm_ring_kernel<kCols, kStages>>(device, kThreads, kTwoCtaSmemBytes, 90);
 }
 
-// f(kernel, per_sm) for the instance that runs `g`: N = 1, A 8-byte aligned
-// (8-byte loads) or not.
+// f(kernel, per_sm, stages) for the instance that runs `g` (N = 1..kMaxCols,
+// the deepest ring that fits beside its activations); f(nullptr, -1, 0)
+// where none does.
 template <class F>
 decltype(auto) with_instance(const GemmArgs& g, F&& f) {
-  if (is_aligned(g.b.data, 8) && (g.b.rows == 1 || g.b.row_stride % 8 == 0))
-    return f(gemm_ring_kernel<1, true>, resident_ctas<1, true>(g.device.id));
-  return f(gemm_ring_kernel<1, false>, resident_ctas<1, false>(g.device.id));
+  const int stages = stages_for(g.b.rows, g.a.k / 32);
+  auto by_stages = [&](auto cols) -> decltype(auto) {
+    constexpr int kCols = decltype(cols)::value;
+    switch (stages) {
+      case 4: return f(gemm_ring_kernel<kCols, 4>, resident_ctas<kCols, 4>(g.device.id), 4);
+      case 3: return f(gemm_ring_kernel<kCols, 3>, resident_ctas<kCols, 3>(g.device.id), 3);
+      case 2: return f(gemm_ring_kernel<kCols, 2>, resident_ctas<kCols, 2>(g.device.id), 2);
+      default: return f(decltype(&gemm_ring_kernel<kCols, 4>){nullptr}, -1, 0);
+    }
+  };
+  switch (g.b.rows) {
+    case 1: return by_stages(std::integral_constant<int, 1>{});
+    case 2: return by_stages(std::integral_constant<int, 2>{});
+    case 3: return by_stages(std::integral_constant<int, 3>{});
+    default: return by_stages(std::integral_constant<int, 4>{});
+  }
 }
 
 Status launch(const GemmArgs& args, Stream stream, bool early) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
-  const Params p{static_cast<const uint8_t*>(args.a.data), static_cast<const uint8_t*>(args.b.data), args.a.rows,
-                 args.a.k / 32, args.a.row_stride, args.b.row_stride, kCodeBias};
-  return with_instance(args, [&](auto kernel, int per_sm) {
+  const int64_t nb = args.a.k / 32;
+  const Params p{static_cast<const uint8_t*>(args.a.data),
+                 static_cast<const uint8_t*>(args.b.data),
+                 args.a.rows,
+                 nb,
+                 args.a.row_stride,
+                 args.b.row_stride,
+                 kCodeBias,
+                 is_aligned(args.b.data, 16) && (args.b.rows == 1 || args.b.row_stride % 16 == 0)};
+  return with_instance(args, [&](auto kernel, int per_sm, int stages) {
     std::string why;
     if (!ctas_fit(per_sm, args.device.id, "sm_90", &why))
       return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_gemv_ring): " + why + " (" +
                                                 gemm_shape(args) + "); qg.explain shows the kernels that can run it");
-    const int64_t grid = (p.m + kCtaRows - 1) / kCtaRows;
-    launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmemBytes, to_cuda(stream), early,
-                       p, epilogue_params(args));
+    // Persistent CTAs: one wave at most, each warp taking its row pairs in
+    // turn through its ring (and the CTA's activations copied once).
+    const int64_t grid = std::min<int64_t>((p.m + kCtaRows - 1) / kCtaRows,
+                                           static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms);
+    const int64_t smem = ring_bytes(stages) + activation_bytes(args.b.rows, nb);
+    launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), static_cast<size_t>(smem),
+                       to_cuda(stream), early, p, epilogue_params(args));
     return gemm_launch_status(args);
   });
 }
@@ -245,7 +333,7 @@ bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.b.rows < 1) return no("N=" + std::to_string(args.b.rows) + ": nothing to compute");
   if (args.b.rows > kMaxCols)
     return no("N=" + std::to_string(args.b.rows) + " > " + std::to_string(kMaxCols) +
-              " (measured slower than cuda_mmvq there)");
+              " (the ring is built for N <= 4)");
   if (args.a.k % 256 != 0 || args.a.k == 0)
     return no("K=" + std::to_string(args.a.k) +
               " is not a positive multiple of 256 (stages are whole 16-byte pieces of W)");
@@ -255,12 +343,23 @@ bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not) {
               std::to_string(reinterpret_cast<uintptr_t>(args.a.data) % 16) +
               ", row stride = " + std::to_string(args.a.row_stride) + ")");
   if (!gemm_operands_aligned(args, why_not)) return false;  // A's 32-bit loads
-  // The grid is one CTA per kWarps row pairs.
-  if ((args.a.rows + kCtaRows - 1) / kCtaRows > 0x7FFFFFFF)
-    return no("M=" + std::to_string(args.a.rows) + " needs more CTAs than a grid holds");
+  if (stages_for(args.b.rows, args.a.k / 32) == 0)
+    return no("N=" + std::to_string(args.b.rows) + " x K=" + std::to_string(args.a.k) + " activations (" +
+              std::to_string(activation_bytes(args.b.rows, args.a.k / 32)) +
+              " bytes) do not fit in shared memory beside a ring of two stages");
   DeviceGuard guard(args.device.id);
-  const int per_sm = guard.error() != cudaSuccess ? -1 : with_instance(args, [](auto, int n) { return n; });
-  return ctas_fit(per_sm, args.device.id, "sm_90", why_not);
+  const int per_sm = guard.error() != cudaSuccess ? -1 : with_instance(args, [](auto, int n, int) { return n; });
+  if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
+  // From N = 3 the ring only where one wave of CTAs covers M: where warps
+  // take several row pairs (each starting its ring again), it was slower
+  // than cuda_mmvq hot (docs/architecture.md, "The ring GEMV").
+  const int64_t ctas = (args.a.rows + kCtaRows - 1) / kCtaRows;
+  const int64_t wave = static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms;
+  if (args.b.rows >= 3 && ctas > wave)
+    return no("N=" + std::to_string(args.b.rows) + " with M=" + std::to_string(args.a.rows) + " needs " +
+              std::to_string(ctas) + " CTAs, more than one wave (" + std::to_string(wave) +
+              "): measured slower than cuda_mmvq there from N = 3");
+  return true;
 }
 
 Status gemm_ring_run(const GemmArgs& args, Stream stream) { return launch(args, stream, false); }

@@ -494,10 +494,11 @@ int sm_count() {
   int sms = 0;
   return cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess ? sms : 0;
 }
-// The cp.async ring GEMV: N = 1, K % 256 == 0 and 16-byte-aligned W rows
-// on an sm_90 device (tried after the bulk GEMV and the warpgroup kernel,
-// before cuda_mmvq).
-constexpr int64_t kRingMaxN = 1;
+// The cp.async ring GEMV: N = 1..4, K % 256 == 0 and 16-byte-aligned W rows
+// on an sm_90 device, with N x K's activations small enough for shared
+// memory (tried after the bulk GEMV and the warpgroup kernel, before
+// cuda_mmvq).
+constexpr int64_t kRingMaxN = 4;
 bool ring_runs() { return kernel_takes("cuda_gemv_ring", 16, 1, 256); }
 // Decode shapes with such rows: the bulk GEMV where it takes the shape,
 // else the warpgroup kernel for N = 7..8 where that runs (M >= 128), else
@@ -642,13 +643,17 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
   EXPECT_NE(tester.refusals().find("row groups of 32"), std::string::npos) << tester.refusals();
 }
 
-// The ring GEMV's stages (64 blocks) and rings (4 slots a warp): K = 256 is
-// one short stage, K = 2304 a full one and a short one of 8 blocks, K =
-// 14336 seven stages (the ring wraps); M = 1, an odd M (the last warp's
-// second row is past M), and rows for several CTAs; W rows padded by 16
-// bytes (still 16-byte aligned); A by 8-byte loads, and by 4-byte ones (A's
-// base 4 mod 8). Forced by name, every N it takes; N = 2 is refused. The
-// last case runs twice: bit-identical.
+// The ring GEMV's stages (64 blocks) and rings (2 to 4 slots a warp, by
+// N x K): K = 256 is one short stage, K = 2304 a full one and a short one of
+// 8 blocks, K = 14336 seven stages (the ring wraps; at N = 3 and 4 a ring of
+// three and two slots beside the activations); M = 1, an odd M (the last
+// warp's second row is past M), and rows for several CTAs; W rows padded by
+// 16 bytes (still 16-byte aligned); A copied into shared memory by 16-byte
+// pieces, and by 4-byte ones (A's base 4 or 8 mod 16, or a padded row
+// stride); more rows than one wave of CTAs holds. Forced by name, every N it
+// takes; N = 5, activations too large for shared memory, and N = 3 past one
+// wave are refused. The last case runs twice:
+// bit-identical.
 TEST_F(CudaBackend, GemvRingStagesAndTails) {
   if (!ring_runs()) GTEST_SKIP() << "cuda_gemv_ring does not run on cuda:0";
   uint32_t seed = kSeed + 280;
@@ -658,25 +663,40 @@ TEST_F(CudaBackend, GemvRingStagesAndTails) {
         {1, n, 256, 0, 0, 0, 0, 0, nullptr, kRing},        // one short stage
         {61, n, 2304, 0, 0, 0, 0, 0, nullptr, kRing},      // a full stage and 8 blocks; odd M
         {300, n, 14336, 16, 0, 1, 0, 0, nullptr, kRing},   // the ring wraps; padded W rows and C
-        {45, n, 4096, 0, 0, 0, 0, 4, nullptr, kRing},      // A's base 4 mod 8: 4-byte A loads
-        {45, n, 4096, 0, 0, 0, 0, 8, nullptr, kRing},      // A's base 8 mod 16: 8-byte A loads
+        {45, n, 4096, 0, 4, 0, 0, 0, nullptr, kRing},      // A's rows 4 bytes longer: 4-byte copies from row 2
+        {45, n, 4096, 0, 0, 0, 0, 4, nullptr, kRing},      // A's base 4 mod 16: 4-byte copies
+        {45, n, 4096, 0, 0, 0, 0, 8, nullptr, kRing},      // A's base 8 mod 16: 4-byte copies
     };
     for (const GemmCase& g : cases) run_gemm_case(g, nullptr, seed++, nullptr);
   }
+  // More rows than one wave of CTAs (two an SM): the persistent CTAs' warps
+  // take several row pairs in turn (N <= 2; from N = 3 refused, below).
+  const int64_t past_wave = 16 * 4 * sm_count() + 19;
+  for (int64_t n : {1, 2}) run_gemm_case({past_wave, n, 2304, 0, 0, 0, 0, 0, nullptr, kRing}, nullptr, seed++, nullptr);
   {
     qgtest::CudaMemory mem;
     qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kRing, mem);
     QG_SEEDED_RNG(rng, 2201);
-    qgtest::GemmCase two = qgtest::random_case(rng, 64, kRingMaxN + 1, 4096);
-    EXPECT_FALSE(tester.run_and_check(two)) << "N = 2 should be refused";
-    EXPECT_NE(tester.refusals().find("N=2 > 1"), std::string::npos) << tester.refusals();
+    qgtest::GemmCase five = qgtest::random_case(rng, 64, kRingMaxN + 1, 4096);
+    EXPECT_FALSE(tester.run_and_check(five)) << "N = 5 should be refused";
+    EXPECT_NE(tester.refusals().find("N=5 > 4"), std::string::npos) << tester.refusals();
+    // 4 x 576 blocks of activations (82944 bytes) leave no room for two
+    // stages of the ring with two CTAs an SM.
+    qgtest::GemmCase wide = qgtest::random_case(rng, 64, kRingMaxN, 18432);
+    EXPECT_FALSE(tester.run_and_check(wide)) << "N = 4, K = 18432 should be refused";
+    EXPECT_NE(tester.refusals().find("do not fit in shared memory"), std::string::npos) << tester.refusals();
+    qgtest::GemmCase tall = qgtest::random_case(rng, past_wave, 3, 2304);
+    EXPECT_FALSE(tester.run_and_check(tall)) << "N = 3 past one wave of CTAs should be refused";
+    EXPECT_NE(tester.refusals().find("more than one wave"), std::string::npos) << tester.refusals();
   }
-  const GemmCase g{257, kRingMaxN, 14336 + 256, 0, 0, 0, 0, 0, nullptr, kRing};
-  std::vector<float> first, again;
-  run_gemm_case(g, nullptr, seed, &first);
-  run_gemm_case(g, nullptr, seed, &again);
-  ASSERT_EQ(first.size(), again.size());
-  EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * 4)) << describe(g);
+  for (int64_t n : {int64_t{1}, kRingMaxN}) {
+    const GemmCase g{257, n, 14336 + 256, 0, 0, 0, 0, 0, nullptr, kRing};
+    std::vector<float> first, again;
+    run_gemm_case(g, nullptr, seed, &first);
+    run_gemm_case(g, nullptr, seed, &again);
+    ASSERT_EQ(first.size(), again.size());
+    EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * 4)) << describe(g);
+  }
 }
 
 TEST_F(CudaBackend, GemmMisalignedOperandsUseGeneric) {

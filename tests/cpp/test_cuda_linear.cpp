@@ -206,13 +206,13 @@ Case biased_layer(int64_t n) {
 
 // Weights written by the work just before a call (a copy on the same
 // stream) are the weights it reads. On sm_90a up to 512 tokens the
-// warpgroup GEMM, and on sm_90 the ring GEMV (N = 1 here), request
+// warpgroup GEMM, and on sm_90 the ring GEMV (N = 1 and 3 here), request
 // their first stages of W before they wait for the quantizer (programmatic
 // dependent launch), which is right only because the quantizer starts after
 // everything before it on the stream.
 TEST_F(CudaLinear, WeightsWrittenJustBeforeTheCall) {
   QG_SEEDED_RNG(rng, 7);
-  for (int64_t n : {1, 16, 128, 512}) {
+  for (int64_t n : {1, 3, 16, 128, 512}) {
     const Case c = biased_layer(n);
     SCOPED_TRACE(c.describe());
     qgtest::linear::HostData first = qgtest::linear::make_data(c, rng);

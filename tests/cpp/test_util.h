@@ -695,14 +695,14 @@ struct Shape {
   int64_t m, n, k;
 };
 // Tails of every tile (CPU 16 x 64, CUDA 64 x 64 and N <= 8), M = 1, N = 1,
-// K = 32; and N = 1 and 7..8 with K a multiple of 256 (the ring and bulk
+// K = 32; and N = 1..4 and 7..8 with K a multiple of 256 (the ring and bulk
 // GEMVs' shapes).
 inline const std::vector<Shape>& shapes() {
   static const std::vector<Shape> s = {
       {1, 1, 32},    {1, 7, 64}, {3, 5, 96},   {17, 9, 320}, {33, 65, 1024}, {64, 1, 4096},
       {5, 130, 256}, {1, 8, 32}, {1, 9, 32},   {16, 64, 64}, {17, 65, 96},   {2, 3, 32 * 7},
       {70, 4, 160},  {65, 66, 96}, {33, 7, 512}, {3, 8, 256},   {5, 1, 512},    {37, 1, 2304},
-      {19, 1, 256},
+      {19, 1, 256},  {33, 2, 512}, {5, 3, 2304}, {19, 4, 256},
   };
   return s;
 }
