@@ -152,12 +152,14 @@ __device__ __forceinline__ void copy_activations(const Params& p, uint8_t* dst) 
   cp_async_commit();
 }
 
-// Registers: __launch_bounds__ allows 128 a thread; ptxas takes 83 at N = 1,
-// which (allocated 256 a warp) leaves room for two CTAs an SM, 16 warps.
-// Three (at most 80 registers, __launch_bounds__(kThreads, 3)) were level to
-// 4 % faster cold, but with three stages 17 % slower in linear_q4_0's CUDA
-// graph at 4096 x 14336; four stages at three CTAs were not timed there
-// (docs/architecture.md, the geometry table).
+// Registers: __launch_bounds__ allows 128 a thread; ptxas takes 53-56 at
+// N = 1 and 70-96 at N = 2..4 (the activation words are loaded from shared
+// memory just before their DP4As, not held a stage ahead), and shared memory
+// is sized for two CTAs an SM, 16 warps. With global activation loads (83
+// registers at N = 1), three CTAs an SM (__launch_bounds__(kThreads, 3),
+// three stages) were level to 4 % faster cold but 17 % slower in
+// linear_q4_0's CUDA graph at 4096 x 14336 (docs/architecture.md, the
+// geometry table); not tried since.
 template <int kCols, int kStages>
 __global__ void __launch_bounds__(kThreads, 2) gemm_ring_kernel(Params p, EpilogueParams ep) {
   extern __shared__ __align__(16) uint8_t smem[];
