@@ -76,7 +76,7 @@ __device__ __forceinline__ int q4_0_codes_minus_8(uint32_t nibbles) {
 // cuda_gemv_bulk: N = 7..8 on sm_90, W by bulk copies, int8 mma.sync.
 bool gemm_bulk_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_bulk_run(const GemmArgs& args, Stream stream);
-// cuda_gemv_ring: N = 1..4 on sm_90, W through a cp.async ring a warp, A in shared memory, DP4A.
+// cuda_gemv_ring: N = 1..6 on sm_90, W through a cp.async ring a warp, A in shared memory, DP4A.
 bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_ring_run(const GemmArgs& args, Stream stream);
 Status gemm_ring_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream);

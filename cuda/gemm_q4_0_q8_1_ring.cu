@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: MIT
-// cuda/gemm_q4_0_q8_1_ring.cu: Q4_0 x Q8_1 decode at N = 1..4 on sm_90, W
+// cuda/gemm_q4_0_q8_1_ring.cu: Q4_0 x Q8_1 decode at N = 1..6 on sm_90, W
 // streamed through a ring of shared-memory stages by cp.async, one ring a
 // warp, the activations in shared memory, and DP4A on them.
 //
 // Measured on an H200 (docs/architecture.md, "The ring GEMV"): at 4096 x
 // 14336, cold, 13.4-13.6 us at N = 1 against cuda_mmvq's 17.0 (the read
 // floor, a kernel that only reads the 33 MB, 12.2), 14.3-16.7 at N = 2..4
-// against 18.1-21.7; linear_q4_0 in a CUDA graph 8.5-8.6 us at N = 1.
-// Which geometry (4 stages of 64 blocks, 8 warps of 2 rows a CTA), why the
-// activations sit in shared memory and where N = 3..4 run: the same section.
+// against 18.1-21.7, 18.8-19.7 at N = 5..6 against 23.0-24.6; linear_q4_0
+// in a CUDA graph 8.6-8.7 us at N = 1. Which geometry (2 to 4 stages of 64
+// blocks, 8 or 16 warps of 2 rows a CTA), why the activations sit in shared
+// memory and where N = 3..6 run: the same section.
 //
 // Why not cuda_mmvq's way. The GEMV loads W into registers, a lane two
 // 144-byte chunks (one of each of its two rows) at a time, and at 4096 x
@@ -40,8 +41,8 @@
 // words apart). Read from global memory instead (L1/L2), those 72 bytes a
 // lane are a warp instruction over 18 lines, nine of them a column and
 // stage: from N = 2 they cost more than the ring saved (docs/architecture.md,
-// "The ring GEMV"). Where N x K is too large to sit beside the ring with two
-// CTAs an SM, can_run refuses and cuda_mmvq runs.
+// "The ring GEMV"). Where N x K is too large to sit beside a ring of two
+// stages, can_run refuses and cuda_mmvq runs.
 //
 // linear_q4_0 (run_quantizing): the quantizer runs first and lets this
 // kernel start early (grid_dependency.cuh); the first kStages - 1 stages of
@@ -70,20 +71,22 @@ constexpr int kStageBlocks = 64;                           // a block pair a lan
 constexpr int kStageRowBytes = kStageBlocks * kQ4_0Bytes;  // 1152
 constexpr int kSlotBytes = kRows * kStageRowBytes;         // 2304
 constexpr int kMaxStages = 4;                              // ring slots of a warp, at most
-constexpr int kWarps = 8;                                  // rings of a CTA
-constexpr int kThreads = 32 * kWarps;
-constexpr int kCtaRows = kWarps * kRows;
-// N it takes, the widths built and measured (N = 3..4 only in one wave of
-// CTAs: can_run). From N = 5 a ring beside K = 14336's activations would be
-// down to two stages; not built.
-constexpr int kMaxCols = 4;
-// Two CTAs an SM: sm_90 has 228 KB of shared memory an SM and reserves 1 KB
-// a CTA. The rings (kStages x 2304 bytes a warp, 72 KB a CTA at four) and
-// the activations (N x K / 32 x 36 bytes) share a CTA's half.
+// Rings of a CTA: 8 (two CTAs an SM) or 16 (one CTA an SM, the activations
+// copied once an SM), by N (pick_warps).
+// N it takes, the widths built and measured (N = 3..6 only in one wave of
+// CTAs: can_run). At N = 7..8 cuda_gemv_bulk (int8 mma.sync) runs first; the
+// ring's DP4As grow with every column.
+constexpr int kMaxCols = 6;
+// Shared memory a CTA: sm_90 has 228 KB an SM and reserves 1 KB a CTA. The
+// rings (kStages x 2304 bytes a warp, 72 KB for 8 warps at four stages) and
+// the activations (N x K / 32 x 36 bytes) share half of it with 8 warps
+// (two CTAs an SM), all a CTA may take with 16.
 constexpr int kTwoCtaSmemBytes = (228 * 1024 - 2 * 1024) / 2;
-__host__ __device__ constexpr int ring_bytes(int stages) { return kWarps * stages * kSlotBytes; }
+constexpr int kOneCtaSmemBytes = 227 * 1024;  // sm_90's most a CTA may take
+__host__ __device__ constexpr int ring_bytes(int stages, int warps) { return warps * stages * kSlotBytes; }
+constexpr int smem_budget(int warps) { return warps == 8 ? kTwoCtaSmemBytes : kOneCtaSmemBytes; }
 static_assert(kStageRowBytes % 16 == 0, "a stage's row bytes must be whole 16-byte pieces");
-static_assert(ring_bytes(kMaxStages) % 16 == 0, "the activations start 16-byte aligned");
+static_assert(ring_bytes(kMaxStages, 8) % 16 == 0, "the activations start 16-byte aligned");
 
 struct Params {
   const uint8_t* w;
@@ -98,9 +101,9 @@ int64_t activation_bytes(int64_t n, int64_t nb) { return n * nb * kQ8_1Bytes; }
 
 // The deepest ring (kMaxStages down to 2) beside N x K's activations with
 // two CTAs an SM; 0 if even two stages do not fit.
-int stages_for(int64_t n, int64_t nb) {
+int stages_for(int64_t n, int64_t nb, int warps) {
   for (int s = kMaxStages; s >= 2; --s)
-    if (ring_bytes(s) + activation_bytes(n, nb) <= kTwoCtaSmemBytes) return s;
+    if (ring_bytes(s, warps) + activation_bytes(n, nb) <= smem_budget(warps)) return s;
   return 0;
 }
 
@@ -138,13 +141,13 @@ __device__ __forceinline__ void copy_activations(const Params& p, uint8_t* dst) 
   const uint32_t base = smem_u32(dst);
   if (p.x16) {
     const int64_t pieces = row_bytes / 16;  // nb % 8 == 0
-    for (int64_t i = threadIdx.x; i < kCols * pieces; i += kThreads) {
+    for (int64_t i = threadIdx.x; i < kCols * pieces; i += blockDim.x) {
       const int64_t j = i / pieces, q = i % pieces;
       cp_async<16>(base + static_cast<uint32_t>(j * row_bytes + 16 * q), p.x + j * p.ldx + 16 * q, 16);
     }
   } else {
     const int64_t words = row_bytes / 4;
-    for (int64_t i = threadIdx.x; i < kCols * words; i += kThreads) {
+    for (int64_t i = threadIdx.x; i < kCols * words; i += blockDim.x) {
       const int64_t j = i / words, q = i % words;
       cp_async<4>(base + static_cast<uint32_t>(j * row_bytes + 4 * q), p.x + j * p.ldx + 4 * q, 4);
     }
@@ -153,15 +156,15 @@ __device__ __forceinline__ void copy_activations(const Params& p, uint8_t* dst) 
 }
 
 // Registers: __launch_bounds__ allows 128 a thread; ptxas takes 53-56 at
-// N = 1 and 70-96 at N = 2..4 (the activation words are loaded from shared
+// N = 1 and 70-108 at N = 2..6 (the activation words are loaded from shared
 // memory just before their DP4As, not held a stage ahead), and shared memory
-// is sized for two CTAs an SM, 16 warps. With global activation loads (83
-// registers at N = 1), three CTAs an SM (__launch_bounds__(kThreads, 3),
-// three stages) were level to 4 % faster cold but 17 % slower in
+// is sized for 16 warps an SM (two CTAs of 8, one of 16). With global
+// activation loads (83 registers at N = 1), three CTAs of 8 warps an SM
+// (three stages) were level to 4 % faster cold but 17 % slower in
 // linear_q4_0's CUDA graph at 4096 x 14336 (docs/architecture.md, the
 // geometry table); not tried since.
-template <int kCols, int kStages>
-__global__ void __launch_bounds__(kThreads, 2) gemm_ring_kernel(Params p, EpilogueParams ep) {
+template <int kCols, int kStages, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Params p, EpilogueParams ep) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // Persistent CTAs: the warp's row pairs are pair0, pair0 + pairs_step, ...
@@ -170,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_ring_kernel(Params p, Epilog
   const int64_t pairs_step = static_cast<int64_t>(gridDim.x) * kWarps * kRows;
   int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRows;
   uint8_t* ring = smem + warp * (kStages * kSlotBytes);
-  const uint8_t* act = smem + ring_bytes(kStages);
+  const uint8_t* act = smem + ring_bytes(kStages, kWarps);
   const int stages = static_cast<int>((p.nb + kStageBlocks - 1) / kStageBlocks);
 
   // Stage s of rows row0, row0 + 1 into its slot: lane l copies pieces l,
@@ -201,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_ring_kernel(Params p, Epilog
   };
   prologue();
   wait_prerequisite();  // A may be the previous kernel's output (linear_q4_0's quantizer)
-  copy_activations<kCols>(p, smem + ring_bytes(kStages));
+  copy_activations<kCols>(p, smem + ring_bytes(kStages, kWarps));
   cp_async_wait<0>();  // the activations (and the first stages, requested before them)
   __syncthreads();     // every thread's copies of the activations; no CTA barrier below
 
@@ -268,31 +271,46 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_ring_kernel(Params p, Epilog
 // griddepcontrol.wait, which an image for an older target compiles to
 // nothing: there the GEMV could read the activations before they are
 // written.
-template <int kCols, int kStages>
+template <int kCols, int kStages, int kWarps>
 int resident_ctas(int device) {
-  return resident_ctas_of<gemm_ring_kernel<kCols, kStages>>(device, kThreads, kTwoCtaSmemBytes, 90);
+  return resident_ctas_of<gemm_ring_kernel<kCols, kStages, kWarps>>(device, 32 * kWarps, smem_budget(kWarps), 90);
 }
 
-// f(kernel, per_sm, stages) for the instance that runs `g` (N = 1..kMaxCols,
-// the deepest ring that fits beside its activations); f(nullptr, -1, 0)
-// where none does.
+// Rings a CTA for N columns: 8 (two CTAs an SM) up to N = 4, 16 (one CTA an
+// SM) from N = 5, where two CTAs' copies of K = 14336's activations leave
+// no room for a ring. Measured on an H200 (docs/architecture.md, "The
+// activations in shared memory, N = 1..6"): at N = 5..6 16 warps were
+// 14-20 % faster than cuda_mmvq; at N = 3..4 they were 4-8 % faster than 8
+// warps in a CUDA graph but 3-5 % slower cold, at N = 1..2 level or slower.
+int pick_warps(int64_t n) { return n <= 4 ? 8 : 16; }
+
+// f(kernel, per_sm, stages, warps) for the instance that runs `g` (N =
+// 1..kMaxCols, the deepest ring that fits beside its activations);
+// f(nullptr, -1, 0, warps) where none does.
 template <class F>
 decltype(auto) with_instance(const GemmArgs& g, F&& f) {
-  const int stages = stages_for(g.b.rows, g.a.k / 32);
-  auto by_stages = [&](auto cols) -> decltype(auto) {
-    constexpr int kCols = decltype(cols)::value;
+  const int warps = pick_warps(g.b.rows);
+  const int stages = stages_for(g.b.rows, g.a.k / 32, warps);
+  auto by_warps = [&](auto cols, auto w) -> decltype(auto) {
+    constexpr int kCols = decltype(cols)::value, kW = decltype(w)::value;
     switch (stages) {
-      case 4: return f(gemm_ring_kernel<kCols, 4>, resident_ctas<kCols, 4>(g.device.id), 4);
-      case 3: return f(gemm_ring_kernel<kCols, 3>, resident_ctas<kCols, 3>(g.device.id), 3);
-      case 2: return f(gemm_ring_kernel<kCols, 2>, resident_ctas<kCols, 2>(g.device.id), 2);
-      default: return f(decltype(&gemm_ring_kernel<kCols, 4>){nullptr}, -1, 0);
+      case 4: return f(gemm_ring_kernel<kCols, 4, kW>, resident_ctas<kCols, 4, kW>(g.device.id), 4, kW);
+      case 3: return f(gemm_ring_kernel<kCols, 3, kW>, resident_ctas<kCols, 3, kW>(g.device.id), 3, kW);
+      case 2: return f(gemm_ring_kernel<kCols, 2, kW>, resident_ctas<kCols, 2, kW>(g.device.id), 2, kW);
+      default: return f(decltype(&gemm_ring_kernel<kCols, 4, kW>){nullptr}, -1, 0, kW);
     }
   };
+  auto by_cols = [&](auto cols) -> decltype(auto) {
+    if (warps == 16) return by_warps(cols, std::integral_constant<int, 16>{});
+    return by_warps(cols, std::integral_constant<int, 8>{});
+  };
   switch (g.b.rows) {
-    case 1: return by_stages(std::integral_constant<int, 1>{});
-    case 2: return by_stages(std::integral_constant<int, 2>{});
-    case 3: return by_stages(std::integral_constant<int, 3>{});
-    default: return by_stages(std::integral_constant<int, 4>{});
+    case 1: return by_cols(std::integral_constant<int, 1>{});
+    case 2: return by_cols(std::integral_constant<int, 2>{});
+    case 3: return by_cols(std::integral_constant<int, 3>{});
+    case 4: return by_cols(std::integral_constant<int, 4>{});
+    case 5: return by_cols(std::integral_constant<int, 5>{});
+    default: return by_cols(std::integral_constant<int, 6>{});
   }
 }
 
@@ -309,17 +327,18 @@ Status launch(const GemmArgs& args, Stream stream, bool early) {
                  args.b.row_stride,
                  kCodeBias,
                  is_aligned(args.b.data, 16) && (args.b.rows == 1 || args.b.row_stride % 16 == 0)};
-  return with_instance(args, [&](auto kernel, int per_sm, int stages) {
+  return with_instance(args, [&](auto kernel, int per_sm, int stages, int warps) {
     std::string why;
     if (!ctas_fit(per_sm, args.device.id, "sm_90", &why))
       return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_gemv_ring): " + why + " (" +
                                                 gemm_shape(args) + "); qg.explain shows the kernels that can run it");
     // Persistent CTAs: one wave at most, each warp taking its row pairs in
     // turn through its ring (and the CTA's activations copied once).
-    const int64_t grid = std::min<int64_t>((p.m + kCtaRows - 1) / kCtaRows,
+    const int64_t cta_rows = warps * kRows;
+    const int64_t grid = std::min<int64_t>((p.m + cta_rows - 1) / cta_rows,
                                            static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms);
-    const int64_t smem = ring_bytes(stages) + activation_bytes(args.b.rows, nb);
-    launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), static_cast<size_t>(smem),
+    const int64_t smem = ring_bytes(stages, warps) + activation_bytes(args.b.rows, nb);
+    launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(32 * warps), static_cast<size_t>(smem),
                        to_cuda(stream), early, p, epilogue_params(args));
     return gemm_launch_status(args);
   });
@@ -335,7 +354,7 @@ bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.b.rows < 1) return no("N=" + std::to_string(args.b.rows) + ": nothing to compute");
   if (args.b.rows > kMaxCols)
     return no("N=" + std::to_string(args.b.rows) + " > " + std::to_string(kMaxCols) +
-              " (the ring is built for N <= 4)");
+              " (cuda_gemv_bulk and cuda_wgmma take more columns)");
   if (args.a.k % 256 != 0 || args.a.k == 0)
     return no("K=" + std::to_string(args.a.k) +
               " is not a positive multiple of 256 (stages are whole 16-byte pieces of W)");
@@ -345,17 +364,18 @@ bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not) {
               std::to_string(reinterpret_cast<uintptr_t>(args.a.data) % 16) +
               ", row stride = " + std::to_string(args.a.row_stride) + ")");
   if (!gemm_operands_aligned(args, why_not)) return false;  // A's 32-bit loads
-  if (stages_for(args.b.rows, args.a.k / 32) == 0)
+  if (stages_for(args.b.rows, args.a.k / 32, pick_warps(args.b.rows)) == 0)
     return no("N=" + std::to_string(args.b.rows) + " x K=" + std::to_string(args.a.k) + " activations (" +
               std::to_string(activation_bytes(args.b.rows, args.a.k / 32)) +
               " bytes) do not fit in shared memory beside a ring of two stages");
   DeviceGuard guard(args.device.id);
-  const int per_sm = guard.error() != cudaSuccess ? -1 : with_instance(args, [](auto, int n, int) { return n; });
+  const int per_sm = guard.error() != cudaSuccess ? -1 : with_instance(args, [](auto, int n, int, int) { return n; });
   if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
   // From N = 3 the ring only where one wave of CTAs covers M: where warps
   // take several row pairs (each starting its ring again), it was slower
-  // than cuda_mmvq hot (docs/architecture.md, "The ring GEMV").
-  const int64_t ctas = (args.a.rows + kCtaRows - 1) / kCtaRows;
+  // than cuda_mmvq hot at N = 3..4 (docs/architecture.md, "The ring GEMV").
+  const int64_t cta_rows = pick_warps(args.b.rows) * kRows;
+  const int64_t ctas = (args.a.rows + cta_rows - 1) / cta_rows;
   const int64_t wave = static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms;
   if (args.b.rows >= 3 && ctas > wave)
     return no("N=" + std::to_string(args.b.rows) + " with M=" + std::to_string(args.a.rows) + " needs " +

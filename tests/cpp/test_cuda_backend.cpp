@@ -494,11 +494,11 @@ int sm_count() {
   int sms = 0;
   return cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess ? sms : 0;
 }
-// The cp.async ring GEMV: N = 1..4, K % 256 == 0 and 16-byte-aligned W rows
+// The cp.async ring GEMV: N = 1..6, K % 256 == 0 and 16-byte-aligned W rows
 // on an sm_90 device, with N x K's activations small enough for shared
 // memory (tried after the bulk GEMV and the warpgroup kernel, before
 // cuda_mmvq).
-constexpr int64_t kRingMaxN = 4;
+constexpr int64_t kRingMaxN = 6;
 bool ring_runs() { return kernel_takes("cuda_gemv_ring", 16, 1, 256); }
 // Decode shapes with such rows: the bulk GEMV where it takes the shape,
 // else the warpgroup kernel for N = 7..8 where that runs (M >= 128), else
@@ -644,14 +644,15 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
 }
 
 // The ring GEMV's stages (64 blocks) and rings (2 to 4 slots a warp, by
-// N x K): K = 256 is one short stage, K = 2304 a full one and a short one of
-// 8 blocks, K = 14336 seven stages (the ring wraps; at N = 3 and 4 a ring of
-// three and two slots beside the activations); M = 1, an odd M (the last
+// N x K; 8 warps a CTA up to N = 4, 16 at N = 5..6): K = 256 is one short
+// stage, K = 2304 a full one and a short one of 8 blocks, K = 14336 seven
+// stages (the ring wraps; at N = 3 and 4 a ring of three and two slots
+// beside the activations, at N = 5 and 6 of three); M = 1, an odd M (the last
 // warp's second row is past M), and rows for several CTAs; W rows padded by
 // 16 bytes (still 16-byte aligned); A copied into shared memory by 16-byte
 // pieces, and by 4-byte ones (A's base 4 or 8 mod 16, or a padded row
 // stride); more rows than one wave of CTAs holds. Forced by name, every N it
-// takes; N = 5, activations too large for shared memory, and N = 3 past one
+// takes; N = 7, activations too large for shared memory, and N = 3 past one
 // wave are refused. The last case runs twice:
 // bit-identical.
 TEST_F(CudaBackend, GemvRingStagesAndTails) {
@@ -678,12 +679,11 @@ TEST_F(CudaBackend, GemvRingStagesAndTails) {
     qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kRing, mem);
     QG_SEEDED_RNG(rng, 2201);
     qgtest::GemmCase five = qgtest::random_case(rng, 64, kRingMaxN + 1, 4096);
-    EXPECT_FALSE(tester.run_and_check(five)) << "N = 5 should be refused";
-    EXPECT_NE(tester.refusals().find("N=5 > 4"), std::string::npos) << tester.refusals();
-    // 4 x 576 blocks of activations (82944 bytes) leave no room for two
-    // stages of the ring with two CTAs an SM.
-    qgtest::GemmCase wide = qgtest::random_case(rng, 64, kRingMaxN, 18432);
-    EXPECT_FALSE(tester.run_and_check(wide)) << "N = 4, K = 18432 should be refused";
+    EXPECT_FALSE(tester.run_and_check(five)) << "N = 7 should be refused";
+    EXPECT_NE(tester.refusals().find("N=7 > 6"), std::string::npos) << tester.refusals();
+    // 6 x 736 blocks of activations leave no room for two stages of the ring.
+    qgtest::GemmCase wide = qgtest::random_case(rng, 64, kRingMaxN, 23552);
+    EXPECT_FALSE(tester.run_and_check(wide)) << "N = 6, K = 23552 should be refused";
     EXPECT_NE(tester.refusals().find("do not fit in shared memory"), std::string::npos) << tester.refusals();
     qgtest::GemmCase tall = qgtest::random_case(rng, past_wave, 3, 2304);
     EXPECT_FALSE(tester.run_and_check(tall)) << "N = 3 past one wave of CTAs should be refused";
