@@ -71,16 +71,15 @@ constexpr int kStageBlocks = 64;                           // a block pair a lan
 constexpr int kStageRowBytes = kStageBlocks * kQ4_0Bytes;  // 1152
 constexpr int kSlotBytes = kRows * kStageRowBytes;         // 2304
 constexpr int kMaxStages = 4;                              // ring slots of a warp, at most
-// Rings of a CTA: 8 (two CTAs an SM) or 16 (one CTA an SM, the activations
-// copied once an SM), by N (pick_warps).
 // N it takes, the widths built and measured (N = 3..6 only in one wave of
 // CTAs: can_run). At N = 7..8 cuda_gemv_bulk (int8 mma.sync) runs first; the
 // ring's DP4As grow with every column.
 constexpr int kMaxCols = 6;
-// Shared memory a CTA: sm_90 has 228 KB an SM and reserves 1 KB a CTA. The
-// rings (kStages x 2304 bytes a warp, 72 KB for 8 warps at four stages) and
-// the activations (N x K / 32 x 36 bytes) share half of it with 8 warps
-// (two CTAs an SM), all a CTA may take with 16.
+// Rings (warps) a CTA: 8, two CTAs an SM, or 16, one CTA an SM that holds
+// the activations once (pick_warps). Shared memory a CTA: sm_90 has 228 KB
+// an SM and reserves 1 KB a CTA. The rings (kStages x 2304 bytes a warp, 72
+// KB for 8 warps at four stages) and the activations (N x K / 32 x 36
+// bytes) share half of it with 8 warps, all a CTA may take with 16.
 constexpr int kTwoCtaSmemBytes = (228 * 1024 - 2 * 1024) / 2;
 constexpr int kOneCtaSmemBytes = 227 * 1024;  // sm_90's most a CTA may take
 __host__ __device__ constexpr int ring_bytes(int stages, int warps) { return warps * stages * kSlotBytes; }
@@ -99,16 +98,16 @@ struct Params {
 // Activation bytes in shared memory: kCols rows of nb whole Q8_1 blocks.
 int64_t activation_bytes(int64_t n, int64_t nb) { return n * nb * kQ8_1Bytes; }
 
-// The deepest ring (kMaxStages down to 2) beside N x K's activations with
-// two CTAs an SM; 0 if even two stages do not fit.
+// The deepest ring (kMaxStages down to 2) beside N x K's activations in a
+// CTA of `warps` rings; 0 if even two stages do not fit.
 int stages_for(int64_t n, int64_t nb, int warps) {
   for (int s = kMaxStages; s >= 2; --s)
     if (ring_bytes(s, warps) + activation_bytes(n, nb) <= smem_budget(warps)) return s;
   return 0;
 }
 
-// Lane `lane`'s two A blocks of one column: 72 bytes at p in shared memory,
-// 8-byte aligned.
+// Block t (0, 1) of a lane's pair of A blocks of one column, the pair 72
+// bytes at p in shared memory, 8-byte aligned: d_a and the 32 codes.
 __device__ __forceinline__ void load_a_pair(const uint8_t* p, int t, q4dp4a::ABlock& a) {
   uint32_t w[9];
   const uint8_t* q = p + 36 * t;  // block t of the pair: 4-byte aligned, 8-byte for t = 0
@@ -265,7 +264,7 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
 }
 
 // Resident CTAs per SM of one instance (device_limits.cuh), with the
-// largest shared memory any call gives it (two CTAs' worth): -1 without
+// largest shared memory any call gives it (smem_budget): -1 without
 // sm_90 code, 0 where the device cannot hold a CTA. The instructions are
 // sm_80's (cp.async), but the early launch behind the quantizer needs
 // griddepcontrol.wait, which an image for an older target compiles to
