@@ -647,7 +647,7 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
 // N x K; 8 warps a CTA up to N = 4, 16 at N = 5..6): K = 256 is one short
 // stage, K = 2304 a full one and a short one of 8 blocks, K = 14336 seven
 // stages (the ring wraps; at N = 3 and 4 a ring of three and two slots
-// beside the activations, at N = 5 and 6 of three); M = 1, an odd M (the last
+// beside the activations, at N = 5 and 6 of four and three); M = 1, an odd M (the last
 // warp's second row is past M), and rows for several CTAs; W rows padded by
 // 16 bytes (still 16-byte aligned); A copied into shared memory by 16-byte
 // pieces, and by 4-byte ones (A's base 4 or 8 mod 16, or a padded row
