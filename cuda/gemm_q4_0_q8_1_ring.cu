@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
   const int64_t pairs_step = static_cast<int64_t>(gridDim.x) * kWarps * kRows;
   int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRows;
   uint8_t* ring = smem + warp * (kStages * kSlotBytes);
-  const uint8_t* act = smem + ring_bytes(kStages, kWarps);
+  uint8_t* act = smem + ring_bytes(kStages, kWarps);  // A's kCols rows
   const int stages = static_cast<int>((p.nb + kStageBlocks - 1) / kStageBlocks);
 
   // Stage s of rows row0, row0 + 1 into its slot: lane l copies pieces l,
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
   };
   prologue();
   wait_prerequisite();  // A may be the previous kernel's output (linear_q4_0's quantizer)
-  copy_activations<kCols>(p, smem + ring_bytes(kStages, kWarps));
+  copy_activations<kCols>(p, act);
   cp_async_wait<0>();  // the activations (and the first stages, requested before them)
   __syncthreads();     // every thread's copies of the activations; no CTA barrier below
 

@@ -664,7 +664,7 @@ TEST_F(CudaBackend, GemvRingStagesAndTails) {
         {1, n, 256, 0, 0, 0, 0, 0, nullptr, kRing},        // one short stage
         {61, n, 2304, 0, 0, 0, 0, 0, nullptr, kRing},      // a full stage and 8 blocks; odd M
         {300, n, 14336, 16, 0, 1, 0, 0, nullptr, kRing},   // the ring wraps; padded W rows and C
-        {45, n, 4096, 0, 4, 0, 0, 0, nullptr, kRing},      // A's rows 4 bytes longer: 4-byte copies from row 2
+        {45, n, 4096, 0, 4, 0, 0, 0, nullptr, kRing},      // A's row stride 4 mod 16: 4-byte copies
         {45, n, 4096, 0, 0, 0, 0, 4, nullptr, kRing},      // A's base 4 mod 16: 4-byte copies
         {45, n, 4096, 0, 0, 0, 0, 8, nullptr, kRing},      // A's base 8 mod 16: 4-byte copies
     };
@@ -678,8 +678,8 @@ TEST_F(CudaBackend, GemvRingStagesAndTails) {
     qgtest::CudaMemory mem;
     qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kRing, mem);
     QG_SEEDED_RNG(rng, 2201);
-    qgtest::GemmCase five = qgtest::random_case(rng, 64, kRingMaxN + 1, 4096);
-    EXPECT_FALSE(tester.run_and_check(five)) << "N = 7 should be refused";
+    qgtest::GemmCase seven = qgtest::random_case(rng, 64, kRingMaxN + 1, 4096);
+    EXPECT_FALSE(tester.run_and_check(seven)) << "N = 7 should be refused";
     EXPECT_NE(tester.refusals().find("N=7 > 6"), std::string::npos) << tester.refusals();
     // 6 x 736 blocks of activations leave no room for two stages of the ring.
     qgtest::GemmCase wide = qgtest::random_case(rng, 64, kRingMaxN, 23552);
