@@ -75,6 +75,9 @@ constexpr int kMaxStages = 4;                              // ring slots of a wa
 // CTAs: can_run). At N = 7..8 cuda_gemv_bulk (int8 mma.sync) runs first; the
 // ring's DP4As grow with every column.
 constexpr int kMaxCols = 6;
+// Past one wave of CTAs (M > 4224 on an H200) the ring runs N = 1..2 only
+// (can_run), in its chained form (gemm_ring_kernel's kChained).
+constexpr int kMaxChainedCols = 2;
 // Rings (warps) a CTA: 8, two CTAs an SM, or 16, one CTA an SM that holds
 // the activations once (pick_warps). Shared memory a CTA: sm_90 has 228 KB
 // an SM and reserves 1 KB a CTA. The rings (kStages x 2304 bytes a warp, 72
@@ -154,15 +157,21 @@ __device__ __forceinline__ void copy_activations(const Params& p, uint8_t* dst) 
   cp_async_commit();
 }
 
+// kChained: the form for more row pairs than one wave of CTAs has warps
+// (N <= kMaxChainedCols), in which a warp runs all of its pairs through one
+// ring (below). Measured on an H200 at 14336 x 4096 (3.4 pairs a warp,
+// docs/architecture.md): 5-9 % faster cold at N = 1..2, 1-5 % slower with W
+// in L2.
+//
 // Registers: __launch_bounds__ allows 128 a thread; ptxas takes 53-56 at
-// N = 1 and 70-108 at N = 2..6 (the activation words are loaded from shared
+// N = 1 (71-72 chained) and 70-108 at N = 2..6 (the activation words are loaded from shared
 // memory just before their DP4As, not held a stage ahead), and shared memory
 // is sized for 16 warps an SM (two CTAs of 8, one of 16). With global
 // activation loads (83 registers at N = 1), three CTAs of 8 warps an SM
 // (three stages) were level to 4 % faster cold but 17 % slower in
 // linear_q4_0's CUDA graph at 4096 x 14336 (docs/architecture.md, the
 // geometry table); not tried since.
-template <int kCols, int kStages, int kWarps>
+template <int kCols, int kStages, int kWarps, bool kChained>
 __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Params p, EpilogueParams ep) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -175,15 +184,15 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
   uint8_t* act = smem + ring_bytes(kStages, kWarps);  // A's kCols rows
   const int stages = static_cast<int>((p.nb + kStageBlocks - 1) / kStageBlocks);
 
-  // Stage s of rows row0, row0 + 1 into its slot: lane l copies pieces l,
-  // l + 32, l + 64 of each (rows past M are read from row M - 1).
-  auto issue = [&](int s) {
+  // Stage s of rows r0, r0 + 1 into ring slot `at`: lane l copies pieces
+  // l, l + 32, l + 64 of each (rows past M are read from row M - 1).
+  auto issue_at = [&](int64_t r0, int s, int at) {
     const int64_t b0 = static_cast<int64_t>(s) * kStageBlocks;
     const int pieces = static_cast<int>(min64(kStageBlocks, p.nb - b0)) * kQ4_0Bytes / 16;  // nb % 8 == 0
-    const uint32_t slot = smem_u32(ring + (s % kStages) * kSlotBytes);
+    const uint32_t slot = smem_u32(ring + at * kSlotBytes);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const uint8_t* src = p.w + min64(row0 + r, p.m - 1) * p.ldw + b0 * kQ4_0Bytes;
+      const uint8_t* src = p.w + min64(r0 + r, p.m - 1) * p.ldw + b0 * kQ4_0Bytes;
 #pragma unroll
       for (int i = 0; i < 3; ++i) {
         const int q = lane + 32 * i;
@@ -191,64 +200,33 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
       }
     }
   };
-  // A pair's first kStages - 1 stages, one commit group a stage, empty ones
-  // too, so that stage s is always the pair's group s and the wait below is
-  // one constant. The first pair's go before the wait for A.
-  auto prologue = [&] {
+  auto issue = [&](int s) { issue_at(row0, s, s % kStages); };
+  // Stage s of a pair, from ring slot `at`, into acc.
+  auto compute = [&](float (&acc)[kRows][kCols], int s, int at) {
+    const int64_t b = static_cast<int64_t>(s) * kStageBlocks + 2 * lane;
+    if (b >= p.nb) return;  // the row's last stage can be short
+    const uint8_t* slot = ring + at * kSlotBytes;
+    const uint8_t* a_pair = act + b * kQ8_1Bytes;
+    auto pair_block = [&](auto tc) {
+      constexpr int t = decltype(tc)::value;
+      float dw[kRows];
+      uint32_t v[kRows][4];
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (row0 < p.m && s < stages) issue(s);
-      cp_async_commit();
-    }
+      for (int r = 0; r < kRows; ++r)
+        q4dp4a::unpack_block<t>(reinterpret_cast<const uint32_t*>(slot + r * kStageRowBytes) + 9 * lane, dw[r], v[r]);
+      q4dp4a::dot_block<kRows, kCols>(acc, dw, v, p.k80, [&](int j) {
+        q4dp4a::ABlock a;
+        load_a_pair(a_pair + j * p.nb * kQ8_1Bytes, t, a);
+        return a;
+      });
+    };
+    pair_block(std::integral_constant<int, 0>{});
+    pair_block(std::integral_constant<int, 1>{});
   };
-  prologue();
-  wait_prerequisite();  // A may be the previous kernel's output (linear_q4_0's quantizer)
-  copy_activations<kCols>(p, act);
-  cp_async_wait<0>();  // the activations (and the first stages, requested before them)
-  __syncthreads();     // every thread's copies of the activations; no CTA barrier below
-
-  for (bool first = true; row0 < p.m; row0 += pairs_step, first = false) {
-    if (!first) {
-      __syncwarp();  // every lane has read the last pair's slots before the prologue refills them
-      prologue();
-    }
-    float acc[kRows][kCols];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int j = 0; j < kCols; ++j) acc[r][j] = 0.0f;
-
-    for (int s = 0; s < stages; ++s) {
-      __syncwarp();  // every lane has read the slot that stage s + kStages - 1 refills
-      if (s + kStages - 1 < stages) issue(s + kStages - 1);
-      cp_async_commit();
-      const int64_t b = static_cast<int64_t>(s) * kStageBlocks + 2 * lane;
-      cp_async_wait<kStages - 1>();  // this lane's copies of stage s
-      __syncwarp();                      // and every other lane's
-      if (b < p.nb) {                    // the row's last stage can be short
-        const uint8_t* slot = ring + (s % kStages) * kSlotBytes;
-        const uint8_t* a_pair = act + b * kQ8_1Bytes;
-        auto pair_block = [&](auto tc) {
-          constexpr int t = decltype(tc)::value;
-          float dw[kRows];
-          uint32_t v[kRows][4];
-#pragma unroll
-          for (int r = 0; r < kRows; ++r)
-            q4dp4a::unpack_block<t>(reinterpret_cast<const uint32_t*>(slot + r * kStageRowBytes) + 9 * lane, dw[r],
-                                    v[r]);
-          q4dp4a::dot_block<kRows, kCols>(acc, dw, v, p.k80, [&](int j) {
-            q4dp4a::ABlock a;
-            load_a_pair(a_pair + j * p.nb * kQ8_1Bytes, t, a);
-            return a;
-          });
-        };
-        pair_block(std::integral_constant<int, 0>{});
-        pair_block(std::integral_constant<int, 1>{});
-      }
-    }
-
-    // The warp's 32 partial sums of each output, by a fixed butterfly: every
-    // lane ends with every total; lane r * kCols + j stores output (r, j).
+  // The warp's 32 partial sums of each output of rows r0, r0 + 1, by a
+  // fixed butterfly: every lane ends with every total; lane r * kCols + j
+  // stores output (r, j). acc is zeroed for the next pair.
+  auto finish_pair = [&](float (&acc)[kRows][kCols], int64_t r0) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -258,8 +236,87 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
-      for (int j = 0; j < kCols; ++j)
-        if (lane == r * kCols + j && row0 + r < p.m) epilogue_store(ep, row0 + r, j, acc[r][j]);
+      for (int j = 0; j < kCols; ++j) {
+        if (lane == r * kCols + j && r0 + r < p.m) epilogue_store(ep, r0 + r, j, acc[r][j]);
+        acc[r][j] = 0.0f;
+      }
+  };
+  float acc[kRows][kCols];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) acc[r][j] = 0.0f;
+
+  if constexpr (kChained) {
+    // Several pairs a warp: one ring through all of them. Step i is stage
+    // i % stages of the warp's pair i / stages, in slot i % kStages; the
+    // next pair's first stages are requested while the current pair's last
+    // ones are computed, so the ring never drains between pairs.
+    const int64_t my_pairs = row0 < p.m ? (p.m - 1 - row0) / pairs_step + 1 : 0;
+    const int64_t steps = my_pairs * stages;
+    int64_t issue_row0 = row0, issued = 0;
+    int issue_s = 0, issue_slot = 0;
+    auto issue_next = [&] {
+      if (issued < steps) {
+        issue_at(issue_row0, issue_s, issue_slot);
+        if (++issue_s == stages) issue_s = 0, issue_row0 += pairs_step;
+      }
+      ++issued;
+      issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
+      cp_async_commit();  // empty groups too: step i is always group i
+    };
+#pragma unroll
+    for (int k = 0; k < kStages - 1; ++k) issue_next();
+    wait_prerequisite();  // A may be the previous kernel's output (linear_q4_0's quantizer)
+    copy_activations<kCols>(p, act);
+    cp_async_wait<0>();  // the activations (and the first steps, requested before them)
+    __syncthreads();     // every thread's copies of the activations; no CTA barrier below
+    int s = 0, slot = 0;
+    for (int64_t i = 0; i < steps; ++i) {
+      __syncwarp();  // every lane has read the slot that step i + kStages - 1 refills
+      issue_next();
+      cp_async_wait<kStages - 1>();  // this lane's copies of step i
+      __syncwarp();                  // and every other lane's
+      compute(acc, s, slot);
+      slot = slot + 1 == kStages ? 0 : slot + 1;
+      if (++s == stages) {
+        finish_pair(acc, row0);
+        s = 0, row0 += pairs_step;
+      }
+    }
+  } else {
+    // One ring a pair: its first kStages - 1 stages, one commit group a
+    // stage, empty ones too, so that stage s is always the pair's group s
+    // and the wait below is one constant. The first pair's go before the
+    // wait for A.
+    auto prologue = [&] {
+#pragma unroll
+      for (int s = 0; s < kStages - 1; ++s) {
+        if (row0 < p.m && s < stages) issue(s);
+        cp_async_commit();
+      }
+    };
+    prologue();
+    wait_prerequisite();  // A may be the previous kernel's output (linear_q4_0's quantizer)
+    copy_activations<kCols>(p, act);
+    cp_async_wait<0>();  // the activations (and the first stages, requested before them)
+    __syncthreads();     // every thread's copies of the activations; no CTA barrier below
+
+    for (bool first = true; row0 < p.m; row0 += pairs_step, first = false) {
+      if (!first) {
+        __syncwarp();  // every lane has read the last pair's slots before the prologue refills them
+        prologue();
+      }
+      for (int s = 0; s < stages; ++s) {
+        __syncwarp();  // every lane has read the slot that stage s + kStages - 1 refills
+        if (s + kStages - 1 < stages) issue(s + kStages - 1);
+        cp_async_commit();
+        cp_async_wait<kStages - 1>();  // this lane's copies of stage s
+        __syncwarp();                  // and every other lane's
+        compute(acc, s, s % kStages);
+      }
+      finish_pair(acc, row0);
+    }
   }
 }
 
@@ -270,9 +327,10 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
 // griddepcontrol.wait, which an image for an older target compiles to
 // nothing: there the GEMV could read the activations before they are
 // written.
-template <int kCols, int kStages, int kWarps>
+template <int kCols, int kStages, int kWarps, bool kChained>
 int resident_ctas(int device) {
-  return resident_ctas_of<gemm_ring_kernel<kCols, kStages, kWarps>>(device, 32 * kWarps, smem_budget(kWarps), 90);
+  return resident_ctas_of<gemm_ring_kernel<kCols, kStages, kWarps, kChained>>(device, 32 * kWarps,
+                                                                              smem_budget(kWarps), 90);
 }
 
 // Rings a CTA for N columns: 8 (two CTAs an SM) up to N = 4, 16 (one CTA an
@@ -284,24 +342,32 @@ int resident_ctas(int device) {
 int pick_warps(int64_t n) { return n <= 4 ? 8 : 16; }
 
 // f(kernel, per_sm, stages, warps) for the instance that runs `g` (N =
-// 1..kMaxCols, the deepest ring that fits beside its activations);
+// 1..kMaxCols, the deepest ring that fits beside its activations; `chained`:
+// the form whose warps run several row pairs through one ring, built for
+// N <= kMaxChainedCols, where M may exceed one wave of CTAs);
 // f(nullptr, -1, 0, warps) where none does.
 template <class F>
-decltype(auto) with_instance(const GemmArgs& g, F&& f) {
+decltype(auto) with_instance(const GemmArgs& g, bool chained, F&& f) {
   const int warps = pick_warps(g.b.rows);
   const int stages = stages_for(g.b.rows, g.a.k / 32, warps);
-  auto by_warps = [&](auto cols, auto w) -> decltype(auto) {
+  auto by_warps = [&](auto cols, auto w, auto ch) -> decltype(auto) {
     constexpr int kCols = decltype(cols)::value, kW = decltype(w)::value;
+    constexpr bool kCh = decltype(ch)::value;
     switch (stages) {
-      case 4: return f(gemm_ring_kernel<kCols, 4, kW>, resident_ctas<kCols, 4, kW>(g.device.id), 4, kW);
-      case 3: return f(gemm_ring_kernel<kCols, 3, kW>, resident_ctas<kCols, 3, kW>(g.device.id), 3, kW);
-      case 2: return f(gemm_ring_kernel<kCols, 2, kW>, resident_ctas<kCols, 2, kW>(g.device.id), 2, kW);
-      default: return f(decltype(&gemm_ring_kernel<kCols, 4, kW>){nullptr}, -1, 0, kW);
+      case 4: return f(gemm_ring_kernel<kCols, 4, kW, kCh>, resident_ctas<kCols, 4, kW, kCh>(g.device.id), 4, kW);
+      case 3: return f(gemm_ring_kernel<kCols, 3, kW, kCh>, resident_ctas<kCols, 3, kW, kCh>(g.device.id), 3, kW);
+      case 2: return f(gemm_ring_kernel<kCols, 2, kW, kCh>, resident_ctas<kCols, 2, kW, kCh>(g.device.id), 2, kW);
+      default: return f(decltype(&gemm_ring_kernel<kCols, 4, kW, kCh>){nullptr}, -1, 0, kW);
     }
   };
   auto by_cols = [&](auto cols) -> decltype(auto) {
-    if (warps == 16) return by_warps(cols, std::integral_constant<int, 16>{});
-    return by_warps(cols, std::integral_constant<int, 8>{});
+    constexpr int kCols = decltype(cols)::value;
+    if constexpr (kCols <= kMaxChainedCols) {
+      static_assert(kCols <= 4, "the chained instances have 8 warps (pick_warps)");
+      if (chained) return by_warps(cols, std::integral_constant<int, 8>{}, std::true_type{});
+    }
+    if (warps == 16) return by_warps(cols, std::integral_constant<int, 16>{}, std::false_type{});
+    return by_warps(cols, std::integral_constant<int, 8>{}, std::false_type{});
   };
   switch (g.b.rows) {
     case 1: return by_cols(std::integral_constant<int, 1>{});
@@ -312,6 +378,9 @@ decltype(auto) with_instance(const GemmArgs& g, F&& f) {
     default: return by_cols(std::integral_constant<int, 6>{});
   }
 }
+
+// CTAs of `warps` rings that cover M's row pairs once, against one wave.
+int64_t ctas_for_m(const GemmArgs& g, int warps) { return (g.a.rows + warps * kRows - 1) / (warps * kRows); }
 
 Status launch(const GemmArgs& args, Stream stream, bool early) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
@@ -326,15 +395,19 @@ Status launch(const GemmArgs& args, Stream stream, bool early) {
                  args.b.row_stride,
                  kCodeBias,
                  is_aligned(args.b.data, 16) && (args.b.rows == 1 || args.b.row_stride % 16 == 0)};
-  return with_instance(args, [&](auto kernel, int per_sm, int stages, int warps) {
+  // More row pairs than one wave of CTAs has warps: the chained form.
+  const int per_sm_plain = with_instance(args, false, [](auto, int n, int, int) { return n; });
+  const bool chained = args.b.rows <= kMaxChainedCols && per_sm_plain > 0 &&
+                       ctas_for_m(args, pick_warps(args.b.rows)) >
+                           static_cast<int64_t>(per_sm_plain) * device_limits(args.device.id).sms;
+  return with_instance(args, chained, [&](auto kernel, int per_sm, int stages, int warps) {
     std::string why;
     if (!ctas_fit(per_sm, args.device.id, "sm_90", &why))
       return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_gemv_ring): " + why + " (" +
                                                 gemm_shape(args) + "); qg.explain shows the kernels that can run it");
     // Persistent CTAs: one wave at most, each warp taking its row pairs in
-    // turn through its ring (and the CTA's activations copied once).
-    const int64_t cta_rows = warps * kRows;
-    const int64_t grid = std::min<int64_t>((p.m + cta_rows - 1) / cta_rows,
+    // turn (and the CTA's activations copied once).
+    const int64_t grid = std::min<int64_t>(ctas_for_m(args, warps),
                                            static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms);
     const int64_t smem = ring_bytes(stages, warps) + activation_bytes(args.b.rows, nb);
     launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(32 * warps), static_cast<size_t>(smem),
@@ -368,13 +441,14 @@ bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not) {
               std::to_string(activation_bytes(args.b.rows, args.a.k / 32)) +
               " bytes) do not fit in shared memory beside a ring of two stages");
   DeviceGuard guard(args.device.id);
-  const int per_sm = guard.error() != cudaSuccess ? -1 : with_instance(args, [](auto, int n, int, int) { return n; });
+  const int per_sm =
+      guard.error() != cudaSuccess ? -1 : with_instance(args, false, [](auto, int n, int, int) { return n; });
   if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
   // From N = 3 the ring only where one wave of CTAs covers M: where warps
-  // take several row pairs (each starting its ring again), it was slower
-  // than cuda_mmvq hot at N = 3..4 (docs/architecture.md, "The ring GEMV").
-  const int64_t cta_rows = pick_warps(args.b.rows) * kRows;
-  const int64_t ctas = (args.a.rows + cta_rows - 1) / cta_rows;
+  // took several row pairs (each starting its ring again) it was slower than
+  // cuda_mmvq hot at N = 3..4 (docs/architecture.md, "The ring GEMV"); the
+  // chained form, which does not restart the ring, is built for N <= 2 only.
+  const int64_t ctas = ctas_for_m(args, pick_warps(args.b.rows));
   const int64_t wave = static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms;
   if (args.b.rows >= 3 && ctas > wave)
     return no("N=" + std::to_string(args.b.rows) + " with M=" + std::to_string(args.a.rows) + " needs " +

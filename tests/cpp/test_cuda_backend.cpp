@@ -653,7 +653,7 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
 // pieces, and by 4-byte ones (A's base 4 or 8 mod 16, or a padded row
 // stride); more rows than one wave of CTAs holds. Forced by name, every N it
 // takes; N = 7, activations too large for shared memory, and N = 3 past one
-// wave are refused. The last case runs twice:
+// wave are refused. The last cases run twice:
 // bit-identical.
 TEST_F(CudaBackend, GemvRingStagesAndTails) {
   if (!ring_runs()) GTEST_SKIP() << "cuda_gemv_ring does not run on cuda:0";
@@ -671,9 +671,17 @@ TEST_F(CudaBackend, GemvRingStagesAndTails) {
     for (const GemmCase& g : cases) run_gemm_case(g, nullptr, seed++, nullptr);
   }
   // More rows than one wave of CTAs (two an SM): the persistent CTAs' warps
-  // take several row pairs in turn (N <= 2; from N = 3 refused, below).
+  // run several row pairs through one ring (N <= 2; from N = 3 refused,
+  // below): one stage a pair (the first requests span three pairs), a full
+  // and a short stage, and at K = 14592 just past one wave (most warps one
+  // pair, some two), the ring wrapping inside and across pairs.
   const int64_t past_wave = 16 * 4 * sm_count() + 19;
-  for (int64_t n : {1, 2}) run_gemm_case({past_wave, n, 2304, 0, 0, 0, 0, 0, nullptr, kRing}, nullptr, seed++, nullptr);
+  for (int64_t n : {1, 2}) {
+    run_gemm_case({past_wave, n, 256, 0, 0, 0, 0, 0, nullptr, kRing}, nullptr, seed++, nullptr);
+    run_gemm_case({past_wave, n, 2304, 0, 0, 0, 0, 0, nullptr, kRing}, nullptr, seed++, nullptr);
+    run_gemm_case({16 * 2 * sm_count() + 77, n, 14336 + 256, 0, 0, 1, 0, 0, nullptr, kRing}, nullptr, seed++,
+                  nullptr);
+  }
   {
     qgtest::CudaMemory mem;
     qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kRing, mem);
@@ -689,8 +697,9 @@ TEST_F(CudaBackend, GemvRingStagesAndTails) {
     EXPECT_FALSE(tester.run_and_check(tall)) << "N = 3 past one wave of CTAs should be refused";
     EXPECT_NE(tester.refusals().find("more than one wave"), std::string::npos) << tester.refusals();
   }
-  for (int64_t n : {int64_t{1}, kRingMaxN}) {
-    const GemmCase g{257, n, 14336 + 256, 0, 0, 0, 0, 0, nullptr, kRing};
+  for (const GemmCase& g : {GemmCase{257, 1, 14336 + 256, 0, 0, 0, 0, 0, nullptr, kRing},
+                            GemmCase{257, kRingMaxN, 14336 + 256, 0, 0, 0, 0, 0, nullptr, kRing},
+                            GemmCase{past_wave, 2, 2304, 0, 0, 0, 0, 0, nullptr, kRing}}) {
     std::vector<float> first, again;
     run_gemm_case(g, nullptr, seed, &first);
     run_gemm_case(g, nullptr, seed, &again);
