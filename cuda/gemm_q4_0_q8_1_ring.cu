@@ -44,10 +44,20 @@
 // "The ring GEMV"). Where N x K is too large to sit beside a ring of two
 // stages, can_run refuses and cuda_mmvq runs.
 //
+// Where M has more row pairs than one wave of CTAs has warps (N = 1..2;
+// can_run refuses N >= 3 there), each warp runs all of its pairs through
+// one ring (the kChained instances): steps (pair, stage) in turn, the next
+// pair's first stages requested while the current pair's last ones are
+// computed. Within one wave a warp has at most one pair and the ring starts
+// once. At 14336 x 4096 (3.4 pairs a warp) the chained form took the cold
+// GEMM at N = 1 from 78 to 84-85 % of the read floor (docs/architecture.md,
+// "The activations in shared memory").
+//
 // linear_q4_0 (run_quantizing): the quantizer runs first and lets this
-// kernel start early (grid_dependency.cuh); the first kStages - 1 stages of
-// W, the caller's bytes, which the quantizer does not write, are requested
-// before the wait for its output.
+// kernel start early (grid_dependency.cuh); the first kStages - 1 steps of
+// W (stages of one pair or, chained, of several), the caller's bytes, which
+// the quantizer does not write, are requested before the wait for its
+// output.
 //
 // Reduction: each lane sums its pairs over K in order; the warp adds its 32
 // lanes by a fixed butterfly, so results are deterministic. Rows past M are
@@ -163,9 +173,10 @@ __device__ __forceinline__ void copy_activations(const Params& p, uint8_t* dst) 
 // docs/architecture.md): 5-9 % faster cold at N = 1..2, 1-5 % slower with W
 // in L2.
 //
-// Registers: __launch_bounds__ allows 128 a thread; ptxas takes 53-56 at
-// N = 1 (71-72 chained) and 70-108 at N = 2..6 (the activation words are loaded from shared
-// memory just before their DP4As, not held a stage ahead), and shared memory
+// Registers: __launch_bounds__ allows 128 a thread; ptxas takes 48-56 at
+// N = 1 and 70-108 at N = 2..6 (chained: 71-72 at N = 1, 87-91 at N = 2;
+// the activation words are loaded from shared memory just before their
+// DP4As, not held a stage ahead), and shared memory
 // is sized for 16 warps an SM (two CTAs of 8, one of 16). With global
 // activation loads (83 registers at N = 1), three CTAs of 8 warps an SM
 // (three stages) were level to 4 % faster cold but 17 % slower in
@@ -175,9 +186,10 @@ template <int kCols, int kStages, int kWarps, bool kChained>
 __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Params p, EpilogueParams ep) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // Persistent CTAs: the warp's row pairs are pair0, pair0 + pairs_step, ...
-  // (one each where the grid covers M in one wave), each streamed through
-  // the warp's ring in turn, against the activations copied once.
+  // Persistent CTAs: the warp's row pairs start at row0, row0 + pairs_step,
+  // ... (at most one where the grid covers M in one wave, the only case
+  // the unchained form is launched for), against the activations copied
+  // once.
   const int64_t pairs_step = static_cast<int64_t>(gridDim.x) * kWarps * kRows;
   int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRows;
   uint8_t* ring = smem + warp * (kStages * kSlotBytes);
@@ -200,7 +212,6 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
       }
     }
   };
-  auto issue = [&](int s) { issue_at(row0, s, s % kStages); };
   // Stage s of a pair, from ring slot `at`, into acc.
   auto compute = [&](float (&acc)[kRows][kCols], int s, int at) {
     const int64_t b = static_cast<int64_t>(s) * kStageBlocks + 2 * lane;
@@ -263,7 +274,7 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
       }
       ++issued;
       issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
-      cp_async_commit();  // empty groups too: step i is always group i
+      cp_async_commit();  // empty groups too: step i is always the i-th W group
     };
 #pragma unroll
     for (int k = 0; k < kStages - 1; ++k) issue_next();
@@ -288,7 +299,9 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
     // One ring a pair: its first kStages - 1 stages, one commit group a
     // stage, empty ones too, so that stage s is always the pair's group s
     // and the wait below is one constant. The first pair's go before the
-    // wait for A.
+    // wait for A. (launch gives this form one pair a warp at most; the loop
+    // over pairs below is kept general.)
+    auto issue = [&](int s) { issue_at(row0, s, s % kStages); };
     auto prologue = [&] {
 #pragma unroll
       for (int s = 0; s < kStages - 1; ++s) {
@@ -339,7 +352,7 @@ int resident_ctas(int device) {
 // activations in shared memory, N = 1..6"): at N = 5..6 16 warps were
 // 14-20 % faster than cuda_mmvq; at N = 3..4 they were 4-8 % faster than 8
 // warps in a CUDA graph but 3-5 % slower cold, at N = 1..2 level or slower.
-int pick_warps(int64_t n) { return n <= 4 ? 8 : 16; }
+constexpr int pick_warps(int64_t n) { return n <= 4 ? 8 : 16; }
 
 // f(kernel, per_sm, stages, warps) for the instance that runs `g` (N =
 // 1..kMaxCols, the deepest ring that fits beside its activations; `chained`:
@@ -363,7 +376,7 @@ decltype(auto) with_instance(const GemmArgs& g, bool chained, F&& f) {
   auto by_cols = [&](auto cols) -> decltype(auto) {
     constexpr int kCols = decltype(cols)::value;
     if constexpr (kCols <= kMaxChainedCols) {
-      static_assert(kCols <= 4, "the chained instances have 8 warps (pick_warps)");
+      static_assert(pick_warps(kMaxChainedCols) == 8, "the chained instances have 8 warps, as pick_warps gives");
       if (chained) return by_warps(cols, std::integral_constant<int, 8>{}, std::true_type{});
     }
     if (warps == 16) return by_warps(cols, std::integral_constant<int, 16>{}, std::false_type{});
@@ -450,6 +463,10 @@ bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not) {
   // chained form, which does not restart the ring, is built for N <= 2 only.
   const int64_t ctas = ctas_for_m(args, pick_warps(args.b.rows));
   const int64_t wave = static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms;
+  if (args.b.rows <= kMaxChainedCols && ctas > wave) {  // launch takes the chained form
+    const int per_sm_chained = with_instance(args, true, [](auto, int n, int, int) { return n; });
+    if (!ctas_fit(per_sm_chained, args.device.id, "sm_90", why_not)) return false;
+  }
   if (args.b.rows >= 3 && ctas > wave)
     return no("N=" + std::to_string(args.b.rows) + " with M=" + std::to_string(args.a.rows) + " needs " +
               std::to_string(ctas) + " CTAs, more than one wave (" + std::to_string(wave) +

@@ -653,8 +653,7 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
 // pieces, and by 4-byte ones (A's base 4 or 8 mod 16, or a padded row
 // stride); more rows than one wave of CTAs holds. Forced by name, every N it
 // takes; N = 7, activations too large for shared memory, and N = 3 past one
-// wave are refused. The last cases run twice:
-// bit-identical.
+// wave are refused. The last cases run twice: bit-identical.
 TEST_F(CudaBackend, GemvRingStagesAndTails) {
   if (!ring_runs()) GTEST_SKIP() << "cuda_gemv_ring does not run on cuda:0";
   uint32_t seed = kSeed + 280;
@@ -682,6 +681,10 @@ TEST_F(CudaBackend, GemvRingStagesAndTails) {
     run_gemm_case({16 * 2 * sm_count() + 77, n, 14336 + 256, 0, 0, 1, 0, 0, nullptr, kRing}, nullptr, seed++,
                   nullptr);
   }
+  // Chained through rings of three and of two slots (N = 2 beside K = 20480
+  // and K = 28672 activations).
+  for (int64_t k : {20480, 28672})
+    run_gemm_case({32 * sm_count() + 77, 2, k, 0, 0, 0, 0, 0, nullptr, kRing}, nullptr, seed++, nullptr);
   {
     qgtest::CudaMemory mem;
     qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kRing, mem);
