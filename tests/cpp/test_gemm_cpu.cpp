@@ -71,6 +71,26 @@ TEST_P(GemmCpuKernel, BitIdenticalAcrossThreadCounts) {
   qgtest::expect_gemm_output(c1);
 }
 
+// At N = 1 the tile kernels cut M into row ranges by the thread count (64 to
+// 256 rows a task; here 256 at 2 threads and 64 at 16, the last range 13
+// rows, not a whole step of 4): the same bits at 1, 2 and 16 threads.
+TEST_P(GemmCpuKernel, DecodeRowRangesAcrossThreadCounts) {
+  QG_SEEDED_RNG(rng, 710);
+  const GemmCase base = qgtest::random_case(rng, 2061, 1, 512);
+  std::vector<GemmCase> runs;
+  for (int threads : {1, 2, 16}) {
+    GemmCase c = base;
+    qg::set_cpu_threads(threads);
+    const bool ran = tester().run(c);
+    qg::set_cpu_threads(0);  // back to the default for the other tests
+    if (!ran) GTEST_SKIP() << GetParam() << " does not take N = 1: " << tester().refusals();
+    runs.push_back(c);
+  }
+  EXPECT_EQ(runs[0].c_out, runs[1].c_out) << "1 thread and 2 threads differ";
+  EXPECT_EQ(runs[0].c_out, runs[2].c_out) << "1 thread and 16 threads differ";
+  qgtest::expect_gemm_output(runs[1]);
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, GemmCpuKernel,
                          ::testing::ValuesIn(qgtest::gemm_kernel_names(qg::detail::cpu::registry(), qg::Format::q4_0,
                                                                        qg::Format::q8_1)),

@@ -59,10 +59,24 @@ using namespace q4q8;
 constexpr int64_t kRowsPerTask = 16;
 constexpr int64_t kColsPerTask = 64;
 
-// Rows per pool task at N = 1: big enough that the per-task cost (an atomic
-// and an indirect call) is lost in the stream, small enough that two threads
-// still balance when one is briefly disturbed.
-constexpr int64_t kRowsPerTaskN1 = 64;
+// The N = 1 path's row ranges, one a task: about four a thread, so that the
+// pool balances them, of 64 to 256 rows (a multiple of 4, the rows a step
+// takes). A range streams its rows with software prefetches that stop at its
+// end, so with few threads longer ranges restart that stream less often: on
+// a 2-core VM 256 rows took the AVX2 kernel at 14336 x 4096 from 1568 to
+// 1420 us (medians of seven rounds; bench/RESULTS.md). With many threads the
+// ranges stay at 64 rows, enough tasks for every thread.
+struct RowRanges {
+  int64_t rows_per_task, tasks;
+  int64_t begin(int64_t t) const { return t * rows_per_task; }
+  int64_t end(int64_t t, int64_t m) const { return begin(t) + rows_per_task < m ? begin(t) + rows_per_task : m; }
+};
+
+RowRanges decode_row_ranges(int64_t m, int threads) {
+  int64_t per = (m + 4 * threads - 1) / (4 * static_cast<int64_t>(threads));
+  per = per < 64 ? 64 : (per > 256 ? 256 : (per + 3) / 4 * 4);
+  return {per, (m + per - 1) / per};
+}
 
 // -8 * the sums of four consecutive codes of a Q8_1 block ab, in the tiles'
 // lane layout: [0..3 + 16..19, 4..7 + 20..23, 8..11 + 24..27, 12..15 + 28..31].
@@ -154,9 +168,9 @@ Status gemm_tiled(const GemmArgs& g, const TileKernels& k) {
 
   if (n_rows == 1) {
     const int64_t step = k.step_rows;
-    const int64_t tasks = (m_rows + kRowsPerTaskN1 - 1) / kRowsPerTaskN1;
-    run_tiles(tasks, m_rows * g.a.k, [&](int64_t t) {
-      const int64_t m0 = t * kRowsPerTaskN1, m1 = m0 + kRowsPerTaskN1 < m_rows ? m0 + kRowsPerTaskN1 : m_rows;
+    const RowRanges ranges = decode_row_ranges(m_rows, ThreadPool::instance().threads());
+    run_tiles(ranges.tasks, m_rows * g.a.k, [&](int64_t t) {
+      const int64_t m0 = ranges.begin(t), m1 = ranges.end(t, m_rows);
       for (int64_t m = m0; m < m1; m += step) {
         const int rows = static_cast<int>(m1 - m < step ? m1 - m : step);
         const uint8_t* w[4];
