@@ -63,8 +63,8 @@ constexpr int64_t kColsPerTask = 64;
 // pool balances them, of 64 to 256 rows (a multiple of 4, the rows a step
 // takes). A range streams its rows with software prefetches that stop at its
 // end, so with few threads longer ranges restart that stream less often: on
-// a 2-core VM 256 rows took the AVX2 kernel at 14336 x 4096 from 1568 to
-// 1420 us (medians of seven rounds; bench/RESULTS.md). With many threads the
+// a 2-core VM 256 rows took the AVX2 kernel at 14336 x 4096 from 1543 to
+// 1408 us (medians of five rounds; bench/RESULTS.md). With many threads the
 // ranges stay at 64 rows, enough tasks for every thread.
 struct RowRanges {
   int64_t rows_per_task, tasks;
