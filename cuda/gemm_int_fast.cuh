@@ -23,6 +23,9 @@
 //                 up to N = 8), the same mma and rescale
 //   cuda_wo_gemv_small  the same operands, N <= 2: FFMAs on codes made exact
 //                 floats by a magic-number LOP3 + FFMA, W streamed to registers
+//   cuda_wo_gemv_fixed  the same operands, N = 1 (sm_90): x made block fixed
+//                 point by a pass, DP4A on the codes, W through a cp.async
+//                 ring a warp
 // And the host-side helpers both share: device limits and what a kernel can
 // do on a device (resident CTAs, clusters: cluster_split.cuh), asked once per
 // device.
@@ -57,6 +60,8 @@ bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_bulk_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_small_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_small_run(const GemmArgs& args, Stream stream);
+bool gemm_wo_gemv_fixed_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream);
 
 namespace intfast {
 

@@ -17,6 +17,7 @@
 //   cuda_i8_mma      i8 x i8, K-contiguous 16-byte-aligned rows (sm_80+): int8 mma.sync m16n8k32, all epilogues
 //   cuda_i8_dp4a     i8 x i8, K-contiguous 4-byte-aligned rows, pre-Ampere (sm_61+): shared-memory tiles, DP4A, all epilogues
 //   cuda_i8_repacked i8 x i8 with an operand strided along K (sm_61+): repacked into K-contiguous rows, then dispatched again
+//   cuda_wo_gemv_fixed i4 (group scales) x f16 / bf16, N = 1 (sm_90): x in block fixed point by a pass, W through a cp.async ring a warp, DP4A
 //   cuda_wo_gemv_bulk  i4 (group scales >= 128) x f16 / bf16, N = 2..16 (sm_90+): W by bulk copies, mma.sync in fragment order
 //   cuda_wo_gemv_small i4 (group scales) x f16 / bf16, N <= 2 (sm_80+): W streamed to registers, FFMAs
 //   cuda_wo_gemv     i4 (group scales) x f16 / bf16 (sm_80+): decode GEMV on f16/bf16 mma.sync, N > 16 in slices of 16
@@ -75,9 +76,14 @@ Registry make_registry() {
   // reads those rows exists).
   r.gemm.push_back(
       {"cuda_i8_repacked", Format::i8, Format::i8, kDp4a, kEpiAll, gemm_i8_repacked_can_run, gemm_i8_repacked_run});
-  // The bulk kernel from N = 2 on sm_90 (groups >= 128); the FFMA kernel
-  // takes N = 1 there (measured faster: 18.9-19.2 against 21.3-21.5 us at
-  // 4096 x 14336 on an H200), and N <= 2 wherever the bulk one does not run.
+  // On sm_90: the fixed-point kernel at N = 1 (against the FFMA kernel on an
+  // H200, cold, bf16: 18.6-18.8 against 19.0 us at 4096 x 14336, 19.4-19.7
+  // against 20.9-21.1 at 14336 x 4096; with W in L2 8-17 % faster), the bulk
+  // kernel from N = 2 (groups >= 128); the FFMA kernel takes N <= 2 wherever
+  // those do not run.
+  for (Format fb : {Format::f16, Format::bf16})
+    r.gemm.push_back({"cuda_wo_gemv_fixed", Format::i4, fb, kRing, kEpiFloatAll, gemm_wo_gemv_fixed_can_run,
+                      gemm_wo_gemv_fixed_run});
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cuda_wo_gemv_bulk", Format::i4, fb, kBulkCopy, kEpiFloatAll, gemm_wo_gemv_bulk_can_run,
                       gemm_wo_gemv_bulk_run});

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // test_cuda_wo_small.cpp: the weight-only GEMVs on CUDA cores and on bulk
 // copies (i4 weights with group scales and zero points x f16 / bf16
-// activations): cuda_wo_gemv_small (N = 1..2, groups >= 32) and
-// cuda_wo_gemv_bulk (N = 2..16, groups >= 128, sm_90), each forced by name
+// activations): cuda_wo_gemv_small (N = 1..2, groups >= 32),
+// cuda_wo_gemv_bulk (N = 2..16, groups >= 128, sm_90) and
+// cuda_wo_gemv_fixed (N = 1, groups >= 32, sm_90), each forced by name
 // through the registry after the dispatcher's admission, against a float64
 // evaluation of the same codes, scales and activations: NMSE <= 1e-6 (bf16
 // C: 2e-5, its own rounding). C starts NaN-poisoned, so an element left
@@ -10,6 +11,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -33,10 +35,15 @@ using qgtest::DevBytes;
 struct KernelScope {
   const char* name;
   int64_t min_n, max_n, min_group, k_multiple;
+  // Zero points applied as z * sum x (an mma against ones): with an infinite
+  // x that can be Inf - Inf, so such an output may be NaN where the
+  // reference's sum (q - z) x is +-Inf (docs/numerics.md).
+  bool zero_points_through_sum_x;
 };
-constexpr KernelScope kSmall{"cuda_wo_gemv_small", 1, 2, 32, 32};
+constexpr KernelScope kSmall{"cuda_wo_gemv_small", 1, 2, 32, 32, false};
 // N = 1 is left to the FFMA kernel (faster there).
-constexpr KernelScope kBulk{"cuda_wo_gemv_bulk", 2, 16, 128, 128};
+constexpr KernelScope kBulk{"cuda_wo_gemv_bulk", 2, 16, 128, 128, true};
+constexpr KernelScope kFixed{"cuda_wo_gemv_fixed", 1, 1, 32, 32, false};
 
 // Every device buffer gets 16 bytes allocated past its end.
 constexpr size_t kSlack = 16;
@@ -223,6 +230,114 @@ class CudaWoGemv : public qgtest::CudaFixture<::testing::TestWithParam<KernelSco
   int ran_ = 0;
 };
 
+// Activations holding +-Inf and NaN: where the float64 reference is not
+// finite the output must be the same non-finite value (NaN for NaN; NaN or
+// that +-Inf where the kernel applies zero points through sum x), and every
+// other output element is checked as usual. cuda_wo_gemv_fixed sums such
+// blocks in fp32 from x as given (no fixed-point form exists); the other
+// kernels multiply floats throughout.
+TEST_P(CudaWoGemv, NonFiniteActivations) {
+  QG_SEEDED_RNG(rng, 46);
+  const KernelScope& k = GetParam();
+  int idx = 0;
+  for (int64_t n : {1, 2, 4})
+    for (DType xd : {DType::f16, DType::bf16}) {
+      if (n < k.min_n || n > k.max_n) continue;
+      ++idx;
+      Case c = make_case(rng, 67, n, 1024, 128, xd, DType::f16, idx % 2 == 0);
+      // Column 0: +Inf in block 3, column n - 1: NaN in block 20 and -Inf in
+      // block 21 (a column with both where n = 1).
+      auto put = [&](int64_t col, int64_t i, float v) { qgtest::encode_float(&c.x[col * c.x_stride + 2 * i], xd, v); };
+      put(0, 3 * 32 + 5, INFINITY);
+      put(n - 1, 20 * 32 + 31, NAN);
+      put(n - 1, 21 * 32, -INFINITY);
+      std::string why;
+      ASSERT_TRUE(run(c, &why)) << c.describe() << ": " << why;
+      SCOPED_TRACE(c.describe());
+      const int64_t ss = qg::dtype_size(c.scale_dtype);
+      int nonfinite = 0;
+      for (int64_t r = 0; r < c.m; ++r)
+        for (int64_t j = 0; j < c.n; ++j) {
+          double ref = 0;
+          for (int64_t g = 0; g < c.k / c.group; ++g) {
+            double part = 0;
+            const int64_t z = c.zero(r, g);
+            for (int64_t i = g * c.group; i < (g + 1) * c.group; ++i) {
+              const uint8_t b = c.w[r * c.w_stride + i / 2];
+              const int q = (((i & 1) ? b >> 4 : b & 15) ^ 8) - 8;
+              part += static_cast<double>(q - z) * qgtest::decode_float(&c.x[j * c.x_stride + 2 * i], xd);
+            }
+            ref += qgtest::decode_float(&c.scales[(r * c.s_stride + g) * ss], c.scale_dtype) * part;
+          }
+          const double got = qgtest::decode_float(&c.c_out[(r * c.ldc + j * c.ldc_n) * 4], DType::f32);
+          if (std::isfinite(ref)) {
+            EXPECT_NEAR(got, ref, 1e-3 * (1 + std::fabs(ref))) << "C[" << r << ", " << j << "]";
+          } else {
+            ++nonfinite;
+            if (std::isnan(ref))
+              EXPECT_TRUE(std::isnan(got)) << "C[" << r << ", " << j << "] = " << got << ", reference NaN";
+            else if (k.zero_points_through_sum_x && c.zero_points)
+              EXPECT_TRUE(std::isnan(got) || got == ref) << "C[" << r << ", " << j << "] = " << got << ", reference " << ref;
+            else
+              EXPECT_EQ(got, ref) << "C[" << r << ", " << j << "]";
+          }
+          if (HasFailure()) return;
+        }
+      EXPECT_GT(nonfinite, 0);
+    }
+}
+
+// Activations spanning 2^-12..2^3 inside each block of 32, and one block
+// 1000x larger than the rest: every output within the block fixed-point
+// bound of docs/numerics.md, sum_k |s (q - z)| 2^-14 max|x of k's block|,
+// plus fp32 rounding (2^-20 of sum_k |s (q - z) x|). The float kernels are
+// well inside it; cuda_wo_gemv_fixed's x_int carries 14 bits of each
+// block's largest |x|.
+TEST_P(CudaWoGemv, WideRangeActivations) {
+  QG_SEEDED_RNG(rng, 47);
+  const KernelScope& k = GetParam();
+  for (int64_t n : {1, 2, 3}) {
+    if (n < k.min_n || n > k.max_n) continue;
+    for (DType xd : {DType::f16, DType::bf16}) {
+      const int64_t kk = 2048;
+      Case c = make_case(rng, 45, n, kk, 128, xd, DType::f32, n == 2);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < kk; ++i) {
+          float v = std::ldexp(qgtest::uniform(rng, 1.0f, 2.0f), static_cast<int>(rng() % 16) - 12);
+          if (rng() & 1) v = -v;
+          if (i / 32 == 17) v *= 1000.0f;
+          qgtest::encode_float(&c.x[j * c.x_stride + 2 * i], xd, v);
+        }
+      std::string why;
+      ASSERT_TRUE(run(c, &why)) << c.describe() << ": " << why;
+      SCOPED_TRACE(c.describe());
+      const int64_t ss = qg::dtype_size(c.scale_dtype);
+      for (int64_t r = 0; r < c.m; ++r)
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = 0, bound = 0, mag = 0;
+          for (int64_t b = 0; b < kk / 32; ++b) {
+            double bmax = 0;
+            for (int64_t i = 32 * b; i < 32 * b + 32; ++i)
+              bmax = std::max(bmax, std::fabs(qgtest::decode_float(&c.x[j * c.x_stride + 2 * i], xd)));
+            for (int64_t i = 32 * b; i < 32 * b + 32; ++i) {
+              const int64_t g = i / c.group;
+              const uint8_t byte = c.w[r * c.w_stride + i / 2];
+              const int q = (((i & 1) ? byte >> 4 : byte & 15) ^ 8) - 8;
+              const double sw = qgtest::decode_float(&c.scales[(r * c.s_stride + g) * ss], c.scale_dtype) *
+                                static_cast<double>(q - c.zero(r, g));
+              const double xv = qgtest::decode_float(&c.x[j * c.x_stride + 2 * i], xd);
+              ref += sw * xv;
+              bound += std::fabs(sw) * std::ldexp(bmax, -14);
+              mag += std::fabs(sw * xv);
+            }
+          }
+          const double got = qgtest::decode_float(&c.c_out[(r * c.ldc + j * c.ldc_n) * 4], DType::f32);
+          ASSERT_LE(std::fabs(got - ref), bound + std::ldexp(mag, -20)) << "C[" << r << ", " << j << "]";
+        }
+    }
+  }
+}
+
 // Every N up to 16, M in {1, 31, 4096}, K with each group that divides it;
 // scale, zero point and activation dtypes rotate. Each kernel runs what it
 // takes and refuses the rest.
@@ -274,7 +389,7 @@ TEST_P(CudaWoGemv, SeveralRowGroupsPerCta) {
   QG_SEEDED_RNG(rng, 45);
   int idx = 0;
   for (int64_t k : {384, 4096 + 128})
-    for (int64_t n : {2, 8, 9}) {
+    for (int64_t n : {1, 2, 8, 9}) {
       ++idx;
       Case c = make_case(rng, 9607, n, k, 128, idx % 2 ? DType::bf16 : DType::f16, DType::f16, idx % 3 == 0);
       run_checked(c);
@@ -305,7 +420,8 @@ TEST_P(CudaWoGemv, TransposedCBiasRelu) {
 // Two runs of one case write the same bytes (fixed-order reductions).
 TEST_P(CudaWoGemv, Deterministic) {
   QG_SEEDED_RNG(rng, 43);
-  Case c = make_case(rng, 1000, 2, 8192, 128, DType::bf16, DType::bf16, true);
+  const int64_t n = std::min<int64_t>(std::max<int64_t>(2, GetParam().min_n), GetParam().max_n);
+  Case c = make_case(rng, 1000, n, 8192, 128, DType::bf16, DType::bf16, true);
   std::string why;
   ASSERT_TRUE(run(c, &why)) << why;
   const std::vector<uint8_t> first = c.c_out;
@@ -316,6 +432,7 @@ TEST_P(CudaWoGemv, Deterministic) {
 TEST_P(CudaWoGemv, RefusesWhatItCannotRead) {
   QG_SEEDED_RNG(rng, 44);
   const KernelScope& k = GetParam();
+  const int64_t n_in = std::min<int64_t>(std::max<int64_t>(2, k.min_n), k.max_n);  // an N it takes
   std::string why;
   {
     const int64_t n = k.max_n + 1;
@@ -329,14 +446,14 @@ TEST_P(CudaWoGemv, RefusesWhatItCannotRead) {
     EXPECT_NE(why.find("N=" + std::to_string(k.min_n - 1)), std::string::npos) << why;
   }
   {
-    Case c = make_case(rng, 8, 2, 256, 128, DType::f16, DType::f16, false);
+    Case c = make_case(rng, 8, n_in, 256, 128, DType::f16, DType::f16, false);
     EXPECT_FALSE(run(c, &why, 8));
     EXPECT_NE(why.find("16-byte"), std::string::npos) << why;
   }
   {
     // K % 32 != 0 (group 16) for the small kernel, K % 128 != 0 for the bulk one.
-    Case c = k.k_multiple == 32 ? make_case(rng, 8, 2, 48, 16, DType::f16, DType::f16, false)
-                                : make_case(rng, 8, 2, 256 + 32, 32, DType::f16, DType::f16, false);
+    Case c = k.k_multiple == 32 ? make_case(rng, 8, n_in, 48, 16, DType::f16, DType::f16, false)
+                                : make_case(rng, 8, n_in, 256 + 32, 32, DType::f16, DType::f16, false);
     EXPECT_FALSE(run(c, &why));
     EXPECT_NE(why.find("multiple of " + std::to_string(k.k_multiple)), std::string::npos) << why;
   }
@@ -349,6 +466,6 @@ TEST_P(CudaWoGemv, RefusesWhatItCannotRead) {
 
 std::string scope_name(const ::testing::TestParamInfo<KernelScope>& info) { return info.param.name; }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, CudaWoGemv, ::testing::Values(kSmall, kBulk), scope_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaWoGemv, ::testing::Values(kSmall, kBulk, kFixed), scope_name);
 
 }  // namespace

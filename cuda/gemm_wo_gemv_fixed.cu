@@ -1,0 +1,446 @@
+// SPDX-License-Identifier: MIT
+// cuda/gemm_wo_gemv_fixed.cu: INT4 weight-only decode of one token (N = 1)
+// on sm_90 with the activations in block fixed point and DP4A, W streamed
+// through a cp.async ring a warp (cuda_gemv_ring's design, for i4 rows and
+// group scales).
+//
+// Measured on an H200 (bench_gemm, bf16 x, group 128; docs/architecture.md,
+// "The fixed-point INT4 GEMV"): cold 18.6-18.8 us at 4096 x 14336 against
+// cuda_wo_gemv_small's 19.0 (read floor 11.1-11.4) and 19.4-19.7 against
+// 20.9-21.1 at 14336 x 4096; with W in L2 16.0-16.2 against 17.1-17.5 and
+// 19.1-19.5: the fourfold cut in instructions a code (below) bought 1-17 %.
+// Each call also runs the pass and waits for it; how much of the time that
+// takes was not measured apart.
+//
+//   C[m, n] = sum_g s[m, g] * sum_{k in g} (q[m, k] - z[m, g]) * x[n, k]
+//
+// Why integers. The float GEMVs (cuda_wo_gemv_small: a LOP3 and an FFMA a
+// code and N FFMAs, about 5 instructions a code as Nsight Compute counted)
+// leave HBM a third busy at N = 1 (docs/architecture.md, "Decode against
+// its read floor"). Q4_0 x Q8_1 reaches 91 % of the read floor on the same
+// ring with DP4A: 4 products an instruction, exact. Here x becomes integers
+// once per call, as the CPU's cpu_wo_avx512_vnni does: each 32 consecutive
+// x of a row share one power of two 2^e, chosen from their largest |x| so
+// that x_int = rint(x 2^-e) has |x_int| <= 2^14, and x ~= x_int 2^e. An
+// f16 x of at least 2^-4 of its block's largest |x| is exact (11 significant
+// bits), a bf16 one of at least 2^-7; any x is within half a unit, at most
+// 2^-14 of that largest (docs/numerics.md). x_int = lo + 256 hi, lo in
+// 0..255 (an unsigned byte) and hi in -64..64 (a signed one): two DP4As a
+// word of codes, where the CPU kernel's 2^-20 takes three.
+//
+// Codes: u = nibble ^ 8 = q + 8 in 0..15 (two's-complement nibbles), one
+// LOP3 for the four low nibbles of a word and a shift and a LOP3 for the
+// four high ones; the 8 comes out through the block's sum of x_int:
+//   T = 256 sum u hi + sum u lo - (8 + z) sum x_int = sum (q - z) x_int,
+// exact in int32 without zero points (|T| <= 2^24); with them the z term is
+// subtracted in fp32 (one rounding, 2^-24 relative, as the CPU kernel). Then
+// acc += (s 2^e) T, fp32. Per 32 codes, row and column: 16 DP4As, and per
+// row 12 unpacking instructions: about 1.2 instructions a code at N = 1, a
+// quarter of the FFMA kernel's (a prediction; not counted by a profiler).
+//
+// The pass (to_fixed_kernel, one warp a block of 32) writes, per column,
+// four planes of 16 bytes a block (the digit bytes in the order the
+// unpacked code words need them: plane p, word w holds digit p / 2 of word
+// 2 (p % 2) + w / 2, even codes for even w, odd ones for odd w) and a plane
+// of 8 bytes a block (2^e as a float, sum x_int as an int32), into a
+// workspace. The GEMV, launched early behind it (grid_dependency.cuh),
+// requests its first stages of W before it waits, then copies the planes
+// of its columns into shared memory once a CTA. Lane l takes blocks l and
+// l + 32 of a stage: its 16-byte W and x loads from shared memory are 16
+// contiguous bytes a lane, conflict-free.
+//
+// A block whose x holds Inf or NaN has no fixed-point form: the pass marks
+// it (2^e stored as NaN) and the GEMV sums that block in fp32 from x as it
+// is, so non-finite values propagate as in the float reference.
+//
+// Scales and zero points of a stage are loaded (not converted) when the
+// stage's copies are issued, kStages - 1 stages ahead of their use, into
+// registers of the stage's slot (the step loop is unrolled by the ring's
+// depth so that each slot's registers are fixed); wo_params.cuh says why
+// the conversion waits for the use.
+//
+// Reduction: each lane sums its blocks over K in order; the warp adds its
+// 32 lanes by a fixed butterfly: deterministic. Rows past M are read from
+// row M - 1 and never stored.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "cp_async.cuh"
+#include "device_limits.cuh"
+#include "gemm_int_fast.cuh"
+#include "grid_dependency.cuh"
+#include "warp_rows.cuh"
+#include "wo_params.cuh"
+#include "workspace.cuh"
+
+namespace qg::detail::cuda {
+namespace {
+
+constexpr int kRows = 2;                              // W rows a warp streams
+constexpr int kStageBlocks = 64;                      // blocks of 32 codes a stage: two a lane
+constexpr int kStageRowBytes = kStageBlocks * 16;     // 1024
+constexpr int kSlotBytes = kRows * kStageRowBytes;    // 2048
+constexpr int kMaxStages = 4;
+// N it takes. The kernel is written for kCols columns, and N = 2..4 were
+// built and measured (8 warps a CTA to N = 2, 16 from N = 3): each column
+// adds 16 DP4As a block and row, 3.5-4.5 us a column at 4096 x 14336 on an
+// H200, so cuda_wo_gemv_bulk (tensor cores) is 15-40 % faster there
+// (docs/architecture.md, "The fixed-point INT4 GEMV").
+constexpr int kMaxCols = 1;
+constexpr int kWarps = 8;                 // rings a CTA, two CTAs an SM
+constexpr int kFixedBlockBytes = 72;      // 64 digit bytes, 2^e and sum x_int
+// Shared memory a CTA: sm_90 has 228 KB an SM and reserves 1 KB a CTA. At
+// K = 14336 the activations take 32 KB beside a ring of 64 KB (4 stages).
+constexpr int kSmemBudget = (228 * 1024 - 2 * 1024) / 2;
+__host__ __device__ constexpr int ring_bytes(int stages, int warps) { return warps * stages * kSlotBytes; }
+
+// Bytes of one column's planes: 72 a block, rounded to 16 for the copies.
+int64_t column_bytes(int64_t nb) { return (nb * kFixedBlockBytes + 15) / 16 * 16; }
+
+int stages_for(int64_t n, int64_t nb) {
+  for (int s = kMaxStages; s >= 2; --s)
+    if (ring_bytes(s, kWarps) + n * column_bytes(nb) <= kSmemBudget) return s;
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// The pass: x [N, K] (f16 / bf16) to block fixed point.
+
+struct FixedParams {
+  const uint8_t* x;
+  uint8_t* out;
+  int64_t nb, ldx, col_bytes;
+};
+
+template <bool kBf16>
+__global__ void __launch_bounds__(256) to_fixed_kernel(FixedParams p) {
+  launch_dependents();  // the GEMV may start streaming W; it waits for this grid's writes
+  const int lane = threadIdx.x % 32;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+  if (b >= p.nb) return;
+  const int64_t n = blockIdx.y;
+  const uint16_t bits = reinterpret_cast<const uint16_t*>(p.x + n * p.ldx)[b * 32 + lane];
+  const float v = kBf16 ? __uint_as_float(static_cast<uint32_t>(bits) << 16) : __half2float(__ushort_as_half(bits));
+  const bool finite = isfinite(v);
+  float amax = finite ? fabsf(v) : 0.0f;
+#pragma unroll
+  for (int o = 16; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  const bool all_finite = __all_sync(0xFFFFFFFFu, finite);
+  int xi = 0;
+  float d = 0.0f;
+  if (!all_finite) {
+    d = __int_as_float(0x7FC00000);  // marks the block: the GEMV sums it in fp32
+  } else if (amax > 0.0f) {
+    int e;
+    frexpf(amax, &e);  // amax = m 2^e, m in [0.5, 1): |x| 2^(14 - e) < 2^14
+    xi = __float2int_rn(ldexpf(v, 14 - e));
+    d = ldexpf(1.0f, e - 14);
+  }
+  int sum = xi;
+#pragma unroll
+  for (int o = 16; o >= 1; o /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+  // Code c = 8i + 2j + parity sits in byte j of word 2i + parity of a digit.
+  const int i = lane / 8, j = (lane % 8) / 2, parity = lane % 2;
+  const int word = 2 * i + parity;  // 0..7 of digit 0 (lo); digit 1 (hi) is 8..15
+  uint8_t* col = p.out + n * p.col_bytes;
+  auto put = [&](int t, uint8_t byte) {  // t: word 0..15 of the block's 64 digit bytes
+    col[(t / 4) * p.nb * 16 + b * 16 + (t % 4) * 4 + j] = byte;
+  };
+  put(word, static_cast<uint8_t>(xi & 0xFF));
+  put(8 + word, static_cast<uint8_t>((xi >> 8) & 0xFF));
+  if (lane == 0) {
+    float2 meta;
+    meta.x = d;
+    meta.y = __int_as_float(sum);
+    *reinterpret_cast<float2*>(col + 64 * p.nb + 8 * b) = meta;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The GEMV.
+
+struct Params {
+  const uint8_t* w;
+  const uint8_t* x;     // the activations as given: the non-finite blocks' fp32 sums
+  const uint8_t* xfix;  // the pass's planes
+  const uint8_t* scales;
+  const uint8_t* zeros;
+  int64_t m, k, nb, ldw, ldx, col_bytes;
+  int64_t s_stride, z_stride;
+  int s_shift, z_shift;
+  int scale_type, zero_i32;
+  uint32_t low_nibbles;  // 0x0F0F0F0F from a register: LOP3 takes one immediate
+  bool x_bf16;
+};
+
+__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ int dp4a_su(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// What a lane loads for a stage besides W: the scale (and zero point) of
+// each of its two blocks of each row, unconverted.
+template <bool kZP>
+struct StageMeta {
+  uint32_t s[kRows][2];
+  int z[kRows][2];
+};
+
+// The fp32 sum of (q - z) x over block b of a row whose 16 bytes of codes
+// are at `codes` (shared memory), x as given. Out of line: the rare path
+// holds no registers of the DP4A loop.
+__device__ __forceinline__ float float_block(const Params& p, int64_t col, int64_t b,
+                                                         const uint8_t* codes, float z) {
+  const uint8_t* xr = p.x + col * p.ldx + b * 64;
+  float acc = 0.0f;
+#pragma unroll 1
+  for (int c = 0; c < 32; ++c) {
+    const uint32_t nibble = (codes[c / 2] >> (4 * (c % 2))) & 0xFu;
+    const int q = static_cast<int>(nibble ^ 8u) - 8;
+    const uint16_t bits = reinterpret_cast<const uint16_t*>(xr)[c];
+    const float xv =
+        p.x_bf16 ? __uint_as_float(static_cast<uint32_t>(bits) << 16) : __half2float(__ushort_as_half(bits));
+    acc = fmaf(static_cast<float>(q) - z, xv, acc);
+  }
+  return acc;
+}
+
+template <int kCols, int kStages, int kWarps, bool kZP>
+__global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) wo_fixed_kernel(Params p, EpilogueParams ep) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Persistent CTAs: a warp's row pairs start at row0, row0 + pairs_step, ...
+  const int64_t pairs_step = static_cast<int64_t>(gridDim.x) * kWarps * kRows;
+  int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRows;
+  uint8_t* ring = smem + warp * (kStages * kSlotBytes);
+  uint8_t* act = smem + ring_bytes(kStages, kWarps);
+  const int stages = static_cast<int>((p.nb + kStageBlocks - 1) / kStageBlocks);
+  const int64_t my_pairs = row0 < p.m ? (p.m - 1 - row0) / pairs_step + 1 : 0;
+  const int64_t steps = my_pairs * stages;
+
+  // Stage s of rows r0, r0 + 1 into slot `at`, and its scales into `meta`.
+  auto issue_at = [&](int64_t r0, int s, int at, StageMeta<kZP>& meta) {
+    const int64_t b0 = static_cast<int64_t>(s) * kStageBlocks;
+    const int64_t blocks = min64(kStageBlocks, p.nb - b0);
+    const uint32_t slot = smem_u32(ring + at * kSlotBytes);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = min64(r0 + r, p.m - 1);
+      const uint8_t* src = p.w + row * p.ldw + b0 * 16;
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const int c = lane + 32 * t;
+        if (c < blocks) {
+          cp_async<16>(slot + r * kStageRowBytes + 16 * c, src + 16 * c, 16);
+          meta.s[r][t] = wo::load_scale_bits(p, p.scales + row * p.s_stride, ((b0 + c) * 32) >> p.s_shift);
+          if constexpr (kZP) meta.z[r][t] = wo::load_zero_int(p, p.zeros + row * p.z_stride, ((b0 + c) * 32) >> p.z_shift);
+        }
+      }
+    }
+  };
+  // Stage s from slot `at` into acc.
+  auto compute = [&](float (&acc)[kRows][kCols], int s, int at, const StageMeta<kZP>& meta) {
+    const uint8_t* slot = ring + at * kSlotBytes;
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const int c = lane + 32 * t;
+      const int64_t b = static_cast<int64_t>(s) * kStageBlocks + c;
+      if (b >= p.nb) continue;  // the row's last stage can be short
+      uint32_t u[kRows][8];  // codes + 8: even codes of word i at 2i, odd ones at 2i + 1
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const uint4 w = *reinterpret_cast<const uint4*>(slot + r * kStageRowBytes + 16 * c);
+        const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          u[r][2 * i] = (ws[i] & p.low_nibbles) ^ 0x08080808u;
+          u[r][2 * i + 1] = ((ws[i] >> 4) & p.low_nibbles) ^ 0x08080808u;
+        }
+      }
+      float sc[kRows];
+      float zf[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        sc[r] = wo::scale_from_bits(p, meta.s[r][t]);
+        zf[r] = kZP ? static_cast<float>(meta.z[r][t]) : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        const uint8_t* col = act + j * p.col_bytes;
+        uint32_t lo[8], hi[8];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const uint4 a = *reinterpret_cast<const uint4*>(col + q * p.nb * 16 + b * 16);
+          const uint4 h = *reinterpret_cast<const uint4*>(col + (2 + q) * p.nb * 16 + b * 16);
+          lo[4 * q] = a.x, lo[4 * q + 1] = a.y, lo[4 * q + 2] = a.z, lo[4 * q + 3] = a.w;
+          hi[4 * q] = h.x, hi[4 * q + 1] = h.y, hi[4 * q + 2] = h.z, hi[4 * q + 3] = h.w;
+        }
+        const float2 meta_x = *reinterpret_cast<const float2*>(col + 64 * p.nb + 8 * b);
+        const float d = meta_x.x;
+        const int sum = __float_as_int(meta_x.y);
+        if (isnan(d)) {  // a block of non-finite x: fp32 from x as given
+#pragma unroll
+          for (int r = 0; r < kRows; ++r)
+            acc[r][j] = fmaf(sc[r], float_block(p, j, b, slot + r * kStageRowBytes + 16 * c, zf[r]), acc[r][j]);
+          continue;
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          // Four chains of four DP4As (each waits on the one before).
+          int s_lo[2] = {0, 0}, s_hi[2] = {0, 0};
+#pragma unroll
+          for (int q = 0; q < 8; ++q) {
+            s_lo[q % 2] = dp4a_uu(u[r][q], lo[q], s_lo[q % 2]);
+            s_hi[q % 2] = dp4a_su(hi[q], u[r][q], s_hi[q % 2]);
+          }
+          const int t8 = (s_hi[0] + s_hi[1]) * 256 + (s_lo[0] + s_lo[1]) - 8 * sum;  // sum q x_int, exact
+          const float tf = kZP ? fmaf(-zf[r], static_cast<float>(sum), static_cast<float>(t8)) : static_cast<float>(t8);
+          acc[r][j] = fmaf(sc[r] * d, tf, acc[r][j]);
+        }
+      }
+    }
+  };
+  float acc[kRows][kCols];
+  zero_rows(acc);
+
+  // One ring through all of the warp's pairs: step i is stage i % stages of
+  // pair i / stages, in slot i % kStages; one commit group a step, empty
+  // ones too, so that the wait below is one constant.
+  StageMeta<kZP> meta[kStages];
+  int64_t issue_row0 = row0, issued = 0;
+  int issue_s = 0;
+  auto issue_next = [&](int at) {
+    if (issued < steps) {
+      issue_at(issue_row0, issue_s, at, meta[at]);
+      if (++issue_s == stages) issue_s = 0, issue_row0 += pairs_step;
+    }
+    ++issued;
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) issue_next(k);
+  wait_prerequisite();  // the pass's planes
+  {
+    const uint32_t base = smem_u32(act);
+    const int64_t pieces = kCols * p.col_bytes / 16;
+    for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x)
+      cp_async<16>(base + static_cast<uint32_t>(16 * i), p.xfix + 16 * i, 16);
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every thread's copies of the activations; no CTA barrier below
+  int s = 0;
+  for (int64_t i0 = 0; i0 < steps; i0 += kStages) {
+#pragma unroll
+    for (int d = 0; d < kStages; ++d) {
+      if (i0 + d < steps) {
+        __syncwarp();  // every lane has read the slot that the next issue refills
+        issue_next((d + kStages - 1) % kStages);
+        cp_async_wait<kStages - 1>();  // this lane's copies of step i0 + d
+        __syncwarp();                  // and every other lane's
+        compute(acc, s, d, meta[d]);
+        if (++s == stages) {
+          warp_sum_store(acc, lane, row0, p.m, ep);  // the pair's outputs; acc zeroed
+          s = 0, row0 += pairs_step;
+        }
+      }
+    }
+  }
+}
+
+template <int kCols, int kStages, int kWarps, bool kZP>
+int resident_ctas(int device) {
+  return resident_ctas_of<wo_fixed_kernel<kCols, kStages, kWarps, kZP>>(device, 32 * kWarps, kSmemBudget, 90);
+}
+
+// f(kernel, per_sm, stages, warps) for the instance that runs g; f(nullptr,
+// -1, 0, warps) where none does.
+template <class F>
+decltype(auto) with_instance(const GemmArgs& g, F&& f) {
+  const int stages = stages_for(g.b.rows, g.a.k / 32);
+  const bool zp = g.a.zero_points.data != nullptr;
+  auto by_stages = [&](auto cols, auto zpc) -> decltype(auto) {
+    constexpr int kCols = decltype(cols)::value, kW = kWarps;
+    constexpr bool kZ = decltype(zpc)::value;
+    switch (stages) {
+      case 4: return f(wo_fixed_kernel<kCols, 4, kW, kZ>, resident_ctas<kCols, 4, kW, kZ>(g.device.id), 4, kW);
+      case 3: return f(wo_fixed_kernel<kCols, 3, kW, kZ>, resident_ctas<kCols, 3, kW, kZ>(g.device.id), 3, kW);
+      case 2: return f(wo_fixed_kernel<kCols, 2, kW, kZ>, resident_ctas<kCols, 2, kW, kZ>(g.device.id), 2, kW);
+      default: return f(decltype(&wo_fixed_kernel<kCols, 4, kW, kZ>){nullptr}, -1, 0, kW);
+    }
+  };
+  static_assert(kMaxCols == 1, "instances are built for N = 1");
+  if (zp) return by_stages(std::integral_constant<int, 1>{}, std::true_type{});
+  return by_stages(std::integral_constant<int, 1>{}, std::false_type{});
+}
+
+}  // namespace
+
+bool gemm_wo_gemv_fixed_can_run(const GemmArgs& args, std::string* why_not) {
+  auto no = [&](std::string why) {
+    if (why_not) *why_not = std::move(why);
+    return false;
+  };
+  if (args.b.rows != kMaxCols)
+    return no("N=" + std::to_string(args.b.rows) + " is not 1 (one-token decode GEMV; measured slower than "
+              "cuda_wo_gemv_bulk from N = 2)");
+  if (!gemm_wo_gemv_can_run(args, why_not)) return false;  // operands: formats, alignment, groups
+  if (args.a.k == 0) return no("K=0: nothing to stream");
+  const int64_t nb = args.a.k / 32;
+  if (stages_for(args.b.rows, nb) == 0)
+    return no("N=" + std::to_string(args.b.rows) + " x K=" + std::to_string(args.a.k) +
+              " activations in block fixed point (" + std::to_string(args.b.rows * column_bytes(nb)) +
+              " bytes) do not fit in shared memory beside a ring of two stages");
+  DeviceGuard guard(args.device.id);
+  const int per_sm = guard.error() != cudaSuccess ? -1 : with_instance(args, [](auto, int n, int, int) { return n; });
+  return ctas_fit(per_sm, args.device.id, "sm_90", why_not);
+}
+
+Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream) {
+  if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
+  DeviceGuard guard(args.device.id);
+  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
+  const cudaStream_t cs = to_cuda(stream);
+  const int64_t nb = args.a.k / 32, n = args.b.rows;
+  const int64_t col_bytes = column_bytes(nb);
+  Workspace ws(args.device.id, static_cast<size_t>(n * col_bytes), cs);
+  if (!ws.ok()) return gemm_wo_gemv_run(args, stream);  // no scratch memory: the GEMV that needs none
+  const bool bf16 = args.b.format == Format::bf16;
+  const FixedParams fp{static_cast<const uint8_t*>(args.b.data), ws.bytes(), nb, args.b.row_stride, col_bytes};
+  const dim3 pass_grid(static_cast<unsigned>((nb + 7) / 8), static_cast<unsigned>(n));
+  if (bf16) to_fixed_kernel<true><<<pass_grid, 256, 0, cs>>>(fp);
+  else to_fixed_kernel<false><<<pass_grid, 256, 0, cs>>>(fp);
+
+  Params p{};
+  wo::set_operand_params(p, args);
+  p.xfix = ws.bytes();
+  p.nb = nb;
+  p.col_bytes = col_bytes;
+  p.low_nibbles = 0x0F0F0F0Fu;
+  p.x_bf16 = bf16;
+  return with_instance(args, [&](auto kernel, int per_sm, int stages, int warps) {
+    std::string why;
+    if (!ctas_fit(per_sm, args.device.id, "sm_90", &why))
+      return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_wo_gemv_fixed): " + why + " (" +
+                                                intfast::shape_text(args) + ")");
+    const int64_t pairs = (args.a.rows + kRows - 1) / kRows;
+    const int64_t grid = std::min<int64_t>((pairs + warps - 1) / warps,
+                                           static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms);
+    const int64_t smem = ring_bytes(stages, warps) + n * col_bytes;
+    launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(32 * warps), static_cast<size_t>(smem), cs,
+                       true, p, epilogue_params(args));
+    return intfast::launch_result(args);
+  });
+}
+
+}  // namespace qg::detail::cuda
