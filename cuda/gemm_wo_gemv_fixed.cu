@@ -8,7 +8,7 @@
 // "The fixed-point INT4 GEMV"): cold 18.6-18.8 us at 4096 x 14336 against
 // cuda_wo_gemv_small's 19.0 (read floor 11.1-11.4) and 19.4-19.7 against
 // 20.9-21.1 at 14336 x 4096; with W in L2 16.0-16.2 against 17.1-17.5 and
-// 19.1-19.5: the fourfold cut in instructions a code (below) bought 1-17 %.
+// 19.1-19.5: the fourfold cut in instructions a code (below) bought 1-22 %.
 // Each call also runs the pass and waits for it; how much of the time that
 // takes was not measured apart.
 //
@@ -22,8 +22,8 @@
 // once per call, as the CPU's cpu_wo_avx512_vnni does: each 32 consecutive
 // x of a row share one power of two 2^e, chosen from their largest |x| so
 // that x_int = rint(x 2^-e) has |x_int| <= 2^14, and x ~= x_int 2^e. An
-// f16 x of at least 2^-4 of its block's largest |x| is exact (11 significant
-// bits), a bf16 one of at least 2^-7; any x is within half a unit, at most
+// f16 x of at least 2^-3 of its block's largest |x| is exact (11 significant
+// bits), a bf16 one of at least 2^-6; any x is within half a unit, at most
 // 2^-14 of that largest (docs/numerics.md). x_int = lo + 256 hi, lo in
 // 0..255 (an unsigned byte) and hi in -64..64 (a signed one): two DP4As a
 // word of codes, where the CPU kernel's 2^-20 takes three.
@@ -87,8 +87,8 @@ constexpr int kSlotBytes = kRows * kStageRowBytes;    // 2048
 constexpr int kMaxStages = 4;
 // N it takes. The kernel is written for kCols columns, and N = 2..4 were
 // built and measured (8 warps a CTA to N = 2, 16 from N = 3): each column
-// adds 16 DP4As a block and row, 3.5-4.5 us a column at 4096 x 14336 on an
-// H200, so cuda_wo_gemv_bulk (tensor cores) is 15-40 % faster there
+// adds 16 DP4As a block and row, 2.8-6.0 us a column on an H200, so
+// cuda_wo_gemv_bulk (tensor cores) is 1.17-1.7x faster there
 // (docs/architecture.md, "The fixed-point INT4 GEMV").
 constexpr int kMaxCols = 1;
 constexpr int kWarps = 8;                 // rings a CTA, two CTAs an SM

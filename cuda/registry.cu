@@ -78,7 +78,7 @@ Registry make_registry() {
       {"cuda_i8_repacked", Format::i8, Format::i8, kDp4a, kEpiAll, gemm_i8_repacked_can_run, gemm_i8_repacked_run});
   // On sm_90: the fixed-point kernel at N = 1 (against the FFMA kernel on an
   // H200, cold, bf16: 18.6-18.8 against 19.0 us at 4096 x 14336, 19.4-19.7
-  // against 20.9-21.1 at 14336 x 4096; with W in L2 8-17 % faster), the bulk
+  // against 20.9-21.1 at 14336 x 4096; with W in L2 6-22 % faster), the bulk
   // kernel from N = 2 (groups >= 128); the FFMA kernel takes N <= 2 wherever
   // those do not run.
   for (Format fb : {Format::f16, Format::bf16})
