@@ -207,6 +207,36 @@ def test_cuda_matches_cpu_and_to_device(fmt):
 
 
 @needs_torch_cuda
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_int4_one_token_cuda_graph_capture(dtype):
+    """One token of half activations: the weight-only decode GEMV (on sm_90
+    the fixed-point one, which takes a workspace and launches a pass before
+    the GEMV) captured in a CUDA graph and replayed on new input."""
+    import torch
+
+    tdt = getattr(torch, dtype)
+    _, layer = _layer("int4", True, False, in_features=256, out_features=40, device="cuda")
+    x = torch.randn(1, 256, device="cuda").to(tdt)
+    with torch.no_grad():
+        eager = layer(x)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            layer(x)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = layer(x)
+        x.copy_(torch.randn(1, 256, device="cuda").to(tdt))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, layer(x))
+        assert not torch.equal(captured, eager)
+        ref = _reference(layer, x)
+    assert R.nmse(captured.float().cpu().numpy(), ref.numpy()) <= (1e-4 if dtype == "bfloat16" else 1e-5)
+
+
+@needs_torch_cuda
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_cuda_graph_capture(fmt):
     import torch
