@@ -32,9 +32,9 @@
 // LOP3 for the four low nibbles of a word and a shift and a LOP3 for the
 // four high ones; the 8 comes out through the block's sum of x_int:
 //   T = 256 sum u hi + sum u lo - (8 + z) sum x_int = sum (q - z) x_int,
-// exact in int32 without zero points (|T| <= 2^24); with them the z term is
+// exact in int32 without zero points (|T| <= 2^22); with them the z term is
 // subtracted in fp32 (one rounding, 2^-24 relative, as the CPU kernel). Then
-// acc += (s 2^e) T, fp32. Per 32 codes, row and column: 16 DP4As, and per
+// acc += s (2^e T), fp32. Per 32 codes, row and column: 16 DP4As, and per
 // row 12 unpacking instructions: about 1.2 instructions a code at N = 1, a
 // quarter of the FFMA kernel's (a prediction; not counted by a profiler).
 //
@@ -157,6 +157,9 @@ __global__ void __launch_bounds__(256) to_fixed_kernel(FixedParams p) {
     meta.x = d;
     meta.y = __int_as_float(sum);
     *reinterpret_cast<float2*>(col + 64 * p.nb + 8 * b) = meta;
+    // The column's padding to 16 bytes (odd nb), which the GEMV's 16-byte
+    // copies read: written, so that no copy reads uninitialised memory.
+    if (b == p.nb - 1 && 72 * p.nb < p.col_bytes) *reinterpret_cast<float2*>(col + 72 * p.nb) = make_float2(0.0f, 0.0f);
   }
 }
 
@@ -305,7 +308,9 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) wo_fixed_kernel(Para
           }
           const int t8 = (s_hi[0] + s_hi[1]) * 256 + (s_lo[0] + s_lo[1]) - 8 * sum;  // sum q x_int, exact
           const float tf = kZP ? fmaf(-zf[r], static_cast<float>(sum), static_cast<float>(t8)) : static_cast<float>(t8);
-          acc[r][j] = fmaf(sc[r] * d, tf, acc[r][j]);
+          // d tf is exact (d a power of two); s d rounded first could
+          // underflow (bf16 blocks below 2^-100) or overflow.
+          acc[r][j] = fmaf(sc[r], d * tf, acc[r][j]);
         }
       }
     }

@@ -241,50 +241,55 @@ TEST_P(CudaWoGemv, NonFiniteActivations) {
   const KernelScope& k = GetParam();
   int idx = 0;
   for (int64_t n : {1, 2, 4})
-    for (DType xd : {DType::f16, DType::bf16}) {
-      if (n < k.min_n || n > k.max_n) continue;
-      ++idx;
-      Case c = make_case(rng, 67, n, 1024, 128, xd, DType::f16, idx % 2 == 0);
-      // Column 0: +Inf in block 3, column n - 1: NaN in block 20 and -Inf in
-      // block 21 (a column with both where n = 1).
-      auto put = [&](int64_t col, int64_t i, float v) { qgtest::encode_float(&c.x[col * c.x_stride + 2 * i], xd, v); };
-      put(0, 3 * 32 + 5, INFINITY);
-      put(n - 1, 20 * 32 + 31, NAN);
-      put(n - 1, 21 * 32, -INFINITY);
-      std::string why;
-      ASSERT_TRUE(run(c, &why)) << c.describe() << ": " << why;
-      SCOPED_TRACE(c.describe());
-      const int64_t ss = qg::dtype_size(c.scale_dtype);
-      int nonfinite = 0;
-      for (int64_t r = 0; r < c.m; ++r)
-        for (int64_t j = 0; j < c.n; ++j) {
-          double ref = 0;
-          for (int64_t g = 0; g < c.k / c.group; ++g) {
-            double part = 0;
-            const int64_t z = c.zero(r, g);
-            for (int64_t i = g * c.group; i < (g + 1) * c.group; ++i) {
-              const uint8_t b = c.w[r * c.w_stride + i / 2];
-              const int q = (((i & 1) ? b >> 4 : b & 15) ^ 8) - 8;
-              part += static_cast<double>(q - z) * qgtest::decode_float(&c.x[j * c.x_stride + 2 * i], xd);
-            }
-            ref += qgtest::decode_float(&c.scales[(r * c.s_stride + g) * ss], c.scale_dtype) * part;
-          }
-          const double got = qgtest::decode_float(&c.c_out[(r * c.ldc + j * c.ldc_n) * 4], DType::f32);
-          if (std::isfinite(ref)) {
-            EXPECT_NEAR(got, ref, 1e-3 * (1 + std::fabs(ref))) << "C[" << r << ", " << j << "]";
-          } else {
-            ++nonfinite;
-            if (std::isnan(ref))
-              EXPECT_TRUE(std::isnan(got)) << "C[" << r << ", " << j << "] = " << got << ", reference NaN";
-            else if (k.zero_points_through_sum_x && c.zero_points)
-              EXPECT_TRUE(std::isnan(got) || got == ref) << "C[" << r << ", " << j << "] = " << got << ", reference " << ref;
-            else
-              EXPECT_EQ(got, ref) << "C[" << r << ", " << j << "]";
-          }
-          if (HasFailure()) return;
+    for (DType xd : {DType::f16, DType::bf16})
+      for (bool with_nan : {false, true}) {
+        if (n < k.min_n || n > k.max_n) continue;
+        ++idx;
+        Case c = make_case(rng, 67, n, 1024, 128, xd, DType::f16, idx % 2 == 0);
+        // Column 0: +Inf in block 3 (so most outputs are +-Inf); with_nan:
+        // column n - 1 also NaN in block 20 and -Inf in block 21.
+        auto put = [&](int64_t col, int64_t i, float v) {
+          qgtest::encode_float(&c.x[col * c.x_stride + 2 * i], xd, v);
+        };
+        put(0, 3 * 32 + 5, INFINITY);
+        if (with_nan) {
+          put(n - 1, 20 * 32 + 31, NAN);
+          put(n - 1, 21 * 32, -INFINITY);
         }
-      EXPECT_GT(nonfinite, 0);
-    }
+        std::string why;
+        ASSERT_TRUE(run(c, &why)) << c.describe() << ": " << why;
+        SCOPED_TRACE(c.describe());
+        const int64_t ss = qg::dtype_size(c.scale_dtype);
+        int nonfinite = 0;
+        for (int64_t r = 0; r < c.m; ++r)
+          for (int64_t j = 0; j < c.n; ++j) {
+            double ref = 0;
+            for (int64_t g = 0; g < c.k / c.group; ++g) {
+              double part = 0;
+              const int64_t z = c.zero(r, g);
+              for (int64_t i = g * c.group; i < (g + 1) * c.group; ++i) {
+                const uint8_t b = c.w[r * c.w_stride + i / 2];
+                const int q = (((i & 1) ? b >> 4 : b & 15) ^ 8) - 8;
+                part += static_cast<double>(q - z) * qgtest::decode_float(&c.x[j * c.x_stride + 2 * i], xd);
+              }
+              ref += qgtest::decode_float(&c.scales[(r * c.s_stride + g) * ss], c.scale_dtype) * part;
+            }
+            const double got = qgtest::decode_float(&c.c_out[(r * c.ldc + j * c.ldc_n) * 4], DType::f32);
+            if (std::isfinite(ref)) {
+              EXPECT_NEAR(got, ref, 1e-3 * (1 + std::fabs(ref))) << "C[" << r << ", " << j << "]";
+            } else {
+              ++nonfinite;
+              if (std::isnan(ref))
+                EXPECT_TRUE(std::isnan(got)) << "C[" << r << ", " << j << "] = " << got << ", reference NaN";
+              else if (k.zero_points_through_sum_x && c.zero_points)
+                EXPECT_TRUE(std::isnan(got) || got == ref) << "C[" << r << ", " << j << "] = " << got << ", reference " << ref;
+              else
+                EXPECT_EQ(got, ref) << "C[" << r << ", " << j << "]";
+            }
+            if (HasFailure()) return;
+          }
+        EXPECT_GT(nonfinite, 0);
+      }
 }
 
 // Activations spanning 2^-12..2^3 inside each block of 32, and one block
@@ -300,7 +305,7 @@ TEST_P(CudaWoGemv, WideRangeActivations) {
     if (n < k.min_n || n > k.max_n) continue;
     for (DType xd : {DType::f16, DType::bf16}) {
       const int64_t kk = 2048;
-      Case c = make_case(rng, 45, n, kk, 128, xd, DType::f32, n == 2);
+      Case c = make_case(rng, 45, n, kk, 128, xd, DType::f32, n == 2 || xd == DType::bf16);
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < kk; ++i) {
           float v = std::ldexp(qgtest::uniform(rng, 1.0f, 2.0f), static_cast<int>(rng() % 16) - 12);
@@ -336,6 +341,22 @@ TEST_P(CudaWoGemv, WideRangeActivations) {
         }
     }
   }
+}
+
+// K long enough that activations held in shared memory leave room for
+// fewer ring stages (cuda_wo_gemv_fixed: three slots a warp at K = 24576,
+// two at K = 32768), N = 1 and 2, with and without zero points.
+TEST_P(CudaWoGemv, LongK) {
+  QG_SEEDED_RNG(rng, 48);
+  int idx = 0;
+  for (int64_t k : {24576, 32768})
+    for (int64_t n : {1, 2}) {
+      ++idx;
+      Case c = make_case(rng, 301, n, k, 128, idx % 2 ? DType::bf16 : DType::f16, DType::bf16, idx % 2 == 0);
+      run_checked(c);
+      if (HasFailure()) return;
+    }
+  EXPECT_GT(ran_, 0);
 }
 
 // Every N up to 16, M in {1, 31, 4096}, K with each group that divides it;
@@ -391,7 +412,8 @@ TEST_P(CudaWoGemv, SeveralRowGroupsPerCta) {
   for (int64_t k : {384, 4096 + 128})
     for (int64_t n : {1, 2, 8, 9}) {
       ++idx;
-      Case c = make_case(rng, 9607, n, k, 128, idx % 2 ? DType::bf16 : DType::f16, DType::f16, idx % 3 == 0);
+      const bool zp = idx % 3 == 0 || (n == 1 && k == 4096 + 128);
+      Case c = make_case(rng, 9607, n, k, 128, idx % 2 ? DType::bf16 : DType::f16, DType::f16, zp);
       run_checked(c);
       if (HasFailure()) return;
     }
