@@ -325,9 +325,12 @@ TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
   EXPECT_EQ(order(Format::i8, Format::i8),
             (std::vector<std::string>{"cpu_i8_avx512_vnni", "cpu_i8_avx2", "cpu_i8_repacked", "cpu_int_reference",
                                       "dispatch"}));
-  for (Format fb : {Format::f16, Format::bf16, Format::f32})
+  for (Format fb : {Format::f16, Format::bf16})
     EXPECT_EQ(order(Format::i4, fb),
-              (std::vector<std::string>{"cpu_wo_avx512_vnni", "cpu_wo_avx2", "cpu_wo_reference", "dispatch"}));
+              (std::vector<std::string>{"cpu_wo_avx512_vnni", "cpu_wo_avx2_fixed", "cpu_wo_avx2", "cpu_wo_reference",
+                                        "dispatch"}));
+  EXPECT_EQ(order(Format::i4, Format::f32),
+            (std::vector<std::string>{"cpu_wo_avx512_vnni", "cpu_wo_avx2", "cpu_wo_reference", "dispatch"}));
   const uint32_t avx2 = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
   for (const qg::detail::GemmKernel& k : r.gemm) {
     const std::string name = k.name;
@@ -813,6 +816,37 @@ std::vector<double> wo_reference(const WoCase& c) {
   return ref;
 }
 
+// cpu_wo_avx2_fixed takes one row of activations only (its can_run says
+// so); every other weight-only kernel takes any N.
+bool one_token_kernel(const qg::detail::GemmKernel* k) {
+  return k && std::string(k->name) == "cpu_wo_avx2_fixed";
+}
+
+// Whether kernel k (null: dispatch) is to run call g here: false where this
+// CPU lacks its ISA or it is a one-token kernel and N > 1; any other
+// refusal by can_run is a failure.
+bool wo_kernel_takes(const qg::detail::GemmKernel* k, const qg::GemmArgs& g) {
+  std::string why;
+  if (!k) return true;
+  if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) return false;
+  if (one_token_kernel(k) && g.b.rows != 1) {
+    EXPECT_FALSE(qgtest::gemm_kernel_admits(*k, g, &why)) << k->name << " took N=" << g.b.rows;
+    return false;
+  }
+  EXPECT_TRUE(qgtest::gemm_kernel_admits(*k, g, &why)) << k->name << ": " << why;
+  return true;
+}
+
+// Column j of a weight-only case alone (N = 1).
+WoCase column_case(const WoCase& c, int64_t j) {
+  WoCase col = c;
+  col.n = 1;
+  const int64_t k = c.w.k, xs = qg::dtype_size(dtype_of(c.xf));
+  col.x.assign(c.x.begin() + j * k, c.x.begin() + (j + 1) * k);
+  col.xbytes.assign(c.xbytes.begin() + j * k * xs, c.xbytes.begin() + (j + 1) * k * xs);
+  return col;
+}
+
 TEST(CpuWeightOnlyGemm, MatchesFloat64) {
   uint64_t salt = 500;
   struct Shape {
@@ -834,10 +868,8 @@ TEST(CpuWeightOnlyGemm, MatchesFloat64) {
             for (const qg::detail::GemmKernel* k : kernels_for(wf, xf)) {
               std::vector<float> out;
               qg::GemmArgs g = wo_args(c, out);
-              std::string why;
               ASSERT_TRUE(qg::detail::check_gemm_args(g).ok()) << qg::detail::check_gemm_args(g).message();
-              if (k && !qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) continue;
-              ASSERT_TRUE(!k || qgtest::gemm_kernel_admits(*k, g, &why)) << name_of(k) << ": " << why;
+              if (!wo_kernel_takes(k, g)) continue;
               const qg::Status st = k ? k->run(g, nullptr) : qg::gemm(g);
               ASSERT_TRUE(st.ok()) << st.message();
               std::vector<double> got(out.begin(), out.end());
@@ -849,14 +881,16 @@ TEST(CpuWeightOnlyGemm, MatchesFloat64) {
 }
 
 // The same bits whatever the thread count, and N = 1 equal to the same
-// column inside a wider call (GEMV and tile paths sum in one order).
+// column inside a wider call (GEMV and tile paths sum in one order). A
+// one-token kernel is held to the first at N = 1.
 TEST(CpuWeightOnlyGemm, DeterministicAcrossThreadsAndPaths) {
   QG_SEEDED_RNG(rng, 600);
-  WoCase c = make_wo(rng, Format::i4, Format::bf16, 300, 5, 1024, 128, DType::f16, true, DType::i8);
+  const WoCase wide = make_wo(rng, Format::i4, Format::bf16, 300, 5, 1024, 128, DType::f16, true, DType::i8);
   for (const qg::detail::GemmKernel* k : kernels_for(Format::i4, Format::bf16)) {
     if (!k) continue;
     std::string why;
     if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) continue;
+    WoCase c = one_token_kernel(k) ? column_case(wide, 2) : wide;
     std::vector<float> one, four;
     qg::set_cpu_threads(1);
     ASSERT_TRUE(k->run(wo_args(c, one), nullptr).ok());
@@ -864,11 +898,9 @@ TEST(CpuWeightOnlyGemm, DeterministicAcrossThreadsAndPaths) {
     ASSERT_TRUE(k->run(wo_args(c, four), nullptr).ok());
     qg::set_cpu_threads(0);
     EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * 4), 0) << k->name;
+    if (one_token_kernel(k)) continue;
     // Column 2 alone (the N = 1 path) against the same column of the N = 5 call.
-    WoCase col = c;
-    col.n = 1;
-    const int64_t xs = qg::dtype_size(dtype_of(c.xf));
-    col.xbytes.assign(c.xbytes.begin() + 2 * c.w.k * xs, c.xbytes.begin() + 3 * c.w.k * xs);
+    WoCase col = column_case(c, 2);
     std::vector<float> single;
     ASSERT_TRUE(k->run(wo_args(col, single), nullptr).ok());
     EXPECT_EQ(std::memcmp(single.data(), four.data() + 2 * c.w.rows, single.size() * 4), 0) << k->name;
@@ -894,10 +926,9 @@ TEST(CpuWeightOnlyGemm, EpilogueTilesMatchElementEpilogue) {
       std::vector<uint8_t> bias(static_cast<size_t>(2 * m));
       for (int64_t i = 0; i < m; ++i) qgtest::encode_float(&bias[2 * i], DType::bf16, qgtest::uniform(rng, -30, 30));
       for (const qg::detail::GemmKernel* kern : kernels_for(Format::i4, xf)) {
-        std::string why;
-        if (kern && !qgtest::gemm_kernel_runs_on(*kern, qg::Device::cpu(), &why)) continue;
         std::vector<float> sums;
         const qg::GemmArgs plain = wo_args(c, sums);
+        if (!wo_kernel_takes(kern, plain)) continue;
         ASSERT_TRUE((kern ? kern->run(plain, nullptr) : qg::gemm(plain)).ok()) << name_of(kern);
         for (DType dt : {DType::f32, DType::f16, DType::bf16})
           for (bool m_contiguous : {true, false}) {
@@ -957,7 +988,8 @@ TEST(CpuWeightOnlyGemm, ZeroPointGroupsMustMatchTheScales) {
 }
 
 // cpu_wo_avx2 refuses K or groups not multiples of 32, cpu_wo_avx512 also
-// groups other than 32, 64 and multiples of 128 (each with its reason);
+// groups other than 32, 64 and multiples of 128, cpu_wo_avx2_fixed groups
+// other than 32 and multiples of 64 (and N > 1), each with its reason;
 // dispatch falls back to the next kernel that takes the call.
 TEST(CpuWeightOnlyGemm, SimdKernelsRefuseGroupsTheyCannotLoadAndDispatchFallsBack) {
   QG_SEEDED_RNG(rng, 700);
@@ -980,6 +1012,16 @@ TEST(CpuWeightOnlyGemm, SimdKernelsRefuseGroupsTheyCannotLoadAndDispatchFallsBac
     if (!cs.avx2_takes) {
       EXPECT_NE(why.find("multiples of 32"), std::string::npos) << why;
     }
+    // The one-token kernel: N = 2 refused as such; at N = 1, none of these groups.
+    const qg::detail::GemmKernel* fixed = wo_kernel("cpu_wo_avx2_fixed", Format::f16);
+    why.clear();
+    EXPECT_FALSE(fixed->can_run(g, &why));
+    EXPECT_NE(why.find("N=2: it takes one row of activations"), std::string::npos) << why;
+    qg::GemmArgs one = g;
+    one.b.rows = 1;
+    why.clear();
+    EXPECT_FALSE(fixed->can_run(one, &why));
+    EXPECT_NE(why.find("group_size 32 or a multiple of 64"), std::string::npos) << why;
     qg::Explanation e;
     ASSERT_TRUE(qg::explain(g, &e).ok());
     EXPECT_EQ(e.chosen, cs.avx2_takes && have_avx2() ? "cpu_wo_avx2" : "cpu_wo_reference");
@@ -1010,9 +1052,7 @@ TEST(CpuWeightOnlyGemm, KTailsAndLongGroups) {
         for (const qg::detail::GemmKernel* k : kernels_for(Format::i4, xf)) {
           std::vector<float> out;
           qg::GemmArgs g = wo_args(c, out);
-          std::string why;
-          if (k && !qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) continue;
-          ASSERT_TRUE(!k || qgtest::gemm_kernel_admits(*k, g, &why)) << name_of(k) << ": " << why;
+          if (!wo_kernel_takes(k, g)) continue;
           ASSERT_TRUE((k ? k->run(g, nullptr) : qg::gemm(g)).ok()) << name_of(k);
           EXPECT_LE(qgtest::nmse(std::vector<double>(out.begin(), out.end()), ref), 1e-6) << name_of(k);
           if (HasFailure()) return;
@@ -1027,133 +1067,187 @@ void set_x(WoCase& c, int64_t j, int64_t x, float v) {
   c.x[i] = qgtest::encode_float(&c.xbytes[i * qg::dtype_size(d)], d, v);
 }
 
-// cpu_wo_avx512_vnni carries each activation in block fixed point: within
-// 2^-20 of its 32-block's largest |x| (half a unit of its integer). Activations spanning 2^-12..2^3 inside
-// each block (and one block 1e3 x larger, an outlier channel): every output
-// within that bound plus fp32 rounding, and the NMSE within the contract.
-TEST(CpuWeightOnlyGemm, Avx512VnniFixedPointWithinItsBound) {
-  const qg::detail::GemmKernel* k = wo_kernel("cpu_wo_avx512_vnni", Format::f32);
-  std::string why;
-  if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) GTEST_SKIP() << why;
+// The kernels that carry each activation in block fixed point (docs/
+// numerics.md): every 32 consecutive x share a power of two 2^e, e = ex -
+// bits where the block's largest |x| is m 2^ex (m in [0.5, 1)), and x_int =
+// rint(x 2^-e), so any x is within 2^-bits of that largest.
+struct FixedPointKernel {
+  const char* name;
+  int bits;
+  bool one_token;  // takes N = 1 only
+  bool takes_f32;  // fp32 activations too (else f16 and bf16 only)
+};
+
+class CpuWoFixedPoint : public ::testing::TestWithParam<FixedPointKernel> {
+ protected:
+  // The kernel, or null (and the test skipped) where this CPU lacks its ISA.
+  const qg::detail::GemmKernel* kernel(Format xf) {
+    const qg::detail::GemmKernel* k = wo_kernel(GetParam().name, xf);
+    std::string why;
+    if (k && !qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) return nullptr;
+    return k;
+  }
+  // How far C[i, j] of case c may be from float64: each x within 2^-bits
+  // of its 32-block's largest |x|, plus fp32 rounding (10^-6 of each |x|),
+  // times |s (q - z)|.
+  double bound(const WoCase& c, int64_t i, int64_t j) const {
+    const int64_t kk = c.w.k, groups = kk / c.group;
+    double sum = 0;
+    for (int64_t b = 0; b < kk / 32; ++b) {
+      double amax = 0;
+      for (int64_t x = 32 * b; x < 32 * b + 32; ++x) amax = std::max(amax, std::fabs(double(c.x[j * kk + x])));
+      for (int64_t x = 32 * b; x < 32 * b + 32; ++x) {
+        const int64_t gi = i * groups + x / c.group;
+        const double z = c.zp_values.empty() ? 0 : c.zp_values[gi];
+        const double w = std::fabs(c.scale_values[gi] * (c.w.code(i, x) - z));
+        sum += w * (std::ldexp(amax, -GetParam().bits) + 1e-6 * std::fabs(double(c.x[j * kk + x])));
+      }
+    }
+    return sum;
+  }
+  // Runs case c on k into out ([N, M]): a one-token kernel column by column.
+  void run_columns(const qg::detail::GemmKernel* k, const WoCase& c, std::vector<float>& out) {
+    const int64_t m = c.w.rows;
+    if (!GetParam().one_token) {
+      WoCase run = c;
+      ASSERT_TRUE(k->run(wo_args(run, out), nullptr).ok());
+      return;
+    }
+    out.assign(static_cast<size_t>(m * c.n), 0.0f);
+    for (int64_t j = 0; j < c.n; ++j) {
+      WoCase col = column_case(c, j);
+      std::vector<float> one;
+      const qg::GemmArgs g = wo_args(col, one);
+      std::string why;
+      ASSERT_TRUE(qgtest::gemm_kernel_admits(*k, g, &why)) << why;
+      ASSERT_TRUE(k->run(g, nullptr).ok());
+      std::copy(one.begin(), one.end(), out.begin() + j * m);
+    }
+  }
+};
+
+// Activations spanning 2^-12..2^3 inside each block (and one block 1e3 x
+// larger, an outlier channel): every output within the kernel's bound plus
+// fp32 rounding, and the NMSE within the contract.
+TEST_P(CpuWoFixedPoint, WithinItsBound) {
   uint64_t salt = 950;
   for (Format xf : {Format::f32, Format::f16, Format::bf16}) {
-    QG_SEEDED_RNG(rng, ++salt);
-    WoCase c = make_wo(rng, Format::i4, xf, 37, 3, 1024, 128, DType::f16, true, DType::i8);
-    for (int64_t j = 0; j < c.n; ++j)
-      for (int64_t x = 0; x < c.w.k; ++x) {
-        const float mag = std::ldexp(1.0f, static_cast<int>(rng() % 15) - 12);  // f16 keeps all
-        set_x(c, j, x, (rng() % 2 ? mag : -mag) * qgtest::uniform(rng, 1.0f, 2.0f) * (x / 32 == 5 ? 1e3f : 1.0f));
-      }
-    const std::vector<double> ref = wo_reference(c);
-    std::vector<float> out;
-    ASSERT_TRUE(k->run(wo_args(c, out), nullptr).ok());
-    const int64_t m = c.w.rows, kk = c.w.k, groups = kk / c.group;
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < c.n; ++j) {
-        double bound = 0;
-        for (int64_t b = 0; b < kk / 32; ++b) {
-          double amax = 0;
-          for (int64_t x = 32 * b; x < 32 * b + 32; ++x) amax = std::max(amax, std::fabs(double(c.x[j * kk + x])));
-          for (int64_t x = 32 * b; x < 32 * b + 32; ++x) {
-            const int64_t gi = i * groups + x / c.group;
-            const double w = std::fabs(c.scale_values[gi] * (c.w.code(i, x) - c.zp_values[gi]));
-            bound += w * (std::ldexp(amax, -20) + 1e-6 * std::fabs(double(c.x[j * kk + x])));
-          }
+    if (xf == Format::f32 && !GetParam().takes_f32) continue;
+    const qg::detail::GemmKernel* k = kernel(xf);
+    if (!k) GTEST_SKIP() << GetParam().name << " needs an ISA this CPU lacks";
+    for (int64_t group : {int64_t{128}, int64_t{32}}) {
+      QG_SEEDED_RNG(rng, ++salt);
+      WoCase c = make_wo(rng, Format::i4, xf, 37, 3, 1024, group, DType::f16, true, DType::i8);
+      for (int64_t j = 0; j < c.n; ++j)
+        for (int64_t x = 0; x < c.w.k; ++x) {
+          const float mag = std::ldexp(1.0f, static_cast<int>(rng() % 15) - 12);  // f16 keeps all
+          set_x(c, j, x, (rng() % 2 ? mag : -mag) * qgtest::uniform(rng, 1.0f, 2.0f) * (x / 32 == 5 ? 1e3f : 1.0f));
         }
-        EXPECT_LE(std::fabs(out[j * m + i] - ref[j * m + i]), bound)
-            << qg::format_traits(xf).name << " C[" << i << ", " << j << "]";
-        if (HasFailure()) return;
-      }
-    EXPECT_LE(qgtest::nmse(std::vector<double>(out.begin(), out.end()), ref), 1e-6) << qg::format_traits(xf).name;
+      const std::vector<double> ref = wo_reference(c);
+      std::vector<float> out;
+      run_columns(k, c, out);
+      const int64_t m = c.w.rows;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          EXPECT_LE(std::fabs(out[j * m + i] - ref[j * m + i]), bound(c, i, j))
+              << qg::format_traits(xf).name << " group " << group << " C[" << i << ", " << j << "]";
+          if (HasFailure()) return;
+        }
+      EXPECT_LE(qgtest::nmse(std::vector<double>(out.begin(), out.end()), ref), 1e-6) << qg::format_traits(xf).name;
+    }
   }
 }
 
 // The fixed-point rule itself, output by output: W row r holds code 1 at
 // K position r and 0 elsewhere (scale 1), so C[r] is x[r] as the kernel
 // carries it, with no sum to hide a rounding. Each 32-block's power of two
-// is the one docs/numerics.md states (2^(ex - 20), amax = m 2^ex, m in
-// [0.5, 1)), x_int rounds half to even, and an f16 x of at least 2^-9 of its
-// block's largest comes back exactly.
-TEST(CpuWeightOnlyGemm, Avx512VnniFixedPointRule) {
-  const qg::detail::GemmKernel* k = wo_kernel("cpu_wo_avx512_vnni", Format::f32);
-  std::string why;
-  if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) GTEST_SKIP() << why;
-  for (Format xf : {Format::f32, Format::f16}) {
-    QG_SEEDED_RNG(rng, xf == Format::f32 ? 980 : 981);
-    const int64_t kk = 128;
-    WoCase c = make_wo(rng, Format::i4, xf, kk, 1, kk, 32, DType::f32, false, DType::i8);
-    fill_codes(c.w, 0);
-    for (int64_t r = 0; r < kk; ++r) {
-      c.w.codes[r * kk + r] = 1;
-      write_unit(c.w, r, r / 2, &c.w.bytes[r * c.w.row_stride + r / 2]);
-    }
-    for (auto& v : c.scale_values) v = 1.0f;
-    for (int64_t i = 0; i < static_cast<int64_t>(c.scale_values.size()); ++i)
-      qgtest::encode_float(&c.scales[i * 4], DType::f32, 1.0f);
-    for (int64_t x = 0; x < kk; ++x) {
-      // Every block's largest is 12 (ex = 4: a unit of x_int is 2^-16).
-      float v = x % 32 == 0 ? 12.0f : std::ldexp(qgtest::uniform(rng, 1.0f, 2.0f), static_cast<int>(rng() % 13) - 10);
-      // f32: some values exactly half a unit off a whole one (ties to even).
-      if (xf == Format::f32 && x % 5 == 1) v = std::ldexp(static_cast<float>(2 * (rng() % 1000) + 1), -17);
-      set_x(c, 0, x, rng() % 2 ? v : -v);
-    }
-    std::vector<float> out;
-    ASSERT_TRUE(k->run(wo_args(c, out), nullptr).ok());
-    for (int64_t b = 0; b < kk / 32; ++b) {
-      double amax = 0;
-      for (int64_t x = 32 * b; x < 32 * b + 32; ++x) amax = std::max(amax, std::fabs(double(c.x[x])));
-      int ex = 0;
-      std::frexp(amax, &ex);
-      const int e = ex - 20;
-      for (int64_t x = 32 * b; x < 32 * b + 32; ++x) {
-        const double want = std::ldexp(std::nearbyint(std::ldexp(double(c.x[x]), -e)), e);
-        EXPECT_EQ(double(out[x]), want) << qg::format_traits(xf).name << " x[" << x << "] = " << c.x[x];
-        if (xf == Format::f16 && std::fabs(double(c.x[x])) >= std::ldexp(amax, -9)) {
-          EXPECT_EQ(out[x], c.x[x]) << "f16 x[" << x << "] within 2^-9 of its block's largest";
+// is the one docs/numerics.md states (2^(ex - bits)), x_int rounds half to
+// even, and an f16 x of at least 2^-(bits - 11) of its block's largest comes
+// back exactly. Groups of 32 and 128 (the one-token kernel scales them on
+// two paths).
+TEST_P(CpuWoFixedPoint, FollowsTheRule) {
+  const int bits = GetParam().bits;
+  for (Format xf : {Format::f32, Format::f16})
+    for (int64_t group : {int64_t{32}, int64_t{128}}) {
+      if (xf == Format::f32 && !GetParam().takes_f32) continue;
+      const qg::detail::GemmKernel* k = kernel(xf);
+      if (!k) GTEST_SKIP() << GetParam().name << " needs an ISA this CPU lacks";
+      QG_SEEDED_RNG(rng, (xf == Format::f32 ? 980 : 981) + 2 * group);
+      const int64_t kk = 128;
+      WoCase c = make_wo(rng, Format::i4, xf, kk, 1, kk, group, DType::f32, false, DType::i8);
+      fill_codes(c.w, 0);
+      for (int64_t r = 0; r < kk; ++r) {
+        c.w.codes[r * kk + r] = 1;
+        write_unit(c.w, r, r / 2, &c.w.bytes[r * c.w.row_stride + r / 2]);
+      }
+      for (auto& v : c.scale_values) v = 1.0f;
+      for (int64_t i = 0; i < static_cast<int64_t>(c.scale_values.size()); ++i)
+        qgtest::encode_float(&c.scales[i * 4], DType::f32, 1.0f);
+      for (int64_t x = 0; x < kk; ++x) {
+        // Every block's largest is 12 (ex = 4: a unit of x_int is 2^(4 - bits)).
+        float v = x % 32 == 0 ? 12.0f : std::ldexp(qgtest::uniform(rng, 1.0f, 2.0f), static_cast<int>(rng() % 13) - 10);
+        // Some values exactly half a unit off a whole one (ties to even; an
+        // odd multiple of 2^(3 - bits) below 2 is an f16 too).
+        if (x % 5 == 1) v = std::ldexp(static_cast<float>(2 * (rng() % 1000) + 1), 3 - bits);
+        set_x(c, 0, x, rng() % 2 ? v : -v);
+      }
+      std::vector<float> out;
+      run_columns(k, c, out);
+      for (int64_t b = 0; b < kk / 32; ++b) {
+        double amax = 0;
+        for (int64_t x = 32 * b; x < 32 * b + 32; ++x) amax = std::max(amax, std::fabs(double(c.x[x])));
+        int ex = 0;
+        std::frexp(amax, &ex);
+        const int e = ex - bits;
+        for (int64_t x = 32 * b; x < 32 * b + 32; ++x) {
+          const double want = std::ldexp(std::nearbyint(std::ldexp(double(c.x[x]), -e)), e);
+          EXPECT_EQ(double(out[x]), want) << qg::format_traits(xf).name << " group " << group << " x[" << x
+                                          << "] = " << c.x[x];
+          if (xf == Format::f16 && std::fabs(double(c.x[x])) >= std::ldexp(amax, 11 - bits)) {
+            EXPECT_EQ(out[x], c.x[x]) << "f16 x[" << x << "] within 2^-" << bits - 11 << " of its block's largest";
+          }
         }
       }
+      if (HasFailure()) return;
     }
-    if (HasFailure()) return;
-  }
 }
 
-// Activations holding Inf or NaN have no fixed-point form: the VNNI kernel
-// hands the call to the fp32 kernel, and every output is what the float64
+// Activations holding Inf or NaN have no fixed-point form: the kernel hands
+// the call to the fp32 kernel, and every output is what the float64
 // reference gives (+-Inf, NaN, or finite where its row and column are).
-TEST(CpuWeightOnlyGemm, Avx512VnniNonFiniteActivationsMatchTheReference) {
-  const qg::detail::GemmKernel* k = wo_kernel("cpu_wo_avx512_vnni", Format::f16);
-  std::string why;
-  if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) GTEST_SKIP() << why;
+TEST_P(CpuWoFixedPoint, NonFiniteActivationsMatchTheReference) {
+  const qg::detail::GemmKernel* k = kernel(Format::f16);
+  if (!k) GTEST_SKIP() << GetParam().name << " needs an ISA this CPU lacks";
   QG_SEEDED_RNG(rng, 990);
   WoCase c = make_wo(rng, Format::i4, Format::f16, 9, 4, 256, 64, DType::f32, false, DType::i8);
   set_x(c, 1, 70, std::numeric_limits<float>::infinity());
   set_x(c, 2, 3, std::numeric_limits<float>::quiet_NaN());
   const std::vector<double> ref = wo_reference(c);
   std::vector<float> out;
-  ASSERT_TRUE(k->run(wo_args(c, out), nullptr).ok());
+  run_columns(k, c, out);
+  const int64_t m = c.w.rows;
   for (size_t i = 0; i < ref.size(); ++i) {
     if (std::isnan(ref[i])) {
       EXPECT_TRUE(std::isnan(out[i])) << i;
     } else if (std::isinf(ref[i])) {
       EXPECT_EQ(double(out[i]), ref[i]) << i;
     } else {
-      EXPECT_NEAR(out[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << i;
+      EXPECT_LE(std::fabs(out[i] - ref[i]), bound(c, int64_t(i) % m, int64_t(i) / m)) << i;
     }
   }
 }
 
-// A scale is read by its own row only. The VNNI kernel keeps a step's scales
-// in an fp32 table, and a K that ends inside a chunk leaves lanes past the
+// A scale is read by its own row only. The kernels keep a step's scales in
+// an fp32 table, and a K that ends inside a chunk leaves lanes past the
 // last group, which must read zeros, not the next row's first scale (an Inf
 // times their zero sums would be a NaN). Every odd row's first scale here
 // is Inf, K ends inside the chunk, and every even row must still come out
 // finite and equal to the reference. (The odd rows themselves are not
 // checked: an Inf scale times a zero code is NaN element by element in the
 // reference, and Inf or NaN by its group's sum in the kernels.)
-TEST(CpuWeightOnlyGemm, Avx512VnniScalesStayInTheirRow) {
-  const qg::detail::GemmKernel* k = wo_kernel("cpu_wo_avx512_vnni", Format::f16);
-  std::string why;
-  if (!qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), &why)) GTEST_SKIP() << why;
+TEST_P(CpuWoFixedPoint, ScalesStayInTheirRow) {
+  const qg::detail::GemmKernel* k = kernel(Format::f16);
+  if (!k) GTEST_SKIP() << GetParam().name << " needs an ISA this CPU lacks";
   QG_SEEDED_RNG(rng, 995);
   for (int64_t group : {32, 64}) {
     SCOPED_TRACE("group " + std::to_string(group));
@@ -1165,16 +1259,20 @@ TEST(CpuWeightOnlyGemm, Avx512VnniScalesStayInTheirRow) {
     }
     const std::vector<double> ref = wo_reference(c);
     std::vector<float> out;
-    qg::GemmArgs g = wo_args(c, out);
-    ASSERT_TRUE(qgtest::gemm_kernel_admits(*k, g, &why)) << why;
-    ASSERT_TRUE(k->run(g, nullptr).ok());
+    run_columns(k, c, out);
     for (size_t i = 0; i < ref.size(); ++i) {
       if ((i % m) % 2) continue;
       ASSERT_TRUE(std::isfinite(ref[i])) << i;
-      EXPECT_NEAR(out[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << "row " << i % m << " column " << i / m;
+      EXPECT_LE(std::fabs(out[i] - ref[i]), bound(c, int64_t(i) % m, int64_t(i) / m))
+          << "row " << i % m << " column " << i / m;
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CpuWoFixedPoint,
+                         ::testing::Values(FixedPointKernel{"cpu_wo_avx512_vnni", 20, false, true},
+                                           FixedPointKernel{"cpu_wo_avx2_fixed", 14, true, false}),
+                         [](const ::testing::TestParamInfo<FixedPointKernel>& i) { return std::string(i.param.name); });
 
 // ------------------------------------------------------------------ quantize rules
 struct Quantized {

@@ -43,6 +43,7 @@ Status not_compiled(const char* what) {
 #include "cpu/call_scratch.h"
 #include "cpu/epilogue_rows.h"
 #include "cpu/float_elem.h"
+#include "cpu/row_ranges.h"
 #include "cpu/thread_pool.h"
 #include "epilogue.h"
 #include "quant_block.h"
@@ -59,24 +60,7 @@ using namespace q4q8;
 constexpr int64_t kRowsPerTask = 16;
 constexpr int64_t kColsPerTask = 64;
 
-// The N = 1 path's row ranges, one a task: about four a thread, so that the
-// pool balances them, of 64 to 256 rows (a multiple of 4, the rows a step
-// takes). A range streams its rows with software prefetches that stop at its
-// end, so with few threads longer ranges restart that stream less often: on
-// a 2-core VM 256 rows took the AVX2 kernel at 14336 x 4096 from 1543 to
-// 1408 us (medians of five rounds; bench/RESULTS.md). With many threads the
-// ranges stay at 64 rows, enough tasks for every thread.
-struct RowRanges {
-  int64_t rows_per_task, tasks;
-  int64_t begin(int64_t t) const { return t * rows_per_task; }
-  int64_t end(int64_t t, int64_t m) const { return begin(t) + rows_per_task < m ? begin(t) + rows_per_task : m; }
-};
-
-RowRanges decode_row_ranges(int64_t m, int threads) {
-  int64_t per = (m + 4 * threads - 1) / (4 * static_cast<int64_t>(threads));
-  per = per < 64 ? 64 : (per > 256 ? 256 : (per + 3) / 4 * 4);
-  return {per, (m + per - 1) / per};
-}
+// The N = 1 path's row ranges: decode_row_ranges (row_ranges.h).
 
 // -8 * the sums of four consecutive codes of a Q8_1 block ab, in the tiles'
 // lane layout: [0..3 + 16..19, 4..7 + 20..23, 8..11 + 24..27, 12..15 + 28..31].

@@ -38,6 +38,11 @@ Status gemm_wo_avx2(const GemmArgs& args);
 // callable only where cpu_features().avx512_vnni and the AVX2 features.
 // Groups of 32, 64 or a multiple of 128, K-contiguous operands.
 Status gemm_wo_avx512vnni(const GemmArgs& args);
+// The same at N = 1 with AVX2 integer products: the activations (f16 or
+// bf16) as int16 in block fixed point, 14 bits (gemm_wo_avx2_fixed.cpp says
+// how exact).
+// Groups of 32 or a multiple of 64, K-contiguous operands.
+Status gemm_wo_avx2_fixed(const GemmArgs& args);
 
 // The codes and scale of quant_block.h's quantize_codes_q8 for one block of
 // 32 finite floats (fp32 bytes at x, any alignment), with AVX2 (callable only

@@ -57,6 +57,25 @@ bool wo_avx2_can_run(const GemmArgs& g, std::string* why_not) {
   return k_contiguous(g, why_not);
 }
 
+// One token (the 64-byte chunks of activations laid out for it are made
+// once per call, and further rows would each redo the integer work that
+// cpu_wo_avx2 shares between four); 64 codes a 32-byte load, a chunk's two
+// 32-blocks in one group or in one each: groups of 32 or a multiple of 64.
+bool wo_avx2_fixed_can_run(const GemmArgs& g, std::string* why_not) {
+  const int64_t gs = g.a.scales.group_size;
+  if (g.b.rows != 1) {
+    if (why_not) *why_not = "N=" + std::to_string(g.b.rows) + ": it takes one row of activations (N=1)";
+    return false;
+  }
+  if (g.a.k % 32 != 0 || !(gs == 32 || (gs > 0 && gs % 64 == 0))) {
+    if (why_not)
+      *why_not = "needs K a multiple of 32 and group_size 32 or a multiple of 64 (K=" + std::to_string(g.a.k) +
+                 ", group_size=" + std::to_string(gs) + ")";
+    return false;
+  }
+  return k_contiguous(g, why_not);
+}
+
 // One 64-byte load holds 128 codes; every 8-code lane must lie in one group,
 // and a chunk's groups must be loadable together: groups of 32 or 64 codes,
 // or a multiple of 128.
@@ -123,6 +142,12 @@ Registry make_registry() {
   for (Format fb : {Format::f16, Format::bf16, Format::f32})
     r.gemm.push_back({"cpu_wo_avx512_vnni", Format::i4, fb, kAvx512Vnni, kEpiFloatAll, wo_avx512_can_run,
                       [](const GemmArgs& a, Stream) { return gemm_wo_avx512vnni(a); }});
+  // Half-precision activations only: 14 bits keep an f16 x of at least 2^-3
+  // of its block's largest exact (bf16: 2^-6), while fp32 activations would
+  // lose bits the caller gave (docs/numerics.md); those stay on cpu_wo_avx2.
+  for (Format fb : {Format::f16, Format::bf16})
+    r.gemm.push_back({"cpu_wo_avx2_fixed", Format::i4, fb, kAvx2, kEpiFloatAll, wo_avx2_fixed_can_run,
+                      [](const GemmArgs& a, Stream) { return gemm_wo_avx2_fixed(a); }});
   for (Format fb : {Format::f16, Format::bf16, Format::f32})
     r.gemm.push_back({"cpu_wo_avx2", Format::i4, fb, kAvx2, kEpiFloatAll, wo_avx2_can_run,
                       [](const GemmArgs& a, Stream) { return gemm_wo_avx2(a); }});
