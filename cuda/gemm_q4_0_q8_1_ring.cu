@@ -72,6 +72,7 @@
 #include "grid_dependency.cuh"
 #include "q4_0_dp4a.cuh"
 #include "quantize.cuh"
+#include "warp_rows.cuh"
 
 namespace qg::detail::cuda {
 namespace {
@@ -234,29 +235,11 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
     pair_block(std::integral_constant<int, 0>{});
     pair_block(std::integral_constant<int, 1>{});
   };
-  // The warp's 32 partial sums of each output of rows r0, r0 + 1, by a
-  // fixed butterfly: every lane ends with every total; lane r * kCols + j
-  // stores output (r, j). acc is zeroed for the next pair.
-  auto finish_pair = [&](float (&acc)[kRows][kCols], int64_t r0) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int j = 0; j < kCols; ++j)
-#pragma unroll
-        for (int o = 16; o >= 1; o /= 2) acc[r][j] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][j], o);
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int j = 0; j < kCols; ++j) {
-        if (lane == r * kCols + j && r0 + r < p.m) epilogue_store(ep, r0 + r, j, acc[r][j]);
-        acc[r][j] = 0.0f;
-      }
-  };
+  // The warp's 32 partial sums of each output of rows r0, r0 + 1 added and
+  // stored (warp_rows.cuh); acc is zeroed for the next pair.
+  auto finish_pair = [&](float (&acc)[kRows][kCols], int64_t r0) { warp_sum_store(acc, lane, r0, p.m, ep); };
   float acc[kRows][kCols];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) acc[r][j] = 0.0f;
+  zero_rows(acc);
 
   if constexpr (kChained) {
     // Several pairs a warp: one ring through all of them. Step i is stage

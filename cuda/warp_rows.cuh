@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: MIT
 // cuda/warp_rows.cuh: the end of a GEMV in which each warp computes kRows
 // rows x kCols columns of C with every lane holding a partial sum of each
-// (cuda_wo_gemv_fixed; cuda_gemv_ring has the same code inline, measured
-// as it is: moving it here changes that kernel's PTX, which has not been
-// timed): the lanes' sums added by a fixed butterfly, so the result does not
-// depend on timing, and one lane an output storing it through the epilogue.
+// (cuda_wo_gemv_fixed, cuda_gemv_ring): the lanes' sums added by a fixed
+// butterfly, so the result does not depend on timing, and one lane an
+// output storing it through the epilogue.
 #pragma once
 
 #include <cstdint>
