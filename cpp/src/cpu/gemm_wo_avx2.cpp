@@ -54,6 +54,7 @@
 #include "cpu/call_scratch.h"
 #include "cpu/epilogue_rows.h"
 #include "cpu/float_elem.h"
+#include "cpu/row_ranges.h"
 #include "epilogue.h"
 
 namespace qg::detail::cpu {
@@ -185,19 +186,11 @@ Status run(const GemmArgs& g) {
       const float* x[1] = {xp};
       const float* s[1] = {xs};
       for (int64_t m = m0; m < m1; m += kStepRowsN1) {
-        const int rows = static_cast<int>(m1 - m < kStepRowsN1 ? m1 - m : kStepRowsN1);
-        const uint8_t* w[kStepRowsN1];
-        int64_t idx[kStepRowsN1];
-        for (int r = 0; r < kStepRowsN1; ++r) {
-          idx[r] = m + (r < rows ? r : rows - 1);
-          w[r] = W + idx[r] * g.a.row_stride;
-        }
+        const StepRows<kStepRowsN1> step(W, g.a.row_stride, m, m1);
         float out[kStepRowsN1][4];
-        // Past a row's end the prefetches run on in the row kStepRowsN1 further,
-        // which this task reads next (none after the task's last step).
-        const int64_t next = m + kStepRowsN1 < m1 ? kStepRowsN1 * g.a.row_stride : 0;
-        tile<kStepRowsN1, 1, ZP, true>(w, idx, x, s, g.a.scales, g.a.zero_points, groups, cpg, next, out);
-        epilogue_store_tile(ep, m, rows, 0, 1, out);
+        tile<kStepRowsN1, 1, ZP, true>(step.w, step.idx, x, s, g.a.scales, g.a.zero_points, groups, cpg, step.next,
+                                       out);
+        epilogue_store_tile(ep, m, step.rows, 0, 1, out);
       }
     });
     return {};

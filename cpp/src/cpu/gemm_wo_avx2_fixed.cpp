@@ -308,18 +308,11 @@ void run(const GemmArgs& g, const Layout& L, const XChunk* xc) {
     const int64_t m0 = ranges.begin(t), m1 = ranges.end(t, m_rows);
     StepScales ss;  // one allocation a task, reused by its steps
     for (int64_t m = m0; m < m1; m += kStepRows) {
-      const int rows = static_cast<int>(m1 - m < kStepRows ? m1 - m : kStepRows);
-      const uint8_t* w[kStepRows];
-      int64_t idx[kStepRows];
-      for (int r = 0; r < kStepRows; ++r) {
-        idx[r] = m + (r < rows ? r : rows - 1);
-        w[r] = W + idx[r] * g.a.row_stride;
-      }
-      convert_step_scales(g.a.scales, g.a.zero_points, L, idx, ss);
+      const StepRows<kStepRows> step(W, g.a.row_stride, m, m1);
+      convert_step_scales(g.a.scales, g.a.zero_points, L, step.idx, ss);
       float out[kStepRows][4];
-      const int64_t next = m + kStepRows < m1 ? kStepRows * g.a.row_stride : 0;
-      tile_fn(w, ss, xc, L, next, out);
-      epilogue_store_tile(ep, m, rows, 0, 1, out);
+      tile_fn(step.w, ss, xc, L, step.next, out);
+      epilogue_store_tile(ep, m, step.rows, 0, 1, out);
     }
   });
 }

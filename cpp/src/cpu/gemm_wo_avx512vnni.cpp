@@ -84,6 +84,7 @@
 #include "cpu/call_scratch.h"
 #include "cpu/epilogue_rows.h"
 #include "cpu/float_elem.h"
+#include "cpu/row_ranges.h"
 #include "epilogue.h"
 
 namespace qg::detail::cpu {
@@ -340,20 +341,13 @@ void run(const GemmArgs& g, const Layout& L, const XChunk* xc) {
       for (int j = 0; j < 4; ++j) x[j] = xc + (n + (j < cols ? j : 0)) * L.chunks;
       const TileFn tile_fn = n == n0 ? kFirst[cols] : kAgain[cols];
       for (int64_t m = m0; m < m1; m += kStepRows) {
-        const int rows = static_cast<int>(m1 - m < kStepRows ? m1 - m : kStepRows);
-        const uint8_t* w[kStepRows];
-        int64_t idx[kStepRows];
-        for (int r = 0; r < kStepRows; ++r) {
-          idx[r] = m + (r < rows ? r : rows - 1);
-          w[r] = W + idx[r] * g.a.row_stride;
-        }
+        const StepRows<kStepRows> step(W, g.a.row_stride, m, m1);
         // One step's scales for each pass over its rows: the same few
         // hundred bytes again, against the 28 KB of codes the pass reads.
-        convert_step_scales(g.a.scales, g.a.zero_points, L, idx, ss);
+        convert_step_scales(g.a.scales, g.a.zero_points, L, step.idx, ss);
         float out[kStepRows][4];
-        const int64_t next = m + kStepRows < m1 ? kStepRows * g.a.row_stride : 0;
-        tile_fn(w, ss, x, L, next, out);
-        epilogue_store_tile(ep, m, rows, n, cols, out);
+        tile_fn(step.w, ss, x, L, step.next, out);
+        epilogue_store_tile(ep, m, step.rows, n, cols, out);
       }
     }
   });

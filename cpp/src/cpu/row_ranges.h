@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// row_ranges.h: how the N = 1 (decode) paths that stream W cut its rows into
-// pool tasks.
+// row_ranges.h: how the decode paths that stream W cut its rows into pool
+// tasks, and each task's rows into steps.
 #pragma once
 
 #include <cstdint>
@@ -25,5 +25,25 @@ inline RowRanges decode_row_ranges(int64_t m, int threads) {
   per = per < 64 ? 64 : (per > 256 ? 256 : (per + 3) / 4 * 4);
   return {per, (m + per - 1) / per};
 }
+
+// One step of a decode kernel: kR rows of W from row m (the last one
+// repeated where fewer than kR remain before the range's end m1), their
+// indices (for their scales) and pointers, and how far past a row's end its
+// prefetches run on: into the row kR further, which the range reads next
+// (0 at the range's last step: stay in the row).
+template <int kR>
+struct StepRows {
+  int rows;
+  int64_t idx[kR];
+  const uint8_t* w[kR];
+  int64_t next;
+  StepRows(const uint8_t* base, int64_t row_stride, int64_t m, int64_t m1)
+      : rows(static_cast<int>(m1 - m < kR ? m1 - m : kR)), next(m + kR < m1 ? kR * row_stride : 0) {
+    for (int r = 0; r < kR; ++r) {
+      idx[r] = m + (r < rows ? r : rows - 1);
+      w[r] = base + idx[r] * row_stride;
+    }
+  }
+};
 
 }  // namespace qg::detail::cpu
