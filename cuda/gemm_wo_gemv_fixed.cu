@@ -91,19 +91,23 @@ constexpr int kMaxStages = 4;
 // cuda_wo_gemv_bulk (tensor cores) is 1.17-1.7x faster there
 // (docs/architecture.md, "The fixed-point INT4 GEMV").
 constexpr int kMaxCols = 1;
-constexpr int kWarps = 8;                 // rings a CTA, two CTAs an SM
+constexpr int kWarps = 8;                 // rings a CTA
 constexpr int kFixedBlockBytes = 72;      // 64 digit bytes, 2^e and sum x_int
-// Shared memory a CTA: sm_90 has 228 KB an SM and reserves 1 KB a CTA. At
-// K = 14336 the activations take 32 KB beside a ring of 64 KB (4 stages).
-constexpr int kSmemBudget = (228 * 1024 - 2 * 1024) / 2;
+// Shared memory a CTA when `ctas` share an SM: sm_90 has 228 KB an SM and
+// reserves 1 KB a CTA. At K = 14336 the activations take 32 KB beside a
+// ring of 64 KB (4 stages): two CTAs an SM. At K = 4096 they take 9 KB, and
+// three CTAs with 4 stages each fit (below, with_instance).
+constexpr int smem_budget(int ctas) { return (228 * 1024 - ctas * 1024) / ctas; }
 __host__ __device__ constexpr int ring_bytes(int stages, int warps) { return warps * stages * kSlotBytes; }
 
 // Bytes of one column's planes: 72 a block, rounded to 16 for the copies.
 int64_t column_bytes(int64_t nb) { return (nb * kFixedBlockBytes + 15) / 16 * 16; }
 
-int stages_for(int64_t n, int64_t nb) {
+// The deepest ring (2..4 stages) that fits beside the activations when
+// `ctas` CTAs share an SM; 0 where none does.
+int stages_for(int64_t n, int64_t nb, int ctas) {
   for (int s = kMaxStages; s >= 2; --s)
-    if (ring_bytes(s, kWarps) + n * column_bytes(nb) <= kSmemBudget) return s;
+    if (ring_bytes(s, kWarps) + n * column_bytes(nb) <= smem_budget(ctas)) return s;
   return 0;
 }
 
@@ -218,8 +222,11 @@ __device__ __forceinline__ float float_block(const Params& p, int64_t col, int64
   return acc;
 }
 
-template <int kCols, int kStages, int kWarps, bool kZP>
-__global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) wo_fixed_kernel(Params p, EpilogueParams ep) {
+// kCtas: the CTAs an SM the instance is built for (registers capped to
+// let them in: at three, 80 a thread, 89 at two; with zero points three
+// would spill, so those keep two).
+template <int kCols, int kStages, int kWarps, bool kZP, int kCtas>
+__global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, EpilogueParams ep) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // Persistent CTAs: a warp's row pairs start at row0, row0 + pairs_step, ...
@@ -363,25 +370,42 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) wo_fixed_kernel(Para
   }
 }
 
-template <int kCols, int kStages, int kWarps, bool kZP>
+template <int kCols, int kStages, int kWarps, bool kZP, int kCtas>
 int resident_ctas(int device) {
-  return resident_ctas_of<wo_fixed_kernel<kCols, kStages, kWarps, kZP>>(device, 32 * kWarps, kSmemBudget, 90);
+  return resident_ctas_of<wo_fixed_kernel<kCols, kStages, kWarps, kZP, kCtas>>(device, 32 * kWarps,
+                                                                               smem_budget(kCtas), 90);
 }
 
 // f(kernel, per_sm, stages, warps) for the instance that runs g; f(nullptr,
-// -1, 0, warps) where none does.
+// -1, 0, warps) where none does. Three CTAs an SM where M asks for more
+// CTAs than two an SM hold, each still gets a ring of 4 stages (K up to
+// about 4600) and there are no zero points; else two with the deepest ring
+// that fits. H200, N = 1, µs, cold / W in L2 (bench/RESULTS.md): three took
+// 17.9-18.2 / 14.8-15.0 at 14336 x 4096 against 19.4-19.5 / 15.7-15.9 for
+// two, and 16.0-16.3 / 13.6-13.8 at 11008 x 4096 against 17.3 / 14.4-14.5;
+// at 4096 x 4096 (256 CTAs: no third one to place) 10.9-11.1 / 9.7-9.9
+// against 10.3 / 9.0 (the cap of 80 registers costs), and at 4096 x 14336,
+// where a third CTA leaves room for 2 stages only, 21.1-21.3 cold against
+// 18.5-18.6.
 template <class F>
 decltype(auto) with_instance(const GemmArgs& g, F&& f) {
-  const int stages = stages_for(g.b.rows, g.a.k / 32);
+  const int64_t nb = g.a.k / 32;
+  const int stages = stages_for(g.b.rows, nb, 2);
   const bool zp = g.a.zero_points.data != nullptr;
+  const int64_t ctas = ((g.a.rows + kRows - 1) / kRows + kWarps - 1) / kWarps;
+  const bool three = !zp && stages_for(g.b.rows, nb, 3) == kMaxStages &&
+                     ctas > 2 * static_cast<int64_t>(device_limits(g.device.id).sms);
   auto by_stages = [&](auto cols, auto zpc) -> decltype(auto) {
     constexpr int kCols = decltype(cols)::value, kW = kWarps;
     constexpr bool kZ = decltype(zpc)::value;
+    if constexpr (!kZ)
+      if (three)
+        return f(wo_fixed_kernel<kCols, 4, kW, kZ, 3>, resident_ctas<kCols, 4, kW, kZ, 3>(g.device.id), 4, kW);
     switch (stages) {
-      case 4: return f(wo_fixed_kernel<kCols, 4, kW, kZ>, resident_ctas<kCols, 4, kW, kZ>(g.device.id), 4, kW);
-      case 3: return f(wo_fixed_kernel<kCols, 3, kW, kZ>, resident_ctas<kCols, 3, kW, kZ>(g.device.id), 3, kW);
-      case 2: return f(wo_fixed_kernel<kCols, 2, kW, kZ>, resident_ctas<kCols, 2, kW, kZ>(g.device.id), 2, kW);
-      default: return f(decltype(&wo_fixed_kernel<kCols, 4, kW, kZ>){nullptr}, -1, 0, kW);
+      case 4: return f(wo_fixed_kernel<kCols, 4, kW, kZ, 2>, resident_ctas<kCols, 4, kW, kZ, 2>(g.device.id), 4, kW);
+      case 3: return f(wo_fixed_kernel<kCols, 3, kW, kZ, 2>, resident_ctas<kCols, 3, kW, kZ, 2>(g.device.id), 3, kW);
+      case 2: return f(wo_fixed_kernel<kCols, 2, kW, kZ, 2>, resident_ctas<kCols, 2, kW, kZ, 2>(g.device.id), 2, kW);
+      default: return f(decltype(&wo_fixed_kernel<kCols, 4, kW, kZ, 2>){nullptr}, -1, 0, kW);
     }
   };
   static_assert(kMaxCols == 1, "instances are built for N = 1");
@@ -402,7 +426,7 @@ bool gemm_wo_gemv_fixed_can_run(const GemmArgs& args, std::string* why_not) {
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;  // operands: formats, alignment, groups
   if (args.a.k == 0) return no("K=0: nothing to stream");
   const int64_t nb = args.a.k / 32;
-  if (stages_for(args.b.rows, nb) == 0)
+  if (stages_for(args.b.rows, nb, 2) == 0)
     return no("N=" + std::to_string(args.b.rows) + " x K=" + std::to_string(args.a.k) +
               " activations in block fixed point (" + std::to_string(args.b.rows * column_bytes(nb)) +
               " bytes) do not fit in shared memory beside a ring of two stages");
