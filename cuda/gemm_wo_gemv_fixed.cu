@@ -379,7 +379,7 @@ int resident_ctas(int device) {
 // f(kernel, per_sm, stages, warps) for the instance that runs g; f(nullptr,
 // -1, 0, warps) where none does. Three CTAs an SM where M asks for more
 // CTAs than two an SM hold, each still gets a ring of 4 stages (K up to
-// about 4600) and there are no zero points; else two with the deepest ring
+// 4992) and there are no zero points; else two with the deepest ring
 // that fits. H200, N = 1, µs, cold / W in L2 (bench/RESULTS.md): three took
 // 17.9-18.2 / 14.8-15.0 at 14336 x 4096 against 19.4-19.5 / 15.7-15.9 for
 // two, and 16.0-16.3 / 13.6-13.8 at 11008 x 4096 against 17.3 / 14.4-14.5;
@@ -398,9 +398,12 @@ decltype(auto) with_instance(const GemmArgs& g, F&& f) {
   auto by_stages = [&](auto cols, auto zpc) -> decltype(auto) {
     constexpr int kCols = decltype(cols)::value, kW = kWarps;
     constexpr bool kZ = decltype(zpc)::value;
-    if constexpr (!kZ)
-      if (three)
-        return f(wo_fixed_kernel<kCols, 4, kW, kZ, 3>, resident_ctas<kCols, 4, kW, kZ, 3>(g.device.id), 4, kW);
+    if constexpr (!kZ) {
+      // Where a device holds fewer than three of it, the two-CTA instance
+      // (more registers) is the better one.
+      const int per_sm = three ? resident_ctas<kCols, 4, kW, kZ, 3>(g.device.id) : 0;
+      if (per_sm >= 3) return f(wo_fixed_kernel<kCols, 4, kW, kZ, 3>, per_sm, 4, kW);
+    }
     switch (stages) {
       case 4: return f(wo_fixed_kernel<kCols, 4, kW, kZ, 2>, resident_ctas<kCols, 4, kW, kZ, 2>(g.device.id), 4, kW);
       case 3: return f(wo_fixed_kernel<kCols, 3, kW, kZ, 2>, resident_ctas<kCols, 3, kW, kZ, 2>(g.device.id), 3, kW);

@@ -36,7 +36,7 @@
 //   T   = (S_2 * 128 + S_1) * 128 + S_0 - 8 * sum x_int = sum q * x_int,
 //         exact in int32 (|T| <= 2^27),
 //   t   = float(T) (one rounding, 2^-24 relative) - z * sum x_int,
-//   acc += (s * 2^e) * t,
+//   acc += s * (2^e * t),
 // with the lane's group scale s (four lanes of 8 codes make 32, so a lane
 // lies in one group; a chunk spans 4 groups of 32, 2 of 64, or part of one
 // of 128 or more) and its block's 2^e. After the last chunk the 16 lanes are
@@ -306,7 +306,8 @@ void tile(const uint8_t* const* w, const StepScales& ss, const XChunk* const* x,
         t = _mm512_dpbusd_epi32(t, hi[r], d0h);
         __m512 tf = _mm512_cvtepi32_ps(_mm512_sub_epi32(t, offset));
         if (ZP) tf = _mm512_fnmadd_ps(z[r], _mm512_load_ps(xj.sum), tf);
-        acc[r][j] = _mm512_fmadd_ps(_mm512_mul_ps(s[r], pow2), tf, acc[r][j]);
+        // s (2^e t): s 2^e alone could be subnormal for tiny activations.
+        acc[r][j] = _mm512_fmadd_ps(s[r], _mm512_mul_ps(tf, pow2), acc[r][j]);
       }
     }
   }

@@ -57,10 +57,10 @@ bool wo_avx2_can_run(const GemmArgs& g, std::string* why_not) {
   return k_contiguous(g, why_not);
 }
 
-// One token (the 64-byte chunks of activations laid out for it are made
-// once per call, and further rows would each redo the integer work that
-// cpu_wo_avx2 shares between four); 64 codes a 32-byte load, a chunk's two
-// 32-blocks in one group or in one each: groups of 32 or a multiple of 64.
+// One token (further rows of activations would each redo the integer work
+// that cpu_wo_avx2 shares between four); 64 codes a 32-byte load, a
+// chunk's two 32-blocks in one group or in one each: groups of 32 or a
+// multiple of 64.
 bool wo_avx2_fixed_can_run(const GemmArgs& g, std::string* why_not) {
   const int64_t gs = g.a.scales.group_size;
   if (g.b.rows != 1) {

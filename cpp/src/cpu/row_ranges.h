@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: MIT
 // row_ranges.h: how the decode paths that stream W cut its rows into pool
-// tasks, and each task's rows into steps.
+// tasks, and each task's rows into steps. In an unnamed namespace (one copy
+// per file, as prefetch.h): kernel files compiled for AVX-512 include it,
+// and a shared inline copy could be emitted with their instructions.
 #pragma once
 
 #include <cstdint>
 
 namespace qg::detail::cpu {
+namespace {
 
 // Row ranges, one a task: about four a thread, so that the pool balances
 // them, of 64 to 256 rows (a multiple of 4, the rows a step takes). A range
@@ -46,4 +49,5 @@ struct StepRows {
   }
 };
 
+}  // namespace
 }  // namespace qg::detail::cpu
