@@ -1108,6 +1108,17 @@ class CpuWoFixedPoint : public ::testing::TestWithParam<FixedPointKernel> {
     }
     return sum;
   }
+  // Every output of case c within bound() of the float64 reference.
+  void expect_within_bound(const WoCase& c, const std::vector<float>& out, const std::vector<double>& ref,
+                           const std::string& what) {
+    const int64_t m = c.w.rows;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        EXPECT_LE(std::fabs(out[j * m + i] - ref[j * m + i]), bound(c, i, j))
+            << what << " C[" << i << ", " << j << "] = " << out[j * m + i] << ", want " << ref[j * m + i];
+        if (::testing::Test::HasFailure()) return;
+      }
+  }
   // Runs case c on k into out ([N, M]): a one-token kernel column by column.
   void run_columns(const qg::detail::GemmKernel* k, const WoCase& c, std::vector<float>& out) {
     const int64_t m = c.w.rows;
@@ -1151,13 +1162,8 @@ TEST_P(CpuWoFixedPoint, WithinItsBound) {
       const std::vector<double> ref = wo_reference(c);
       std::vector<float> out;
       run_columns(k, c, out);
-      const int64_t m = c.w.rows;
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < c.n; ++j) {
-          EXPECT_LE(std::fabs(out[j * m + i] - ref[j * m + i]), bound(c, i, j))
-              << qg::format_traits(xf).name << " group " << group << " C[" << i << ", " << j << "]";
-          if (HasFailure()) return;
-        }
+      expect_within_bound(c, out, ref, std::string(qg::format_traits(xf).name) + " group " + std::to_string(group));
+      if (HasFailure()) return;
       EXPECT_LE(qgtest::nmse(std::vector<double>(out.begin(), out.end()), ref), 1e-6) << qg::format_traits(xf).name;
     }
   }
@@ -1180,13 +1186,8 @@ TEST_P(CpuWoFixedPoint, TinyActivationsKeepTheirBits) {
     const std::vector<double> ref = wo_reference(c);
     std::vector<float> out;
     run_columns(k, c, out);
-    const int64_t m = c.w.rows;
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < c.n; ++j) {
-        EXPECT_LE(std::fabs(out[j * m + i] - ref[j * m + i]), bound(c, i, j))
-            << "group " << group << " C[" << i << ", " << j << "] = " << out[j * m + i] << ", want " << ref[j * m + i];
-        if (HasFailure()) return;
-      }
+    expect_within_bound(c, out, ref, "group " + std::to_string(group));
+    if (HasFailure()) return;
   }
 }
 
