@@ -54,6 +54,7 @@
 #include "cpu/call_scratch.h"
 #include "cpu/epilogue_rows.h"
 #include "cpu/float_elem.h"
+#include "cpu/lane_sum.h"
 #include "cpu/row_ranges.h"
 #include "epilogue.h"
 
@@ -98,12 +99,6 @@ void prepare_x(const Operand& b, int64_t n0, int64_t n1, int64_t groups, int64_t
       }
     }
   }
-}
-
-inline float hsum8(__m256 v) {
-  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // lanes l + (l+4)
-  const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));                                 // (0+4)+(2+6), (1+5)+(3+7)
-  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
 // R rows w[r] of W (row index rows[r] for their scales) against NR

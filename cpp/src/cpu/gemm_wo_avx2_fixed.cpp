@@ -69,6 +69,7 @@
 #include "cpu/call_scratch.h"
 #include "cpu/epilogue_rows.h"
 #include "cpu/float_elem.h"
+#include "cpu/lane_sum.h"
 #include "cpu/prefetch.h"
 #include "cpu/row_ranges.h"
 #include "cpu/thread_pool.h"
@@ -226,12 +227,6 @@ void convert_step_scales(const OutsideScales& sc, const OutsideScales& zp, const
     for (int64_t g = 0; g < L.groups; ++g) z[g] = group_zero_point(zp, rows[r], g);
     z[L.groups] = z[L.groups + 1] = 0.0f;
   }
-}
-
-inline float hsum8(__m256 v) {
-  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // lanes l + (l+4)
-  const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));                                 // (0+4)+(2+6), (1+5)+(3+7)
-  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
 // A chunk's per-lane values from a row's fp32 table: groups of 32 give the
