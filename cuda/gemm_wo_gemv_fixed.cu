@@ -93,6 +93,13 @@ constexpr int kMaxStages = 4;
 constexpr int kMaxCols = 1;
 constexpr int kWarps = 8;                 // rings a CTA
 constexpr int kFixedBlockBytes = 72;      // 64 digit bytes, 2^e and sum x_int
+// A column's blocks are laid out by stage of the ring: the four digit planes
+// of the stage's 64 blocks (1 KB each), then their 2^e and sum x_int (8 bytes
+// a block). A lane's loads for one block are then one base address and
+// constant offsets, and the 16-byte ones of a warp fall on 32 banks.
+constexpr int kPlaneBytes = kStageBlocks * 16;                       // 1024
+constexpr int kStageActBytes = kStageBlocks * kFixedBlockBytes;      // 4608
+static_assert(kStageActBytes % 16 == 0, "stages of the activations stay 16-byte aligned");
 // Shared memory a CTA when `ctas` share an SM: sm_90 has 228 KB an SM and
 // reserves 1 KB a CTA. At K = 14336 the activations take 32 KB beside a
 // ring of 64 KB (4 stages): two CTAs an SM. At K = 4096 they take 9 KB, and
@@ -100,8 +107,9 @@ constexpr int kFixedBlockBytes = 72;      // 64 digit bytes, 2^e and sum x_int
 constexpr int smem_budget(int ctas) { return (228 * 1024 - ctas * 1024) / ctas; }
 __host__ __device__ constexpr int ring_bytes(int stages, int warps) { return warps * stages * kSlotBytes; }
 
-// Bytes of one column's planes: 72 a block, rounded to 16 for the copies.
-int64_t column_bytes(int64_t nb) { return (nb * kFixedBlockBytes + 15) / 16 * 16; }
+// Bytes of one column's planes: whole stages (the pass zeroes the blocks
+// past K in the last one).
+int64_t column_bytes(int64_t nb) { return (nb + kStageBlocks - 1) / kStageBlocks * kStageActBytes; }
 
 // The deepest ring (2..4 stages) that fits beside the activations when
 // `ctas` CTAs share an SM; 0 where none does.
@@ -124,10 +132,12 @@ template <bool kBf16>
 __global__ void __launch_bounds__(256) to_fixed_kernel(FixedParams p) {
   launch_dependents();  // the GEMV may start streaming W; it waits for this grid's writes
   const int lane = threadIdx.x % 32;
+  // Blocks past K, up to the end of the last stage, are written as zeros
+  // (x = 0): the GEMV copies whole stages and never uses them.
   const int64_t b = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
-  if (b >= p.nb) return;
+  if (b >= p.col_bytes / kFixedBlockBytes) return;
   const int64_t n = blockIdx.y;
-  const uint16_t bits = reinterpret_cast<const uint16_t*>(p.x + n * p.ldx)[b * 32 + lane];
+  const uint16_t bits = b < p.nb ? reinterpret_cast<const uint16_t*>(p.x + n * p.ldx)[b * 32 + lane] : 0;
   const float v = kBf16 ? __uint_as_float(static_cast<uint32_t>(bits) << 16) : __half2float(__ushort_as_half(bits));
   const bool finite = isfinite(v);
   float amax = finite ? fabsf(v) : 0.0f;
@@ -150,9 +160,10 @@ __global__ void __launch_bounds__(256) to_fixed_kernel(FixedParams p) {
   // Code c = 8i + 2j + parity sits in byte j of word 2i + parity of a digit.
   const int i = lane / 8, j = (lane % 8) / 2, parity = lane % 2;
   const int word = 2 * i + parity;  // 0..7 of digit 0 (lo); digit 1 (hi) is 8..15
-  uint8_t* col = p.out + n * p.col_bytes;
+  uint8_t* stage = p.out + n * p.col_bytes + (b / kStageBlocks) * kStageActBytes;
+  const int64_t c = b % kStageBlocks;
   auto put = [&](int t, uint8_t byte) {  // t: word 0..15 of the block's 64 digit bytes
-    col[(t / 4) * p.nb * 16 + b * 16 + (t % 4) * 4 + j] = byte;
+    stage[(t / 4) * kPlaneBytes + c * 16 + (t % 4) * 4 + j] = byte;
   };
   put(word, static_cast<uint8_t>(xi & 0xFF));
   put(8 + word, static_cast<uint8_t>((xi >> 8) & 0xFF));
@@ -160,10 +171,7 @@ __global__ void __launch_bounds__(256) to_fixed_kernel(FixedParams p) {
     float2 meta;
     meta.x = d;
     meta.y = __int_as_float(sum);
-    *reinterpret_cast<float2*>(col + 64 * p.nb + 8 * b) = meta;
-    // The column's padding to 16 bytes (odd nb), which the GEMV's 16-byte
-    // copies read: written, so that no copy reads uninitialised memory.
-    if (b == p.nb - 1 && 72 * p.nb < p.col_bytes) *reinterpret_cast<float2*>(col + 72 * p.nb) = make_float2(0.0f, 0.0f);
+    *reinterpret_cast<float2*>(stage + 4 * kPlaneBytes + 8 * c) = meta;
   }
 }
 
@@ -179,6 +187,9 @@ struct Params {
   int64_t m, k, nb, ldw, ldx, col_bytes;
   int64_t s_stride, z_stride;
   int s_shift, z_shift;
+  int sg_shift, zg_shift;  // a block's group: block >> these (groups are 32 << shift)
+  int scale_up;            // 16 for bf16 scales, 0 for f32 (scale_value)
+  int s_bytes_shift;       // log2 of a scale's bytes
   int scale_type, zero_i32;
   uint32_t low_nibbles;  // 0x0F0F0F0F from a register: LOP3 takes one immediate
   bool x_bf16;
@@ -222,6 +233,48 @@ __device__ __forceinline__ float float_block(const Params& p, int64_t col, int64
   return acc;
 }
 
+// Where a warp's copies of one row pair come from: the lane's first piece
+// of W in each row, and each row's scales and zero points (rows past M read
+// from row M - 1). Computed once a pair, so that a stage's copies need only
+// 32-bit offsets.
+struct PairSrc {
+  const uint8_t* w[kRows];
+  const uint8_t* s[kRows];
+  const uint8_t* z[kRows];
+};
+
+template <bool kZP>
+__device__ __forceinline__ PairSrc pair_src(const Params& p, int64_t r0, int lane) {
+  PairSrc src;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = min64(r0 + r, p.m - 1);
+    src.w[r] = p.w + row * p.ldw + 16 * lane;
+    src.s[r] = p.scales + row * p.s_stride;
+    src.z[r] = kZP ? p.zeros + row * p.z_stride : nullptr;
+  }
+  return src;
+}
+
+// The bits of a scale (4 or 2 bytes) and a zero point (int32 or int8) at a
+// byte offset of their row: one address for either width.
+__device__ __forceinline__ uint32_t scale_bits_at(const uint8_t* row, uint32_t off, bool wide) {
+  return wide ? __ldg(reinterpret_cast<const unsigned int*>(row + off))
+              : __ldg(reinterpret_cast<const unsigned short*>(row + off));
+}
+__device__ __forceinline__ int zero_at(const uint8_t* row, uint32_t off, bool wide) {
+  return wide ? __ldg(reinterpret_cast<const int*>(row + off))
+              : static_cast<int>(__ldg(reinterpret_cast<const signed char*>(row + off)));
+}
+
+// A group scale from its loaded bits without a branch: f16 by conversion,
+// bf16 and f32 by moving the bits up 16 or 0 places.
+__device__ __forceinline__ float scale_value(const Params& p, uint32_t bits) {
+  const float h = __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  const float f = __uint_as_float(bits << p.scale_up);
+  return p.scale_type == 1 ? h : f;
+}
+
 // kCtas: the CTAs an SM the instance is built for (registers capped to
 // let them in: at three, 80 a thread, 89 at two; with zero points three
 // would spill, so those keep two).
@@ -234,28 +287,38 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
   int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRows;
   uint8_t* ring = smem + warp * (kStages * kSlotBytes);
   uint8_t* act = smem + ring_bytes(kStages, kWarps);
-  const int stages = static_cast<int>((p.nb + kStageBlocks - 1) / kStageBlocks);
+  const int nb = static_cast<int>(p.nb);  // a few thousand at most: can_run
+  const int stages = (nb + kStageBlocks - 1) / kStageBlocks;
   const int64_t my_pairs = row0 < p.m ? (p.m - 1 - row0) / pairs_step + 1 : 0;
   const int64_t steps = my_pairs * stages;
 
-  // Stage s of rows r0, r0 + 1 into slot `at`, and its scales into `meta`.
-  auto issue_at = [&](int64_t r0, int s, int at, StageMeta<kZP>& meta) {
-    const int64_t b0 = static_cast<int64_t>(s) * kStageBlocks;
-    const int64_t blocks = min64(kStageBlocks, p.nb - b0);
-    const uint32_t slot = smem_u32(ring + at * kSlotBytes);
+  // Stage s of the pair at `src` into slot `at`, and its scales into `meta`.
+  // All offsets inside a row are 32-bit (K is bounded by the activations'
+  // room in shared memory): the 64-bit row arithmetic is done once a pair.
+  // Whole stages (all but a row's last, where K is not a multiple of 2048)
+  // take a path without a test a piece.
+  auto issue_at = [&](const PairSrc& src, int s, int at, StageMeta<kZP>& meta) {
+    const int b0 = s * kStageBlocks;
+    const uint32_t slot = smem_u32(ring + at * kSlotBytes) + 16 * lane;
+    auto piece = [&](int r, int t) {
+      const int c = lane + 32 * t;
+      cp_async<16>(slot + r * kStageRowBytes + 512 * t, src.w[r] + 16 * b0 + 512 * t, 16);
+      meta.s[r][t] = scale_bits_at(src.s[r], static_cast<uint32_t>((b0 + c) >> p.sg_shift) << p.s_bytes_shift,
+                                   p.scale_type == 0);
+      if constexpr (kZP)
+        meta.z[r][t] = zero_at(src.z[r], static_cast<uint32_t>((b0 + c) >> p.zg_shift) << (2 * p.zero_i32), p.zero_i32);
+    };
+    if (b0 + kStageBlocks <= nb) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t row = min64(r0 + r, p.m - 1);
-      const uint8_t* src = p.w + row * p.ldw + b0 * 16;
+      for (int r = 0; r < kRows; ++r)
 #pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const int c = lane + 32 * t;
-        if (c < blocks) {
-          cp_async<16>(slot + r * kStageRowBytes + 16 * c, src + 16 * c, 16);
-          meta.s[r][t] = wo::load_scale_bits(p, p.scales + row * p.s_stride, ((b0 + c) * 32) >> p.s_shift);
-          if constexpr (kZP) meta.z[r][t] = wo::load_zero_int(p, p.zeros + row * p.z_stride, ((b0 + c) * 32) >> p.z_shift);
-        }
-      }
+        for (int t = 0; t < 2; ++t) piece(r, t);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+          if (b0 + lane + 32 * t < nb) piece(r, t);
     }
   };
   // Stage s from slot `at` into acc.
@@ -264,8 +327,8 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       const int c = lane + 32 * t;
-      const int64_t b = static_cast<int64_t>(s) * kStageBlocks + c;
-      if (b >= p.nb) continue;  // the row's last stage can be short
+      const int b = s * kStageBlocks + c;
+      if (b >= nb) continue;  // the row's last stage can be short
       uint32_t u[kRows][8];  // codes + 8: even codes of word i at 2i, odd ones at 2i + 1
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
@@ -281,21 +344,21 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
       float zf[kRows];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        sc[r] = wo::scale_from_bits(p, meta.s[r][t]);
+        sc[r] = scale_value(p, meta.s[r][t]);
         zf[r] = kZP ? static_cast<float>(meta.z[r][t]) : 0.0f;
       }
 #pragma unroll
       for (int j = 0; j < kCols; ++j) {
-        const uint8_t* col = act + j * p.col_bytes;
+        const uint8_t* xs = act + j * p.col_bytes + s * kStageActBytes;  // the stage's activations
         uint32_t lo[8], hi[8];
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
-          const uint4 a = *reinterpret_cast<const uint4*>(col + q * p.nb * 16 + b * 16);
-          const uint4 h = *reinterpret_cast<const uint4*>(col + (2 + q) * p.nb * 16 + b * 16);
+          const uint4 a = *reinterpret_cast<const uint4*>(xs + q * kPlaneBytes + c * 16);
+          const uint4 h = *reinterpret_cast<const uint4*>(xs + (2 + q) * kPlaneBytes + c * 16);
           lo[4 * q] = a.x, lo[4 * q + 1] = a.y, lo[4 * q + 2] = a.z, lo[4 * q + 3] = a.w;
           hi[4 * q] = h.x, hi[4 * q + 1] = h.y, hi[4 * q + 2] = h.z, hi[4 * q + 3] = h.w;
         }
-        const float2 meta_x = *reinterpret_cast<const float2*>(col + 64 * p.nb + 8 * b);
+        const float2 meta_x = *reinterpret_cast<const float2*>(xs + 4 * kPlaneBytes + 8 * c);
         const float d = meta_x.x;
         const int sum = __float_as_int(meta_x.y);
         if (isnan(d)) {  // a block of non-finite x: fp32 from x as given
@@ -331,10 +394,14 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
   StageMeta<kZP> meta[kStages];
   int64_t issue_row0 = row0, issued = 0;
   int issue_s = 0;
+  PairSrc src = pair_src<kZP>(p, issue_row0, lane);
   auto issue_next = [&](int at) {
     if (issued < steps) {
-      issue_at(issue_row0, issue_s, at, meta[at]);
-      if (++issue_s == stages) issue_s = 0, issue_row0 += pairs_step;
+      issue_at(src, issue_s, at, meta[at]);
+      if (++issue_s == stages) {
+        issue_s = 0, issue_row0 += pairs_step;
+        src = pair_src<kZP>(p, issue_row0, lane);
+      }
     }
     ++issued;
     cp_async_commit();
@@ -449,7 +516,7 @@ Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream) {
   if (!ws.ok()) return gemm_wo_gemv_run(args, stream);  // no scratch memory: the GEMV that needs none
   const bool bf16 = args.b.format == Format::bf16;
   const FixedParams fp{static_cast<const uint8_t*>(args.b.data), ws.bytes(), nb, args.b.row_stride, col_bytes};
-  const dim3 pass_grid(static_cast<unsigned>((nb + 7) / 8), static_cast<unsigned>(n));
+  const dim3 pass_grid(static_cast<unsigned>((col_bytes / kFixedBlockBytes + 7) / 8), static_cast<unsigned>(n));
   if (bf16) to_fixed_kernel<true><<<pass_grid, 256, 0, cs>>>(fp);
   else to_fixed_kernel<false><<<pass_grid, 256, 0, cs>>>(fp);
 
@@ -459,6 +526,10 @@ Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream) {
   p.nb = nb;
   p.col_bytes = col_bytes;
   p.low_nibbles = 0x0F0F0F0Fu;
+  p.sg_shift = p.s_shift - 5;
+  p.zg_shift = p.zeros ? p.z_shift - 5 : 0;
+  p.scale_up = p.scale_type == 2 ? 16 : 0;
+  p.s_bytes_shift = p.scale_type == 0 ? 2 : 1;
   p.x_bf16 = bf16;
   return with_instance(args, [&](auto kernel, int per_sm, int stages, int warps) {
     std::string why;
