@@ -120,6 +120,19 @@ int stages_for(int64_t n, int64_t nb, int warps) {
   return 0;
 }
 
+// Where a lane's pieces of the two rows of a pair start (rows past M are
+// read from row M - 1): formed once a pair, so that a stage's copies need
+// only 32-bit offsets.
+struct RowSrc {
+  const uint8_t* w[kRows];
+};
+__device__ __forceinline__ RowSrc row_src(const Params& p, int64_t r0, int lane) {
+  RowSrc src;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) src.w[r] = p.w + min64(r0 + r, p.m - 1) * p.ldw + 16 * lane;
+  return src;
+}
+
 // Block t (0, 1) of a lane's pair of A blocks of one column, the pair 72
 // bytes at p in shared memory, 8-byte aligned: d_a and the 32 codes.
 __device__ __forceinline__ void load_a_pair(const uint8_t* p, int t, q4dp4a::ABlock& a) {
@@ -195,28 +208,39 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
   int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRows;
   uint8_t* ring = smem + warp * (kStages * kSlotBytes);
   uint8_t* act = smem + ring_bytes(kStages, kWarps);  // A's kCols rows
-  const int stages = static_cast<int>((p.nb + kStageBlocks - 1) / kStageBlocks);
+  const int nb = static_cast<int>(p.nb);  // a few thousand at most: the activations fit in shared memory
+  const int stages = (nb + kStageBlocks - 1) / kStageBlocks;
 
-  // Stage s of rows r0, r0 + 1 into ring slot `at`: lane l copies pieces
-  // l, l + 32, l + 64 of each (rows past M are read from row M - 1).
-  auto issue_at = [&](int64_t r0, int s, int at) {
-    const int64_t b0 = static_cast<int64_t>(s) * kStageBlocks;
-    const int pieces = static_cast<int>(min64(kStageBlocks, p.nb - b0)) * kQ4_0Bytes / 16;  // nb % 8 == 0
-    const uint32_t slot = smem_u32(ring + at * kSlotBytes);
+  // Stage s of the pair whose rows' lane pieces start at `src` into ring
+  // slot `at`: lane l copies pieces l, l + 32, l + 64 of each row (the third
+  // for lanes 0..7 of a whole stage's 72). Offsets inside a row are 32-bit
+  // and the 64-bit row addresses are formed once a pair (row_src); whole
+  // stages, all but a row's last where K is not a multiple of 2048, take
+  // no test a piece but the third's.
+  auto issue_at = [&](const RowSrc& src, int s, int at) {
+    const int b0 = s * kStageBlocks;
+    const int off = b0 * kQ4_0Bytes;
+    const uint32_t slot = smem_u32(ring + at * kSlotBytes) + 16 * lane;
+    if (b0 + kStageBlocks <= nb) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const uint8_t* src = p.w + min64(r0 + r, p.m - 1) * p.ldw + b0 * kQ4_0Bytes;
-#pragma unroll
-      for (int i = 0; i < 3; ++i) {
-        const int q = lane + 32 * i;
-        if (q < pieces) cp_async<16>(slot + r * kStageRowBytes + 16 * q, src + 16 * q, 16);
+      for (int r = 0; r < kRows; ++r) {
+        cp_async<16>(slot + r * kStageRowBytes, src.w[r] + off, 16);
+        cp_async<16>(slot + r * kStageRowBytes + 512, src.w[r] + off + 512, 16);
+        if (lane < kStageRowBytes / 16 - 64) cp_async<16>(slot + r * kStageRowBytes + 1024, src.w[r] + off + 1024, 16);
       }
+    } else {
+      const int pieces = (nb - b0) * kQ4_0Bytes / 16;  // nb % 8 == 0
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int i = 0; i < 3; ++i)
+          if (lane + 32 * i < pieces) cp_async<16>(slot + r * kStageRowBytes + 512 * i, src.w[r] + off + 512 * i, 16);
     }
   };
   // Stage s of a pair, from ring slot `at`, into acc.
   auto compute = [&](float (&acc)[kRows][kCols], int s, int at) {
-    const int64_t b = static_cast<int64_t>(s) * kStageBlocks + 2 * lane;
-    if (b >= p.nb) return;  // the row's last stage can be short
+    const int b = s * kStageBlocks + 2 * lane;
+    if (b >= nb) return;  // the row's last stage can be short
     const uint8_t* slot = ring + at * kSlotBytes;
     const uint8_t* a_pair = act + b * kQ8_1Bytes;
     auto pair_block = [&](auto tc) {
@@ -228,7 +252,7 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
         q4dp4a::unpack_block<t>(reinterpret_cast<const uint32_t*>(slot + r * kStageRowBytes) + 9 * lane, dw[r], v[r]);
       q4dp4a::dot_block<kRows, kCols>(acc, dw, v, p.k80, [&](int j) {
         q4dp4a::ABlock a;
-        load_a_pair(a_pair + j * p.nb * kQ8_1Bytes, t, a);
+        load_a_pair(a_pair + j * nb * kQ8_1Bytes, t, a);
         return a;
       });
     };
@@ -250,10 +274,14 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
     const int64_t steps = my_pairs * stages;
     int64_t issue_row0 = row0, issued = 0;
     int issue_s = 0, issue_slot = 0;
+    RowSrc src = row_src(p, issue_row0, lane);
     auto issue_next = [&] {
       if (issued < steps) {
-        issue_at(issue_row0, issue_s, issue_slot);
-        if (++issue_s == stages) issue_s = 0, issue_row0 += pairs_step;
+        issue_at(src, issue_s, issue_slot);
+        if (++issue_s == stages) {
+          issue_s = 0, issue_row0 += pairs_step;
+          src = row_src(p, issue_row0, lane);
+        }
       }
       ++issued;
       issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
@@ -284,7 +312,8 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
     // and the wait below is one constant. The first pair's go before the
     // wait for A. (launch gives this form one pair a warp at most; the loop
     // over pairs below is kept general.)
-    auto issue = [&](int s) { issue_at(row0, s, s % kStages); };
+    RowSrc src = row_src(p, row0, lane);
+    auto issue = [&](int s) { issue_at(src, s, s % kStages); };
     auto prologue = [&] {
 #pragma unroll
       for (int s = 0; s < kStages - 1; ++s) {
@@ -301,6 +330,7 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
     for (bool first = true; row0 < p.m; row0 += pairs_step, first = false) {
       if (!first) {
         __syncwarp();  // every lane has read the last pair's slots before the prologue refills them
+        src = row_src(p, row0, lane);
         prologue();
       }
       for (int s = 0; s < stages; ++s) {
