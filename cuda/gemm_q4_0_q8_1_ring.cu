@@ -4,10 +4,10 @@
 // warp, the activations in shared memory, and DP4A on them.
 //
 // Measured on an H200 (docs/architecture.md, "The ring GEMV"): at 4096 x
-// 14336, cold, 13.4-13.6 us at N = 1 against cuda_mmvq's 17.0 (the read
-// floor, a kernel that only reads the 33 MB, 12.2), 14.3-16.7 at N = 2..4
-// against 18.1-21.7, 18.8-19.7 at N = 5..6 against 23.0-24.6; linear_q4_0
-// in a CUDA graph 8.6-8.7 us at N = 1. Which geometry (2 to 4 stages of 64
+// 14336, cold, 13.3-13.4 us at N = 1 against cuda_mmvq's 17.0 (the read
+// floor, a kernel that only reads the 33 MB, 12.2), 13.8-16.1 at N = 2..4
+// against 18.1-21.7, 18.0-18.9 at N = 5..6 against 23.0-24.6; linear_q4_0
+// in a CUDA graph 8.0 us at N = 1. Which geometry (2 to 4 stages of 64
 // blocks, 8 or 16 warps of 2 rows a CTA), why the activations sit in shared
 // memory and where N = 3..6 run: the same section.
 //

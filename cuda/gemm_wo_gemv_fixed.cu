@@ -5,12 +5,11 @@
 // group scales).
 //
 // Measured on an H200 (bench_gemm, bf16 x, group 128; docs/architecture.md,
-// "The fixed-point INT4 GEMV"): cold 18.6-18.8 us at 4096 x 14336 against
-// cuda_wo_gemv_small's 19.0 (read floor 11.1-11.4) and 19.4-19.7 against
-// 20.9-21.1 at 14336 x 4096; with W in L2 16.0-16.2 against 17.1-17.5 and
-// 19.1-19.5: the fourfold cut in instructions a code (below) bought 1-22 %.
-// Each call also runs the pass and waits for it; how much of the time that
-// takes was not measured apart.
+// "The fixed-point INT4 GEMV"): cold 16.7-17.2 us at 4096 x 14336 and
+// 16.7-17.1 at 14336 x 4096 (read floor 11.1-11.3; cuda_wo_gemv_small
+// 19.0 and 20.9-21.1), 14.0-14.5 with W in L2. Nsight Compute puts the pass
+// at 2.85 us alone and the GEMV at 15.8 (the profiler's clocks), latency-
+// bound: 0.86 eligible warps a scheduler, issue slots 39 % busy.
 //
 //   C[m, n] = sum_g s[m, g] * sum_{k in g} (q[m, k] - z[m, g]) * x[n, k]
 //
@@ -36,14 +35,15 @@
 // subtracted in fp32 (one rounding, 2^-24 relative, as the CPU kernel). Then
 // acc += s (2^e T), fp32. Per 32 codes, row and column: 16 DP4As, and per
 // row 12 unpacking instructions: about 1.2 instructions a code at N = 1, a
-// quarter of the FFMA kernel's (a prediction; not counted by a profiler).
+// quarter of the FFMA kernel's; Nsight Compute counts 1.6 with the copies,
+// the loop and the pass's wait.
 //
-// The pass (to_fixed_kernel, one warp a block of 32) writes, per column,
-// four planes of 16 bytes a block (the digit bytes in the order the
-// unpacked code words need them: plane p, word w holds digit p / 2 of word
-// 2 (p % 2) + w / 2, even codes for even w, odd ones for odd w) and a plane
-// of 8 bytes a block (2^e as a float, sum x_int as an int32), into a
-// workspace. The GEMV, launched early behind it (grid_dependency.cuh),
+// The pass (to_fixed_kernel, one warp a block of 32) writes, per column
+// and stage of 64 blocks, four planes of 16 bytes a block (the digit bytes
+// in the order the unpacked code words need them: plane p, word w holds
+// digit p / 2 of word 2 (p % 2) + w / 2, even codes for even w, odd ones
+// for odd w) and a plane of 8 bytes a block (2^e as a float, sum x_int as
+// an int32), into a workspace: a block's loads share one base address. The GEMV, launched early behind it (grid_dependency.cuh),
 // requests its first stages of W before it waits, then copies the planes
 // of its columns into shared memory once a CTA. Lane l takes blocks l and
 // l + 32 of a stage: its 16-byte W and x loads from shared memory are 16
