@@ -187,8 +187,8 @@ __device__ __forceinline__ void copy_activations(const Params& p, uint8_t* dst) 
 // docs/architecture.md): 5-9 % faster cold at N = 1..2, 1-5 % slower with W
 // in L2.
 //
-// Registers: __launch_bounds__ allows 128 a thread; ptxas takes 48-56 at
-// N = 1 and 70-108 at N = 2..6 (chained: 71-72 at N = 1, 87-91 at N = 2;
+// Registers: __launch_bounds__ allows 128 a thread; ptxas takes 56-63 at
+// N = 1 and 63-108 at N = 2..6 (chained: 79-80 at N = 1, 87-90 at N = 2;
 // the activation words are loaded from shared memory just before their
 // DP4As, not held a stage ahead), and shared memory
 // is sized for 16 warps an SM (two CTAs of 8, one of 16). With global

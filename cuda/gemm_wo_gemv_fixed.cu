@@ -43,9 +43,10 @@
 // in the order the unpacked code words need them: plane p, word w holds
 // digit p / 2 of word 2 (p % 2) + w / 2, even codes for even w, odd ones
 // for odd w) and a plane of 8 bytes a block (2^e as a float, sum x_int as
-// an int32), into a workspace: a block's loads share one base address. The GEMV, launched early behind it (grid_dependency.cuh),
-// requests its first stages of W before it waits, then copies the planes
-// of its columns into shared memory once a CTA. Lane l takes blocks l and
+// an int32), into a workspace: a block's loads share one base address.
+// The GEMV, launched early behind it (grid_dependency.cuh), requests its
+// first stages of W before it waits, then copies the planes of its columns
+// into shared memory once a CTA. Lane l takes blocks l and
 // l + 32 of a stage: its 16-byte W and x loads from shared memory are 16
 // contiguous bytes a lane, conflict-free.
 //
@@ -446,7 +447,7 @@ int resident_ctas(int device) {
 // f(kernel, per_sm, stages, warps) for the instance that runs g; f(nullptr,
 // -1, 0, warps) where none does. Three CTAs an SM where M asks for more
 // CTAs than two an SM hold, each still gets a ring of 4 stages (K up to
-// 4992) and there are no zero points; else two with the deepest ring
+// 4096: two stages of activations) and there are no zero points; else two with the deepest ring
 // that fits. H200, N = 1, µs, cold / W in L2 (bench/RESULTS.md): three took
 // 17.9-18.2 / 14.8-15.0 at 14336 x 4096 against 19.4-19.5 / 15.7-15.9 for
 // two, and 16.0-16.3 / 13.6-13.8 at 11008 x 4096 against 17.3 / 14.4-14.5;

@@ -680,6 +680,9 @@ TEST_F(CudaBackend, GemvRingStagesAndTails) {
     run_gemm_case({past_wave, n, 2304, 0, 0, 0, 0, 0, nullptr, kRing}, nullptr, seed++, nullptr);
     run_gemm_case({16 * 2 * sm_count() + 77, n, 14336 + 256, 0, 0, 1, 0, 0, nullptr, kRing}, nullptr, seed++,
                   nullptr);
+    // A's base 4 mod 16 past one wave: the chained form's 4-byte copies of
+    // the activations, whose own commit group shifts the ring's numbering.
+    run_gemm_case({past_wave, n, 2304, 0, 0, 0, 0, 4, nullptr, kRing}, nullptr, seed++, nullptr);
   }
   // Chained through rings of three and of two slots (N = 2 beside K = 20480
   // and K = 28672 activations).

@@ -405,13 +405,14 @@ TEST_P(CudaWoGemv, DecodeShape) {
 // 16, over twice the CTAs a 132-SM GPU runs of either): each CTA streams
 // several groups as one pipeline, and the bulk kernel's activation queue
 // runs on across group boundaries. K of one partial stage
-// (every stage ends a group) and of two stages, the second partial. N = 1
-// with and without zero points: cuda_wo_gemv_fixed runs this M on three
-// CTAs an SM without them, on two with them.
+// (every stage ends a group), of two whole stages and of two stages and a
+// partial one. N = 1 with and without zero points: cuda_wo_gemv_fixed runs
+// this M on three CTAs an SM without them up to K = 4096 (two stages of
+// activations beside a ring of four), else on two.
 TEST_P(CudaWoGemv, SeveralRowGroupsPerCta) {
   QG_SEEDED_RNG(rng, 45);
   int idx = 0;
-  for (int64_t k : {384, 4096 + 128})
+  for (int64_t k : {384, 4096, 4096 + 128})
     for (int64_t n : {1, 2, 8, 9}) {
       ++idx;
       for (bool zp : n == 1 ? std::vector<bool>{false, true} : std::vector<bool>{idx % 3 == 0}) {
