@@ -52,7 +52,7 @@ struct Case {
   int64_t m = 0, n = 0, k = 0, group = 32;
   DType x_dtype = DType::f16, scale_dtype = DType::f16, zp_dtype = DType::i8;
   bool zero_points = false;
-  int64_t w_stride = 0, s_stride = 0, x_stride = 0;  // bytes, elements, bytes
+  int64_t w_stride = 0, s_stride = 0, z_stride = 0, x_stride = 0;  // bytes, elements, elements, bytes
   std::vector<uint8_t> w, scales, zps, x, bias;
   DType c_dtype = DType::f32;
   int64_t ldc = 0, ldc_n = 1;
@@ -68,7 +68,7 @@ struct Case {
   }
   int64_t zero(int64_t r, int64_t g) const {
     if (!zero_points) return 0;
-    const int64_t i = r * s_stride + g;
+    const int64_t i = r * z_stride + g;
     if (zp_dtype == DType::i8) return static_cast<int8_t>(zps[i]);
     int32_t v;
     std::memcpy(&v, &zps[4 * i], 4);
@@ -93,6 +93,8 @@ Case make_case(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t gr
   c.x_dtype = xd, c.scale_dtype = sd, c.zero_points = zp, c.zp_dtype = zd;
   c.w_stride = k / 2 + (pad ? 16 : 0);
   c.s_stride = k / group + (pad ? 3 : 0);
+  c.z_stride = k / group + (pad ? 5 : 0);  // padded: a row stride of its own, not the scales'
+
   c.x_stride = 2 * k + (pad ? 32 : 0);
   c.w.assign(static_cast<size_t>(m * c.w_stride), qgtest::kSentinelByte);
   for (int64_t r = 0; r < m; ++r) {
@@ -110,8 +112,8 @@ Case make_case(std::mt19937_64& rng, int64_t m, int64_t n, int64_t k, int64_t gr
                            qgtest::uniform(rng, 0.5f, 2.0f) * ((rng() & 1) ? 1.0f / 64 : 1.0f / 8));
   if (zp) {
     const int64_t zs = qg::dtype_size(zd);
-    c.zps.assign(static_cast<size_t>(m * c.s_stride * zs), 0);
-    for (int64_t i = 0; i < m * c.s_stride; ++i) {
+    c.zps.assign(static_cast<size_t>(m * c.z_stride * zs), 0);
+    for (int64_t i = 0; i < m * c.z_stride; ++i) {
       if (zd == DType::i8) {
         c.zps[i] = static_cast<uint8_t>(rng());
       } else {
@@ -210,7 +212,7 @@ class CudaWoGemv : public qgtest::CudaFixture<::testing::TestWithParam<KernelSco
     qg::GemmArgs g;
     g.a = {w.ptr(), Format::i4, c.m, c.k, c.w_stride, {}, {}};
     g.a.scales = {s.ptr(), c.scale_dtype, qg::Granularity::group, c.group, c.s_stride};
-    if (c.zero_points) g.a.zero_points = {z.ptr(), c.zp_dtype, qg::Granularity::group, c.group, c.s_stride};
+    if (c.zero_points) g.a.zero_points = {z.ptr(), c.zp_dtype, qg::Granularity::group, c.group, c.z_stride};
     g.b = {x.ptr(), c.x_dtype == DType::f16 ? Format::f16 : Format::bf16, c.n, c.k, c.x_stride, {}, {}};
     g.c = cb.ptr();
     g.c_dtype = c.c_dtype;
