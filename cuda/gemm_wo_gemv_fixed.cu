@@ -5,11 +5,12 @@
 // group scales).
 //
 // Measured on an H200 (bench_gemm, bf16 x, group 128; docs/architecture.md,
-// "The fixed-point INT4 GEMV"): cold 16.7-17.2 us at 4096 x 14336 and
-// 16.7-17.1 at 14336 x 4096 (read floor 11.1-11.3; cuda_wo_gemv_small
-// 19.0 and 20.9-21.1), 14.0-14.5 with W in L2. Nsight Compute puts the pass
-// at 2.85 us alone and the GEMV at 15.8 (the profiler's clocks), latency-
-// bound: 0.86 eligible warps a scheduler, issue slots 39 % busy.
+// "The fixed-point INT4 GEMV"): cold 16.5-17.2 us at 4096 x 14336 and
+// 16.5-16.6 at 14336 x 4096 (read floor 11.1-11.3; cuda_wo_gemv_small
+// 19.0 and 20.9-21.1), 14.0-14.5 with W in L2; 9.3 at 4096 x 4096 (read
+// floor 6.3-6.5). Nsight Compute put the pass at 2.85 us alone and the
+// GEMV at 15.8 (the profiler's clocks, 4096 x 14336), latency-bound: 0.86
+// eligible warps a scheduler, issue slots 39 % busy.
 //
 //   C[m, n] = sum_g s[m, g] * sum_{k in g} (q[m, k] - z[m, g]) * x[n, k]
 //
@@ -38,21 +39,23 @@
 // quarter of the FFMA kernel's; Nsight Compute counts 1.6 with the copies,
 // the loop and the pass's wait.
 //
-// The pass (to_fixed_kernel, one warp a block of 32) writes, per column
-// and stage of 64 blocks, four planes of 16 bytes a block (the digit bytes
-// in the order the unpacked code words need them: plane p, word w holds
-// digit p / 2 of word 2 (p % 2) + w / 2, even codes for even w, odd ones
-// for odd w) and a plane of 8 bytes a block (2^e as a float, sum x_int as
-// an int32), into a workspace: a block's loads share one base address.
-// The GEMV, launched early behind it (grid_dependency.cuh), requests its
-// first stages of W before it waits, then copies the planes of its columns
-// into shared memory once a CTA. Lane l takes blocks l and
-// l + 32 of a stage: its 16-byte W and x loads from shared memory are 16
-// contiguous bytes a lane, conflict-free.
+// x's fixed-point form sits in shared memory, per column and stage of 64
+// blocks: four planes of 16 bytes a block (the digit bytes in the order
+// the unpacked code words need them: plane p, word w holds digit p / 2 of
+// word 2 (p % 2) + w / 2, even codes for even w, odd ones for odd w) and a
+// plane of 8 bytes a block (2^e as a float, sum x_int as an int32): a
+// block's loads share one base address. Lane l takes blocks l and l + 32
+// of a stage: its 16-byte W and x loads from shared memory are 16
+// contiguous bytes a lane, conflict-free. Who makes it depends on K
+// (pass_for): up to two stages each CTA converts x itself after requesting
+// its first stages of W (x_to_fixed, one kernel); past that a pass
+// (to_fixed_kernel, one warp a block) writes the planes to a workspace
+// once, and the GEMV, launched early behind it (grid_dependency.cuh),
+// requests its first stages of W before it waits, then copies them in.
 //
-// A block whose x holds Inf or NaN has no fixed-point form: the pass marks
-// it (2^e stored as NaN) and the GEMV sums that block in fp32 from x as it
-// is, so non-finite values propagate as in the float reference.
+// A block whose x holds Inf or NaN has no fixed-point form: the conversion
+// marks it (2^e stored as NaN) and the GEMV sums that block in fp32 from x
+// as it is, so non-finite values propagate as in the float reference.
 //
 // Scales and zero points of a stage are loaded (not converted) when the
 // stage's copies are issued, kStages - 1 stages ahead of their use, into
@@ -67,6 +70,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -181,8 +185,8 @@ __global__ void __launch_bounds__(256) to_fixed_kernel(FixedParams p) {
 
 struct Params {
   const uint8_t* w;
-  const uint8_t* x;     // the activations as given: the non-finite blocks' fp32 sums
-  const uint8_t* xfix;  // the pass's planes
+  const uint8_t* x;     // the activations as given
+  const uint8_t* xfix;  // the pass's planes, or null: each CTA converts x itself (pass_for)
   const uint8_t* scales;
   const uint8_t* zeros;
   int64_t m, k, nb, ldw, ldx, col_bytes;
@@ -205,6 +209,117 @@ __device__ __forceinline__ int dp4a_su(uint32_t a, uint32_t b, int c) {
   int d;
   asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
+}
+
+// Where x's fixed-point form is made. Each CTA converts x itself where K
+// spans at most kConvertInCtaStages stages of the ring; past that a pass
+// converts it once for all CTAs. Every CTA repeats the conversion (about
+// 60 instructions a lane for each 8 values), which costs more than it saves
+// at long K. Measured on an H200, N = 1, cold / W in L2, µs, pass -> in
+// the CTAs (bench/RESULTS.md): 4096 x 4096 10.0 / 8.8-8.9 -> 9.3-9.5 /
+// 8.3-8.4, 11008 x 4096 15.2-15.3 / 13.1 -> 14.6-14.8 / 12.5-12.8,
+// 14336 x 4096 16.7 / 14.0-14.2 -> 16.4-16.5 / 14.1-14.3, but 4096 x 14336
+// 16.8-16.9 / 13.9-14.0 -> 17.0-17.1 / 15.0-15.2.
+constexpr int kConvertInCtaStages = 2;
+bool pass_for(int64_t nb) { return (nb + kStageBlocks - 1) / kStageBlocks > kConvertInCtaStages; }
+
+// ---------------------------------------------------------------------------
+// x to block fixed point, in shared memory: every CTA converts the column
+// itself, once, while its first stages of W are in flight.
+//
+// Four lanes a block, a quarter each (8 values, 16 bytes of x): a CTA's 256
+// threads make one stage of 64 blocks a round. Lane l of warp w takes block
+// 8w + (l / 2) % 8 of the round's stage and quarter 2 (l / 16) + l % 2, so
+// that a block's lanes are l, l ^ 1, l ^ 16, l ^ 17 (two shuffles reduce
+// over them) and a half warp's 8-byte stores fill 128 contiguous bytes of
+// one plane (no bank conflict). Per lane and round about 60 instructions,
+// no division and no conversion to integer:
+// - the block's largest |x| from the bits (|x| orders as its bits do in
+//   both formats, and Inf and NaN lie above every finite value, which marks
+//   the block);
+// - x 2^(14 - e) + 1.5 2^23 by one FFMA, whose result's low 16 bits are
+//   x_int = rint(x 2^(14 - e)) (x 2^(14 - e) is exact, below 2^14, and the
+//   sum rounds once, to nearest even): the digit bytes are moved out of
+//   those bits by PRMT, and sum x_int is the sum of the bits less 8 magic.
+// The loads of up to kBatch rounds are issued before the first is used:
+// x is one L2 round trip away, and a round's arithmetic is shorter.
+// It writes the same bytes as the pass (to_fixed_kernel, below), which
+// serves long K (pass_for).
+
+constexpr uint32_t kRoundMagicBits = 0x4B400000u;  // 1.5 * 2^23
+
+// Quarter `q` (codes 8q..8q + 7) of block c of the stage at `stage`: its
+// digit words 2q, 2q + 1 (lo) and 8 + 2q, 9 + 2q (hi), and from q = 0 the
+// block's 2^e and sum x_int. All 32 lanes take part (shuffles).
+__device__ __forceinline__ void quarter_to_fixed(bool bf16, uint4 raw, uint8_t* stage, int c, int q) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t m = __vimax3_u16x2(__vimax3_u16x2(w[0] & 0x7FFF7FFFu, w[1] & 0x7FFF7FFFu, w[2] & 0x7FFF7FFFu),
+                              w[3] & 0x7FFF7FFFu, 0u);
+  m = max(m & 0xFFFFu, m >> 16);
+  m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
+  m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
+  const bool finite = m < (bf16 ? 0x7F80u : 0x7C00u);
+  const float amax = bf16 ? __uint_as_float(m << 16) : __half2float(__ushort_as_half(static_cast<unsigned short>(m)));
+  int e = 0;
+  if (finite) frexpf(amax, &e);  // amax = m 2^e, m in [0.5, 1): |x| 2^(14 - e) < 2^14
+  float v[8];  // code 8q + 2i in word i's low half, 8q + 2i + 1 in its high one
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (bf16) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    } else {
+      v[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i])));
+      v[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] >> 16)));
+    }
+  }
+  uint32_t f[8];  // 1.5 2^23 + x_int, as bits
+  if (e >= -113) {  // 2^(14 - e) is a normal float (always for f16; bf16 blocks below 2^-114 take the other way)
+    const float up = __uint_as_float(static_cast<uint32_t>(127 + 14 - e) << 23);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = __float_as_uint(__fmaf_rn(v[i], up, 12582912.0f));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = kRoundMagicBits + static_cast<uint32_t>(__float2int_rn(ldexpf(v[i], 14 - e)));
+  }
+  int sum = static_cast<int>(f[0] + f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7] - 8u * kRoundMagicBits);
+  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
+  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 16);
+  // Byte j of the even word is code 8q + 2j, of the odd one 8q + 2j + 1;
+  // the low byte of x_int goes to the lo digit, the next to the hi one.
+  const uint32_t e02 = __byte_perm(f[0], f[2], 0x5140), e46 = __byte_perm(f[4], f[6], 0x5140);
+  const uint32_t o13 = __byte_perm(f[1], f[3], 0x5140), o57 = __byte_perm(f[5], f[7], 0x5140);
+  uint8_t* at = stage + (q / 2) * kPlaneBytes + c * 16 + 8 * (q % 2);
+  *reinterpret_cast<uint2*>(at) = make_uint2(__byte_perm(e02, e46, 0x5410), __byte_perm(o13, o57, 0x5410));
+  *reinterpret_cast<uint2*>(at + 2 * kPlaneBytes) =
+      make_uint2(__byte_perm(e02, e46, 0x7632), __byte_perm(o13, o57, 0x7632));
+  if (q == 0) {
+    // NaN marks a block of non-finite x: the GEMV sums it in fp32 from x.
+    const float d = !finite ? __int_as_float(0x7FC00000) : (amax > 0.0f ? ldexpf(1.0f, e - 14) : 0.0f);
+    *reinterpret_cast<float2*>(stage + 4 * kPlaneBytes + 8 * c) = make_float2(d, __int_as_float(sum));
+  }
+}
+
+// The column's `stages` stages (blocks past K as zeros: x = 0) into `act`.
+template <int kWarps, int kBatch>
+__device__ __forceinline__ void x_to_fixed(const Params& p, uint8_t* act, int stages) {
+  static_assert(kWarps * 8 == kStageBlocks, "a CTA round is one stage: 8 blocks a warp");
+  const int lane = threadIdx.x % 32;
+  const int q = 2 * (lane / 16) + lane % 2;
+  const int c = (threadIdx.x / 32) * 8 + (lane / 2) % 8;
+  const uint8_t* xq = p.x + 64 * c + 16 * q;
+  for (int s0 = 0; s0 < stages; s0 += kBatch) {
+    uint4 raw[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      raw[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (s0 + i < stages && (s0 + i) * kStageBlocks + c < p.nb)
+        raw[i] = __ldg(reinterpret_cast<const uint4*>(xq + static_cast<uint32_t>((s0 + i) * kStageBlocks * 64)));
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i)
+      if (s0 + i < stages) quarter_to_fixed(p.x_bf16, raw[i], act + (s0 + i) * kStageActBytes, c, q);
+  }
 }
 
 // What a lane loads for a stage besides W: the scale (and zero point) of
@@ -409,16 +524,18 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
   };
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) issue_next(k);
-  wait_prerequisite();  // the pass's planes
-  {
+  if (p.xfix == nullptr) {
+    x_to_fixed<kWarps, kCtas == 3 ? 2 : 8>(p, act, stages);
+  } else {
+    wait_prerequisite();  // the pass's planes
     const uint32_t base = smem_u32(act);
     const int64_t pieces = kCols * p.col_bytes / 16;
     for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x)
       cp_async<16>(base + static_cast<uint32_t>(16 * i), p.xfix + 16 * i, 16);
     cp_async_commit();
+    cp_async_wait<0>();
   }
-  cp_async_wait<0>();
-  __syncthreads();  // every thread's copies of the activations; no CTA barrier below
+  __syncthreads();  // every thread's blocks of x (or copies of them); no CTA barrier below
   int s = 0;
   for (int64_t i0 = 0; i0 < steps; i0 += kStages) {
 #pragma unroll
@@ -513,17 +630,9 @@ Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream) {
   const cudaStream_t cs = to_cuda(stream);
   const int64_t nb = args.a.k / 32, n = args.b.rows;
   const int64_t col_bytes = column_bytes(nb);
-  Workspace ws(args.device.id, static_cast<size_t>(n * col_bytes), cs);
-  if (!ws.ok()) return gemm_wo_gemv_run(args, stream);  // no scratch memory: the GEMV that needs none
   const bool bf16 = args.b.format == Format::bf16;
-  const FixedParams fp{static_cast<const uint8_t*>(args.b.data), ws.bytes(), nb, args.b.row_stride, col_bytes};
-  const dim3 pass_grid(static_cast<unsigned>((col_bytes / kFixedBlockBytes + 7) / 8), static_cast<unsigned>(n));
-  if (bf16) to_fixed_kernel<true><<<pass_grid, 256, 0, cs>>>(fp);
-  else to_fixed_kernel<false><<<pass_grid, 256, 0, cs>>>(fp);
-
   Params p{};
   wo::set_operand_params(p, args);
-  p.xfix = ws.bytes();
   p.nb = nb;
   p.col_bytes = col_bytes;
   p.low_nibbles = 0x0F0F0F0Fu;
@@ -532,6 +641,18 @@ Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream) {
   p.scale_up = p.scale_type == 2 ? 16 : 0;
   p.s_bytes_shift = p.scale_type == 0 ? 2 : 1;
   p.x_bf16 = bf16;
+  // Long K: the pass first, into a workspace, and the GEMV launched early
+  // behind it; without scratch memory, the GEMV that needs none.
+  std::optional<Workspace> ws;
+  if (pass_for(nb)) {
+    ws.emplace(args.device.id, static_cast<size_t>(n * col_bytes), cs);
+    if (!ws->ok()) return gemm_wo_gemv_run(args, stream);
+    const FixedParams fp{static_cast<const uint8_t*>(args.b.data), ws->bytes(), nb, args.b.row_stride, col_bytes};
+    const dim3 pass_grid(static_cast<unsigned>((col_bytes / kFixedBlockBytes + 7) / 8), static_cast<unsigned>(n));
+    if (bf16) to_fixed_kernel<true><<<pass_grid, 256, 0, cs>>>(fp);
+    else to_fixed_kernel<false><<<pass_grid, 256, 0, cs>>>(fp);
+    p.xfix = ws->bytes();
+  }
   return with_instance(args, [&](auto kernel, int per_sm, int stages, int warps) {
     std::string why;
     if (!ctas_fit(per_sm, args.device.id, "sm_90", &why))
@@ -542,7 +663,7 @@ Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream) {
                                            static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms);
     const int64_t smem = ring_bytes(stages, warps) + n * col_bytes;
     launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(32 * warps), static_cast<size_t>(smem), cs,
-                       true, p, epilogue_params(args));
+                       p.xfix != nullptr, p, epilogue_params(args));
     return intfast::launch_result(args);
   });
 }

@@ -247,7 +247,8 @@ TEST_P(CudaWoGemv, NonFiniteActivations) {
       for (bool with_nan : {false, true}) {
         if (n < k.min_n || n > k.max_n) continue;
         ++idx;
-        Case c = make_case(rng, 67, n, 1024, 128, xd, DType::f16, idx % 2 == 0);
+        // K = 4224 at N = 1 with NaN: cuda_wo_gemv_fixed's pass (past two stages) marks the blocks.
+        Case c = make_case(rng, 67, n, n == 1 && with_nan ? 4224 : 1024, 128, xd, DType::f16, idx % 2 == 0);
         // Column 0: +Inf in block 3 (so most outputs are +-Inf); with_nan:
         // column n - 1 also NaN in block 20 and -Inf in block 21.
         auto put = [&](int64_t col, int64_t i, float v) {
@@ -341,6 +342,71 @@ TEST_P(CudaWoGemv, WideRangeActivations) {
           const double got = qgtest::decode_float(&c.c_out[(r * c.ldc + j * c.ldc_n) * 4], DType::f32);
           ASSERT_LE(std::fabs(got - ref), bound + std::ldexp(mag, -20)) << "C[" << r << ", " << j << "]";
         }
+    }
+  }
+}
+
+// Each activation as the kernel carries it, output by output: W row r holds
+// code 1 at K position r and 0 elsewhere, scales 1, so C[r] is x[r] with no
+// sum to hide a rounding. The float kernels return x exactly; the
+// fixed-point one returns x_int 2^(ex - 14), ex the exponent of the block's
+// largest |x| (frexp) and x_int rounded half to even (docs/numerics.md).
+// Blocks rotate through: ties (odd multiples of half a unit), zeros, a wide
+// range, values near the format's largest, and tiny ones (bf16 near and
+// below its smallest normal, where 2^(14 - ex) is past fp32's range; f16
+// subnormals). cuda_wo_gemv_fixed converts x inside each CTA at K = 4096
+// (two stages of 64 blocks) and by a pass at K = 4160 (three, the last one
+// short).
+TEST_P(CudaWoGemv, CarriesEachActivationByTheRule) {
+  if (GetParam().min_n > 1) GTEST_SKIP() << GetParam().name << " does not take N = 1";
+  const bool fixed = std::string(GetParam().name) == "cuda_wo_gemv_fixed";
+  for (int64_t kk : {4096, 4160}) {
+    for (DType xd : {DType::f16, DType::bf16}) {
+      QG_SEEDED_RNG(rng, (xd == DType::f16 ? 49 : 50) + 2 * (kk % 4096));
+      Case c = make_case(rng, kk, 1, kk, 32, xd, DType::f32, false);
+      std::fill(c.w.begin(), c.w.end(), uint8_t{0});
+      for (int64_t r = 0; r < kk; ++r) c.w[r * c.w_stride + r / 2] = static_cast<uint8_t>(r % 2 ? 0x10 : 0x01);
+      for (int64_t i = 0; i < kk * c.s_stride; ++i) qgtest::encode_float(&c.scales[4 * i], DType::f32, 1.0f);
+      const bool bf16 = xd == DType::bf16;
+      for (int64_t i = 0; i < kk; ++i) {
+        const int64_t b = i / 32, at = i % 32;
+        const float sign = rng() % 2 ? 1.0f : -1.0f;
+        float v = 0.0f;
+        switch (b % 5) {
+          case 0:  // largest 12 (a unit is 2^-10), odd multiples of 2^-11 below 2^-3 (bf16) or 1 (f16)
+            v = at == 0 ? 12.0f : std::ldexp(static_cast<float>(2 * (rng() % (bf16 ? 127 : 1000)) + 1), -11);
+            break;
+          case 1:  // a block of zeros
+            break;
+          case 2:
+            v = std::ldexp(qgtest::uniform(rng, 1.0f, 2.0f), static_cast<int>(rng() % 24) - 20);
+            break;
+          case 3:  // near the largest value
+            v = bf16 ? std::ldexp(qgtest::uniform(rng, 1.0f, 2.0f), 120 - static_cast<int>(rng() % 20))
+                     : qgtest::uniform(rng, 100.0f, 65504.0f);
+            break;
+          default:  // tiny: bf16 2^-136..2^-120, f16 subnormals and the smallest normals
+            v = std::ldexp(qgtest::uniform(rng, 1.0f, 2.0f), (bf16 ? -136 : -25) + static_cast<int>(rng() % 16));
+            break;
+        }
+        qgtest::encode_float(&c.x[2 * i], xd, sign * v);
+      }
+      std::string why;
+      ASSERT_TRUE(run(c, &why)) << c.describe() << ": " << why;
+      SCOPED_TRACE(c.describe());
+      for (int64_t b = 0; b < kk / 32; ++b) {
+        double amax = 0;
+        for (int64_t i = 32 * b; i < 32 * b + 32; ++i)
+          amax = std::max(amax, std::fabs(qgtest::decode_float(&c.x[2 * i], xd)));
+        int ex = 0;
+        std::frexp(amax, &ex);
+        for (int64_t i = 32 * b; i < 32 * b + 32; ++i) {
+          const double x = qgtest::decode_float(&c.x[2 * i], xd);
+          const double want = fixed ? std::ldexp(std::nearbyint(std::ldexp(x, 14 - ex)), ex - 14) : x;
+          const double got = qgtest::decode_float(&c.c_out[4 * i], DType::f32);
+          ASSERT_EQ(got, want) << "C[" << i << "], x = " << x << ", block " << b << " of largest " << amax;
+        }
+      }
     }
   }
 }
