@@ -95,9 +95,16 @@ constexpr int kMaxChainedCols = 2;
 // KB for 8 warps at four stages) and the activations (N x K / 32 x 36
 // bytes) share half of it with 8 warps, all a CTA may take with 16.
 constexpr int kTwoCtaSmemBytes = (228 * 1024 - 2 * 1024) / 2;
+constexpr int kThreeCtaSmemBytes = (228 * 1024 - 3 * 1024) / 3;
 constexpr int kOneCtaSmemBytes = 227 * 1024;  // sm_90's most a CTA may take
 __host__ __device__ constexpr int ring_bytes(int stages, int warps) { return warps * stages * kSlotBytes; }
-constexpr int smem_budget(int warps) { return warps == 8 ? kTwoCtaSmemBytes : kOneCtaSmemBytes; }
+// CTAs of `warps` rings an SM: two of 8, one of 16, or three of 8 (the
+// chained form at short K: with_instance).
+constexpr int default_ctas(int warps) { return 16 / warps; }
+constexpr int smem_budget(int warps, int ctas) {
+  return warps == 16 ? kOneCtaSmemBytes : (ctas == 3 ? kThreeCtaSmemBytes : kTwoCtaSmemBytes);
+}
+constexpr int smem_budget(int warps) { return smem_budget(warps, default_ctas(warps)); }
 static_assert(kStageRowBytes % 16 == 0, "a stage's row bytes must be whole 16-byte pieces");
 static_assert(ring_bytes(kMaxStages, 8) % 16 == 0, "the activations start 16-byte aligned");
 
@@ -114,11 +121,12 @@ int64_t activation_bytes(int64_t n, int64_t nb) { return n * nb * kQ8_1Bytes; }
 
 // The deepest ring (kMaxStages down to 2) beside N x K's activations in a
 // CTA of `warps` rings; 0 if even two stages do not fit.
-int stages_for(int64_t n, int64_t nb, int warps) {
+int stages_for(int64_t n, int64_t nb, int warps, int ctas) {
   for (int s = kMaxStages; s >= 2; --s)
-    if (ring_bytes(s, warps) + activation_bytes(n, nb) <= smem_budget(warps)) return s;
+    if (ring_bytes(s, warps) + activation_bytes(n, nb) <= smem_budget(warps, ctas)) return s;
   return 0;
 }
+int stages_for(int64_t n, int64_t nb, int warps) { return stages_for(n, nb, warps, default_ctas(warps)); }
 
 // Where a lane's pieces of the two rows of a pair start (rows past M are
 // read from row M - 1): formed once a pair, so that a stage's copies need
@@ -196,8 +204,8 @@ __device__ __forceinline__ void copy_activations(const Params& p, uint8_t* dst) 
 // (three stages) were level to 4 % faster cold but 17 % slower in
 // linear_q4_0's CUDA graph at 4096 x 14336 (docs/architecture.md, the
 // geometry table); not tried since.
-template <int kCols, int kStages, int kWarps, bool kChained>
-__global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Params p, EpilogueParams ep) {
+template <int kCols, int kStages, int kWarps, bool kChained, int kCtas = default_ctas(kWarps)>
+__global__ void __launch_bounds__(32 * kWarps, kCtas) gemm_ring_kernel(Params p, EpilogueParams ep) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // Persistent CTAs: the warp's row pairs start at row0, row0 + pairs_step,
@@ -353,10 +361,10 @@ __global__ void __launch_bounds__(32 * kWarps, 16 / kWarps) gemm_ring_kernel(Par
 // griddepcontrol.wait, which an image for an older target compiles to
 // nothing: there the GEMV could read the activations before they are
 // written.
-template <int kCols, int kStages, int kWarps, bool kChained>
+template <int kCols, int kStages, int kWarps, bool kChained, int kCtas = default_ctas(kWarps)>
 int resident_ctas(int device) {
-  return resident_ctas_of<gemm_ring_kernel<kCols, kStages, kWarps, kChained>>(device, 32 * kWarps,
-                                                                              smem_budget(kWarps), 90);
+  return resident_ctas_of<gemm_ring_kernel<kCols, kStages, kWarps, kChained, kCtas>>(device, 32 * kWarps,
+                                                                                     smem_budget(kWarps, kCtas), 90);
 }
 
 // Rings a CTA for N columns: 8 (two CTAs an SM) up to N = 4, 16 (one CTA an
@@ -366,6 +374,24 @@ int resident_ctas(int device) {
 // 14-20 % faster than cuda_mmvq; at N = 3..4 they were 4-8 % faster than 8
 // warps in a CUDA graph but 3-5 % slower cold, at N = 1..2 level or slower.
 constexpr int pick_warps(int64_t n) { return n <= 4 ? 8 : 16; }
+
+// The chained form with three CTAs of 8 warps an SM, each a ring of three
+// stages (24 warps an SM instead of 16, each with one stage less in
+// flight), where K spans two stages (2048 < K <= 4096) and two CTAs an SM
+// would give each warp at most kThreeCtaMaxPairs row pairs. Measured on an
+// H200 (docs/architecture.md, "Three CTAs an SM for the chained ring"),
+// three against two, µs, linear_q4_0 in a CUDA graph at N = 1: 9.12 / 9.76
+// at 14336 x 4096 (3.4 pairs a warp at two), 8.2 / 8.4 at 12288 x 4096,
+// 8.1-8.2 / 8.2 at 11008 x 4096; but slower at 22016 and 28672 x 4096 (5.2
+// and 6.8 pairs a warp: a long chain keeps a ring of four busy), at K = 2048
+// (one stage a pair) and at K = 14336 (three stages of seven in flight).
+constexpr double kThreeCtaMaxPairs = 4.0;
+bool three_ctas_chained(const GemmArgs& g) {
+  const int64_t nb = g.a.k / 32;
+  if ((nb + kStageBlocks - 1) / kStageBlocks != 2 || stages_for(g.b.rows, nb, 8, 3) < 3) return false;
+  const int64_t two_cta_warps = 2 * static_cast<int64_t>(device_limits(g.device.id).sms) * 8;
+  return static_cast<double>((g.a.rows + kRows - 1) / kRows) <= kThreeCtaMaxPairs * static_cast<double>(two_cta_warps);
+}
 
 // f(kernel, per_sm, stages, warps) for the instance that runs `g` (N =
 // 1..kMaxCols, the deepest ring that fits beside its activations; `chained`:
@@ -390,6 +416,10 @@ decltype(auto) with_instance(const GemmArgs& g, bool chained, F&& f) {
     constexpr int kCols = decltype(cols)::value;
     if constexpr (kCols <= kMaxChainedCols) {
       static_assert(pick_warps(kMaxChainedCols) == 8, "the chained instances have 8 warps, as pick_warps gives");
+      if (chained && three_ctas_chained(g)) {
+        const int per_sm = resident_ctas<kCols, 3, 8, true, 3>(g.device.id);
+        if (per_sm >= 3) return f(gemm_ring_kernel<kCols, 3, 8, true, 3>, per_sm, 3, 8);
+      }
       if (chained) return by_warps(cols, std::integral_constant<int, 8>{}, std::true_type{});
     }
     if (warps == 16) return by_warps(cols, std::integral_constant<int, 16>{}, std::false_type{});

@@ -672,8 +672,10 @@ TEST_F(CudaBackend, GemvRingStagesAndTails) {
   // More rows than one wave of CTAs (two an SM): the persistent CTAs' warps
   // run several row pairs through one ring (N <= 2; from N = 3 refused,
   // below): one stage a pair (the first requests span three pairs), a full
-  // and a short stage, and at K = 14592 just past one wave (most warps one
-  // pair, some two), the ring wrapping inside and across pairs.
+  // and a short stage (K = 2304: the instance of three CTAs an SM and rings
+  // of three slots, about two pairs a warp), and at K = 14592 just past one
+  // wave (most warps one pair, some two), the ring wrapping inside and
+  // across pairs.
   const int64_t past_wave = 16 * 4 * sm_count() + 19;
   for (int64_t n : {1, 2}) {
     run_gemm_case({past_wave, n, 256, 0, 0, 0, 0, 0, nullptr, kRing}, nullptr, seed++, nullptr);

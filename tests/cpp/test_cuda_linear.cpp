@@ -88,7 +88,8 @@ TEST_F(CudaLinear, QuantizingPassWithManyCtas) {
 
 // Decode past one wave of the ring GEMV's CTAs (M > 4224 on an H200), where
 // on sm_90 its warps run several row pairs through one ring, launched early
-// behind the quantizer: N = 1..2, every x dtype, x rows padded now and then.
+// behind the quantizer: N = 1..2, every x dtype, x rows padded now and then
+// (at K = 2304 on three CTAs an SM, at K = 14336 on two).
 // The reference (quantize, then qg::gemm) runs the same kernel, so this
 // checks the early launch and the activations' wait; GemvRingStagesAndTails
 // checks the arithmetic against float64.
