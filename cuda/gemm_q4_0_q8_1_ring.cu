@@ -93,10 +93,12 @@ constexpr int kMaxCols = 6;
 // (can_run), in its chained form (gemm_ring_kernel's kChained).
 constexpr int kMaxChainedCols = 2;
 // Rings (warps) a CTA: 8, two CTAs an SM, or 16, one CTA an SM that holds
-// the activations once (pick_warps). Shared memory a CTA: sm_90 has 228 KB
-// an SM and reserves 1 KB a CTA. The rings (kStages x 2304 bytes a warp, 72
-// KB for 8 warps at four stages) and the activations (N x K / 32 x 36
-// bytes) share half of it with 8 warps, all a CTA may take with 16.
+// the activations once (pick_warps); the chained form at short K also runs
+// three CTAs of 8 (three_ctas_chained). Shared memory a CTA: sm_90 has 228
+// KB an SM and reserves 1 KB a CTA. The rings (kStages x 2304 bytes a warp,
+// 72 KB for 8 warps at four stages) and the activations (N x K / 32 x 36
+// bytes) share half of it with two CTAs of 8 warps, a third with three,
+// all a CTA may take with 16.
 constexpr int kTwoCtaSmemBytes = (228 * 1024 - 2 * 1024) / 2;
 constexpr int kThreeCtaSmemBytes = (228 * 1024 - 3 * 1024) / 3;
 constexpr int kOneCtaSmemBytes = 227 * 1024;  // sm_90's most a CTA may take
@@ -198,15 +200,17 @@ __device__ __forceinline__ void copy_activations(const Params& p, uint8_t* dst) 
 // docs/architecture.md): 5-9 % faster cold at N = 1..2, 1-5 % slower with W
 // in L2.
 //
-// Registers: __launch_bounds__ allows 128 a thread; ptxas takes 56-63 at
-// N = 1 and 63-108 at N = 2..6 (chained: 79-80 at N = 1, 87-90 at N = 2;
-// the activation words are loaded from shared memory just before their
-// DP4As, not held a stage ahead), and shared memory
-// is sized for 16 warps an SM (two CTAs of 8, one of 16). With global
-// activation loads (83 registers at N = 1), three CTAs of 8 warps an SM
-// (three stages) were level to 4 % faster cold but 17 % slower in
-// linear_q4_0's CUDA graph at 4096 x 14336 (docs/architecture.md, the
-// geometry table); not tried since.
+// Registers: __launch_bounds__ allows 128 a thread with two CTAs of 8 warps
+// or one of 16, 85 with three (kCtas); ptxas takes 56-63 at N = 1 and
+// 63-108 at N = 2..6 (chained: 79-80 at N = 1, 87-90 at N = 2; on three
+// CTAs 72 and 71; the activation words are loaded from shared memory just
+// before their DP4As, not held a stage ahead), and shared memory is sized
+// for 16 warps an SM (two CTAs of 8, one of 16) or 24 (three of 8). Before
+// the activations moved into shared memory (global loads, 83 registers at
+// N = 1), three CTAs of 8 warps an SM (three stages) had been level to 4 %
+// faster cold but 17 % slower in linear_q4_0's CUDA graph at 4096 x 14336
+// (docs/architecture.md, the geometry table); since 2026-12-02 the chained
+// form runs three where K spans two stages and its chains are short.
 template <int kCols, int kStages, int kWarps, bool kChained, int kCtas = default_ctas(kWarps)>
 __global__ void __launch_bounds__(32 * kWarps, kCtas) gemm_ring_kernel(Params p, EpilogueParams ep) {
   extern __shared__ __align__(16) uint8_t smem[];

@@ -241,10 +241,12 @@ bool pass_for(int64_t nb) { return (nb + kStageBlocks - 1) / kStageBlocks > kCon
 //   x_int = rint(x 2^(14 - e)) (x 2^(14 - e) is exact, below 2^14, and the
 //   sum rounds once, to nearest even): the digit bytes are moved out of
 //   those bits by PRMT, and sum x_int is the sum of the bits less 8 magic.
-// The loads of up to kBatch rounds are issued before the first is used:
-// x is one L2 round trip away, and a round's arithmetic is shorter.
+// The loads of all its rounds (two at most: it runs to K = 4096) are
+// issued before the first is used: x is one L2 round trip away, and a
+// round's arithmetic is shorter.
 // It writes the same bytes as the pass (to_fixed_kernel, below), which
-// serves long K (pass_for).
+// serves long K (pass_for), for every finite block; a non-finite block's
+// digits differ, but the GEMV reads only its NaN marker.
 
 constexpr uint32_t kRoundMagicBits = 0x4B400000u;  // 1.5 * 2^23
 
@@ -525,7 +527,7 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) issue_next(k);
   if (p.xfix == nullptr) {
-    x_to_fixed<kWarps, kCtas == 3 ? 2 : 8>(p, act, stages);
+    x_to_fixed<kWarps, kConvertInCtaStages>(p, act, stages);  // one batch: pass_for
   } else {
     wait_prerequisite();  // the pass's planes
     const uint32_t base = smem_u32(act);

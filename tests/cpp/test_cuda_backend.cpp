@@ -672,14 +672,15 @@ TEST_F(CudaBackend, GemvRingStagesAndTails) {
   // More rows than one wave of CTAs (two an SM): the persistent CTAs' warps
   // run several row pairs through one ring (N <= 2; from N = 3 refused,
   // below): one stage a pair (the first requests span three pairs), a full
-  // and a short stage (K = 2304: the instance of three CTAs an SM and rings
-  // of three slots, about two pairs a warp), and at K = 14592 just past one
-  // wave (most warps one pair, some two), the ring wrapping inside and
-  // across pairs.
+  // and a short stage, and two full ones (K = 2304 and 4096: the instance of
+  // three CTAs an SM and rings of three slots, about 1.3 pairs a warp), and
+  // at K = 14592 just past one wave (most warps one pair, some two), the
+  // ring wrapping inside and across pairs.
   const int64_t past_wave = 16 * 4 * sm_count() + 19;
   for (int64_t n : {1, 2}) {
     run_gemm_case({past_wave, n, 256, 0, 0, 0, 0, 0, nullptr, kRing}, nullptr, seed++, nullptr);
     run_gemm_case({past_wave, n, 2304, 0, 0, 0, 0, 0, nullptr, kRing}, nullptr, seed++, nullptr);
+    run_gemm_case({past_wave, n, 4096, 0, 0, 0, 0, 0, nullptr, kRing}, nullptr, seed++, nullptr);
     run_gemm_case({16 * 2 * sm_count() + 77, n, 14336 + 256, 0, 0, 1, 0, 0, nullptr, kRing}, nullptr, seed++,
                   nullptr);
     // A's base 4 mod 16 past one wave: the chained form's 4-byte copies of

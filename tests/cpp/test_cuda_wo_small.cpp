@@ -247,51 +247,56 @@ TEST_P(CudaWoGemv, NonFiniteActivations) {
       for (bool with_nan : {false, true}) {
         if (n < k.min_n || n > k.max_n) continue;
         ++idx;
-        // K = 4224 at N = 1 with NaN: cuda_wo_gemv_fixed's pass (past two stages) marks the blocks.
-        Case c = make_case(rng, 67, n, n == 1 && with_nan ? 4224 : 1024, 128, xd, DType::f16, idx % 2 == 0);
-        // Column 0: +Inf in block 3 (so most outputs are +-Inf); with_nan:
-        // column n - 1 also NaN in block 20 and -Inf in block 21.
-        auto put = [&](int64_t col, int64_t i, float v) {
-          qgtest::encode_float(&c.x[col * c.x_stride + 2 * i], xd, v);
-        };
-        put(0, 3 * 32 + 5, INFINITY);
-        if (with_nan) {
-          put(n - 1, 20 * 32 + 31, NAN);
-          put(n - 1, 21 * 32, -INFINITY);
-        }
-        std::string why;
-        ASSERT_TRUE(run(c, &why)) << c.describe() << ": " << why;
-        SCOPED_TRACE(c.describe());
-        const int64_t ss = qg::dtype_size(c.scale_dtype);
-        int nonfinite = 0;
-        for (int64_t r = 0; r < c.m; ++r)
-          for (int64_t j = 0; j < c.n; ++j) {
-            double ref = 0;
-            for (int64_t g = 0; g < c.k / c.group; ++g) {
-              double part = 0;
-              const int64_t z = c.zero(r, g);
-              for (int64_t i = g * c.group; i < (g + 1) * c.group; ++i) {
-                const uint8_t b = c.w[r * c.w_stride + i / 2];
-                const int q = (((i & 1) ? b >> 4 : b & 15) ^ 8) - 8;
-                part += static_cast<double>(q - z) * qgtest::decode_float(&c.x[j * c.x_stride + 2 * i], xd);
-              }
-              ref += qgtest::decode_float(&c.scales[(r * c.s_stride + g) * ss], c.scale_dtype) * part;
-            }
-            const double got = qgtest::decode_float(&c.c_out[(r * c.ldc + j * c.ldc_n) * 4], DType::f32);
-            if (std::isfinite(ref)) {
-              EXPECT_NEAR(got, ref, 1e-3 * (1 + std::fabs(ref))) << "C[" << r << ", " << j << "]";
-            } else {
-              ++nonfinite;
-              if (std::isnan(ref))
-                EXPECT_TRUE(std::isnan(got)) << "C[" << r << ", " << j << "] = " << got << ", reference NaN";
-              else if (k.zero_points_through_sum_x && c.zero_points)
-                EXPECT_TRUE(std::isnan(got) || got == ref) << "C[" << r << ", " << j << "] = " << got << ", reference " << ref;
-              else
-                EXPECT_EQ(got, ref) << "C[" << r << ", " << j << "]";
-            }
-            if (HasFailure()) return;
+        // At N = 1 with NaN also K = 4224: cuda_wo_gemv_fixed converts x in
+        // its CTAs at K = 1024 and by a pass past two stages; both mark the
+        // blocks (the NaN sits in a block's last quarter, the -Inf in its first).
+        for (int64_t kk : n == 1 && with_nan ? std::vector<int64_t>{1024, 4224} : std::vector<int64_t>{1024}) {
+          Case c = make_case(rng, 67, n, kk, 128, xd, DType::f16, idx % 2 == 0);
+          // Column 0: +Inf in block 3 (so most outputs are +-Inf); with_nan:
+          // column n - 1 also NaN in block 20 and -Inf in block 21.
+          auto put = [&](int64_t col, int64_t i, float v) {
+            qgtest::encode_float(&c.x[col * c.x_stride + 2 * i], xd, v);
+          };
+          put(0, 3 * 32 + 5, INFINITY);
+          if (with_nan) {
+            put(n - 1, 20 * 32 + 31, NAN);
+            put(n - 1, 21 * 32, -INFINITY);
           }
-        EXPECT_GT(nonfinite, 0);
+          std::string why;
+          ASSERT_TRUE(run(c, &why)) << c.describe() << ": " << why;
+          SCOPED_TRACE(c.describe());
+          const int64_t ss = qg::dtype_size(c.scale_dtype);
+          int nonfinite = 0;
+          for (int64_t r = 0; r < c.m; ++r)
+            for (int64_t j = 0; j < c.n; ++j) {
+              double ref = 0;
+              for (int64_t g = 0; g < c.k / c.group; ++g) {
+                double part = 0;
+                const int64_t z = c.zero(r, g);
+                for (int64_t i = g * c.group; i < (g + 1) * c.group; ++i) {
+                  const uint8_t b = c.w[r * c.w_stride + i / 2];
+                  const int q = (((i & 1) ? b >> 4 : b & 15) ^ 8) - 8;
+                  part += static_cast<double>(q - z) * qgtest::decode_float(&c.x[j * c.x_stride + 2 * i], xd);
+                }
+                ref += qgtest::decode_float(&c.scales[(r * c.s_stride + g) * ss], c.scale_dtype) * part;
+              }
+              const double got = qgtest::decode_float(&c.c_out[(r * c.ldc + j * c.ldc_n) * 4], DType::f32);
+              if (std::isfinite(ref)) {
+                EXPECT_NEAR(got, ref, 1e-3 * (1 + std::fabs(ref))) << "C[" << r << ", " << j << "]";
+              } else {
+                ++nonfinite;
+                if (std::isnan(ref))
+                  EXPECT_TRUE(std::isnan(got)) << "C[" << r << ", " << j << "] = " << got << ", reference NaN";
+                else if (k.zero_points_through_sum_x && c.zero_points)
+                  EXPECT_TRUE(std::isnan(got) || got == ref)
+                      << "C[" << r << ", " << j << "] = " << got << ", reference " << ref;
+                else
+                  EXPECT_EQ(got, ref) << "C[" << r << ", " << j << "]";
+              }
+              if (HasFailure()) return;
+            }
+          EXPECT_GT(nonfinite, 0);
+        }
       }
 }
 
@@ -354,19 +359,24 @@ TEST_P(CudaWoGemv, WideRangeActivations) {
 // Blocks rotate through: ties (odd multiples of half a unit), zeros, a wide
 // range, values near the format's largest, and tiny ones (bf16 near and
 // below its smallest normal, where 2^(14 - ex) is past fp32's range; f16
-// subnormals). cuda_wo_gemv_fixed converts x inside each CTA at K = 4096
-// (two stages of 64 blocks) and by a pass at K = 4160 (three, the last one
-// short).
+// subnormals; bf16 blocks whose largest is just above and just below
+// 2^-114, either side of the last 2^(14 - ex) that fp32 holds).
+// cuda_wo_gemv_fixed converts x inside each CTA at K = 4096 (two stages of
+// 64 blocks) and by a pass at K = 4160 (three, the last one short). M = 2K
+// (row r carries x[r % K]): at K = 4096 more CTAs than two an SM hold, so
+// the instance of three CTAs an SM runs (on a GPU of 132 SMs).
 TEST_P(CudaWoGemv, CarriesEachActivationByTheRule) {
   if (GetParam().min_n > 1) GTEST_SKIP() << GetParam().name << " does not take N = 1";
   const bool fixed = std::string(GetParam().name) == "cuda_wo_gemv_fixed";
   for (int64_t kk : {4096, 4160}) {
     for (DType xd : {DType::f16, DType::bf16}) {
       QG_SEEDED_RNG(rng, (xd == DType::f16 ? 49 : 50) + 2 * (kk % 4096));
-      Case c = make_case(rng, kk, 1, kk, 32, xd, DType::f32, false);
+      const int64_t mm = 2 * kk;
+      Case c = make_case(rng, mm, 1, kk, 32, xd, DType::f32, false);
       std::fill(c.w.begin(), c.w.end(), uint8_t{0});
-      for (int64_t r = 0; r < kk; ++r) c.w[r * c.w_stride + r / 2] = static_cast<uint8_t>(r % 2 ? 0x10 : 0x01);
-      for (int64_t i = 0; i < kk * c.s_stride; ++i) qgtest::encode_float(&c.scales[4 * i], DType::f32, 1.0f);
+      for (int64_t r = 0; r < mm; ++r)
+        c.w[r * c.w_stride + (r % kk) / 2] = static_cast<uint8_t>(r % 2 ? 0x10 : 0x01);
+      for (int64_t i = 0; i < mm * c.s_stride; ++i) qgtest::encode_float(&c.scales[4 * i], DType::f32, 1.0f);
       const bool bf16 = xd == DType::bf16;
       for (int64_t i = 0; i < kk; ++i) {
         const int64_t b = i / 32, at = i % 32;
@@ -385,8 +395,11 @@ TEST_P(CudaWoGemv, CarriesEachActivationByTheRule) {
             v = bf16 ? std::ldexp(qgtest::uniform(rng, 1.0f, 2.0f), 120 - static_cast<int>(rng() % 20))
                      : qgtest::uniform(rng, 100.0f, 65504.0f);
             break;
-          default:  // tiny: bf16 2^-136..2^-120, f16 subnormals and the smallest normals
-            v = std::ldexp(qgtest::uniform(rng, 1.0f, 2.0f), (bf16 ? -136 : -25) + static_cast<int>(rng() % 16));
+          default:  // tiny: bf16 2^-136..2^-120 (or just above / below 2^-114), f16 subnormals and small normals
+            if (bf16 && (b / 5) % 3 < 2)
+              v = std::ldexp(at == 0 ? 1.5f : qgtest::uniform(rng, 1.0f, 2.0f), (b / 5) % 3 == 0 ? -114 : -115);
+            else
+              v = std::ldexp(qgtest::uniform(rng, 1.0f, 2.0f), (bf16 ? -136 : -25) + static_cast<int>(rng() % 16));
             break;
         }
         qgtest::encode_float(&c.x[2 * i], xd, sign * v);
@@ -403,8 +416,10 @@ TEST_P(CudaWoGemv, CarriesEachActivationByTheRule) {
         for (int64_t i = 32 * b; i < 32 * b + 32; ++i) {
           const double x = qgtest::decode_float(&c.x[2 * i], xd);
           const double want = fixed ? std::ldexp(std::nearbyint(std::ldexp(x, 14 - ex)), ex - 14) : x;
-          const double got = qgtest::decode_float(&c.c_out[4 * i], DType::f32);
-          ASSERT_EQ(got, want) << "C[" << i << "], x = " << x << ", block " << b << " of largest " << amax;
+          for (int64_t r : {i, i + kk}) {
+            const double got = qgtest::decode_float(&c.c_out[4 * r], DType::f32);
+            ASSERT_EQ(got, want) << "C[" << r << "], x = " << x << ", block " << b << " of largest " << amax;
+          }
         }
       }
     }
