@@ -387,17 +387,17 @@ constexpr int pick_warps(int64_t n) { return n <= 4 ? 8 : 16; }
 // flight), where K spans two stages (2048 < K <= 4096) and two CTAs an SM
 // would give each warp at most kThreeCtaMaxPairs row pairs. Measured on an
 // H200 (docs/architecture.md, "Three CTAs an SM for the chained ring"),
-// three against two, µs, linear_q4_0 in a CUDA graph at N = 1: 9.12 / 9.76
-// at 14336 x 4096 (3.4 pairs a warp at two), 8.2 / 8.4 at 12288 x 4096,
-// 8.1-8.2 / 8.2 at 11008 x 4096; but slower at 22016 and 28672 x 4096 (5.2
+// three against two, µs, linear_q4_0 in a CUDA graph at N = 1: 9.1-9.2 /
+// 9.6-9.8 at 14336 x 4096 (3.4 pairs a warp at two), 8.2 / 8.3-8.4 at
+// 12288 x 4096, 8.1-8.3 / 8.2 at 11008 x 4096; but slower at 22016 and 28672 x 4096 (5.2
 // and 6.8 pairs a warp: a long chain keeps a ring of four busy), at K = 2048
 // (one stage a pair) and at K = 14336 (three stages of seven in flight).
-constexpr double kThreeCtaMaxPairs = 4.0;
+constexpr int64_t kThreeCtaMaxPairs = 4;
 bool three_ctas_chained(const GemmArgs& g) {
   const int64_t nb = g.a.k / 32;
   if ((nb + kStageBlocks - 1) / kStageBlocks != 2 || stages_for(g.b.rows, nb, 8, 3) < 3) return false;
   const int64_t two_cta_warps = 2 * static_cast<int64_t>(device_limits(g.device.id).sms) * 8;
-  return static_cast<double>((g.a.rows + kRows - 1) / kRows) <= kThreeCtaMaxPairs * static_cast<double>(two_cta_warps);
+  return (g.a.rows + kRows - 1) / kRows <= kThreeCtaMaxPairs * two_cta_warps;
 }
 
 // f(kernel, per_sm, stages, warps) for the instance that runs `g` (N =
