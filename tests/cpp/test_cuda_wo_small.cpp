@@ -352,8 +352,8 @@ TEST_P(CudaWoGemv, WideRangeActivations) {
 }
 
 // Each activation as the kernel carries it, output by output: W row r holds
-// code 1 at K position r and 0 elsewhere, scales 1, so C[r] is x[r] with no
-// sum to hide a rounding. The float kernels return x exactly; the
+// code 1 at K position r % K and 0 elsewhere, scales 1, so C[r] is x[r % K]
+// with no sum to hide a rounding. The float kernels return x exactly; the
 // fixed-point one returns x_int 2^(ex - 14), ex the exponent of the block's
 // largest |x| (frexp) and x_int rounded half to even (docs/numerics.md).
 // Blocks rotate through: ties (odd multiples of half a unit), zeros, a wide
