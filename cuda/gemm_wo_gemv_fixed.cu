@@ -5,12 +5,12 @@
 // group scales).
 //
 // Measured on an H200 (bench_gemm, bf16 x, group 128; docs/architecture.md,
-// "The fixed-point INT4 GEMV"): cold 16.5-17.2 us at 4096 x 14336 and
-// 16.5-16.6 at 14336 x 4096 (read floor 11.1-11.3; cuda_wo_gemv_small
-// 19.0 and 20.9-21.1), 14.0-14.5 with W in L2; 9.3 at 4096 x 4096 (read
-// floor 6.3-6.5). Nsight Compute put the pass at 2.85 us alone and the
-// GEMV at 15.8 (the profiler's clocks, 4096 x 14336), latency-bound: 0.86
-// eligible warps a scheduler, issue slots 39 % busy.
+// "The fixed-point INT4 GEMV"): cold 15.5-15.8 us at 4096 x 14336 and
+// 15.9-16.1 at 14336 x 4096 (read floor 11.1-11.4; cuda_wo_gemv_small
+// 19.0 and 20.9-21.1), 13.2-13.9 with W in L2; 9.2-9.4 at 4096 x 4096
+// (read floor 6.4-6.6). Nsight Compute (4096 x 14336, W in L2, the
+// profiler's clocks): the pass 2.85 us, the GEMV 16.8, latency-bound: 0.77
+// eligible warps a scheduler, an instruction issued every 2.4 cycles.
 //
 //   C[m, n] = sum_g s[m, g] * sum_{k in g} (q[m, k] - z[m, g]) * x[n, k]
 //
@@ -28,16 +28,20 @@
 // 0..255 (an unsigned byte) and hi in -64..64 (a signed one): two DP4As a
 // word of codes, where the CPU kernel's 2^-20 takes three.
 //
-// Codes: u = nibble ^ 8 = q + 8 in 0..15 (two's-complement nibbles), one
-// LOP3 for the four low nibbles of a word and a shift and a LOP3 for the
-// four high ones; the 8 comes out through the block's sum of x_int:
-//   T = 256 sum u hi + sum u lo - (8 + z) sum x_int = sum (q - z) x_int,
-// exact in int32 without zero points (|T| <= 2^22); with them the z term is
-// subtracted in fp32 (one rounding, 2^-24 relative, as the CPU kernel). Then
-// acc += s (2^e T), fp32. Per 32 codes, row and column: 16 DP4As, and per
-// row 12 unpacking instructions: about 1.2 instructions a code at N = 1, a
-// quarter of the FFMA kernel's; Nsight Compute counts 1.6 with the copies,
-// the loop and the pass's wait.
+// Codes: u = nibble ^ 8 = q + 8 in 0..15 (two's-complement nibbles). One
+// LOP3 a word gives its four low nibbles as the bytes u, and one more its
+// four high ones as the bytes 16 u, left where they are: no shift. The
+// DP4As then sum four ways a block and row: the low nibbles against the lo
+// and the hi digits of x_int (L, H) and the high nibbles against them (16
+// L', 16 H'); the 8 comes out through the block's sum of x_int:
+//   16 T = 256 (16 H + 16 H') + (16 L + 16 L') - 16 (8 + z) sum x_int,
+// T = sum (q - z) x_int, exact in int32 without zero points (|T| <= 2^22,
+// so |16 T| < 2^27, and the shift back is exact); with them the z term is
+// subtracted in fp32 (one rounding, 2^-24 relative, as the CPU kernel).
+// Then acc += s (2^e T), fp32. Per 32 codes, row and column: 16 DP4As and
+// 8 LOP3s. Nsight Compute counts 2.4 instructions a code in all at 4096 x
+// 14336 (W's copies, the scale loads and the loop included), 2.5 when the
+// high nibbles were shifted down first.
 //
 // x's fixed-point form sits in shared memory, per column and stage of 64
 // blocks: four planes of 16 bytes a block (the digit bytes in the order
@@ -49,8 +53,8 @@
 // contiguous bytes a lane, conflict-free. Who makes it depends on K
 // (pass_for): up to two stages each CTA converts x itself after requesting
 // its first stages of W (x_to_fixed, one kernel); past that a pass
-// (to_fixed_kernel, one warp a block) writes the planes to a workspace
-// once, and the GEMV, launched early behind it (grid_dependency.cuh),
+// (to_fixed_kernel: the same routine, a CTA a stage) writes the planes to a
+// workspace once, and the GEMV, launched early behind it (grid_dependency.cuh),
 // requests its first stages of W before it waits, then copies them in.
 //
 // A block whose x holds Inf or NaN has no fixed-point form: the conversion
@@ -125,62 +129,6 @@ int stages_for(int64_t n, int64_t nb, int ctas) {
 }
 
 // ---------------------------------------------------------------------------
-// The pass: x [N, K] (f16 / bf16) to block fixed point.
-
-struct FixedParams {
-  const uint8_t* x;
-  uint8_t* out;
-  int64_t nb, ldx, col_bytes;
-};
-
-template <bool kBf16>
-__global__ void __launch_bounds__(256) to_fixed_kernel(FixedParams p) {
-  launch_dependents();  // the GEMV may start streaming W; it waits for this grid's writes
-  const int lane = threadIdx.x % 32;
-  // Blocks past K, up to the end of the last stage, are written as zeros
-  // (x = 0): the GEMV copies whole stages and never uses them.
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
-  if (b >= p.col_bytes / kFixedBlockBytes) return;
-  const int64_t n = blockIdx.y;
-  const uint16_t bits = b < p.nb ? reinterpret_cast<const uint16_t*>(p.x + n * p.ldx)[b * 32 + lane] : 0;
-  const float v = kBf16 ? __uint_as_float(static_cast<uint32_t>(bits) << 16) : __half2float(__ushort_as_half(bits));
-  const bool finite = isfinite(v);
-  float amax = finite ? fabsf(v) : 0.0f;
-#pragma unroll
-  for (int o = 16; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-  const bool all_finite = __all_sync(0xFFFFFFFFu, finite);
-  int xi = 0;
-  float d = 0.0f;
-  if (!all_finite) {
-    d = __int_as_float(0x7FC00000);  // marks the block: the GEMV sums it in fp32
-  } else if (amax > 0.0f) {
-    int e;
-    frexpf(amax, &e);  // amax = m 2^e, m in [0.5, 1): |x| 2^(14 - e) < 2^14
-    xi = __float2int_rn(ldexpf(v, 14 - e));
-    d = ldexpf(1.0f, e - 14);
-  }
-  int sum = xi;
-#pragma unroll
-  for (int o = 16; o >= 1; o /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-  // Code c = 8i + 2j + parity sits in byte j of word 2i + parity of a digit.
-  const int i = lane / 8, j = (lane % 8) / 2, parity = lane % 2;
-  const int word = 2 * i + parity;  // 0..7 of digit 0 (lo); digit 1 (hi) is 8..15
-  uint8_t* stage = p.out + n * p.col_bytes + (b / kStageBlocks) * kStageActBytes;
-  const int64_t c = b % kStageBlocks;
-  auto put = [&](int t, uint8_t byte) {  // t: word 0..15 of the block's 64 digit bytes
-    stage[(t / 4) * kPlaneBytes + c * 16 + (t % 4) * 4 + j] = byte;
-  };
-  put(word, static_cast<uint8_t>(xi & 0xFF));
-  put(8 + word, static_cast<uint8_t>((xi >> 8) & 0xFF));
-  if (lane == 0) {
-    float2 meta;
-    meta.x = d;
-    meta.y = __int_as_float(sum);
-    *reinterpret_cast<float2*>(stage + 4 * kPlaneBytes + 8 * c) = meta;
-  }
-}
-
-// ---------------------------------------------------------------------------
 // The GEMV.
 
 struct Params {
@@ -196,7 +144,7 @@ struct Params {
   int scale_up;            // 16 for bf16 scales, 0 for f32 (scale_value)
   int s_bytes_shift;       // log2 of a scale's bytes
   int scale_type, zero_i32;
-  uint32_t low_nibbles;  // 0x0F0F0F0F from a register: LOP3 takes one immediate
+  uint32_t low_nibbles, high_nibbles;  // 0x0F0F0F0F, 0xF0F0F0F0 from registers: LOP3 takes one immediate
   bool x_bf16;
 };
 
@@ -244,9 +192,8 @@ bool pass_for(int64_t nb) { return (nb + kStageBlocks - 1) / kStageBlocks > kCon
 // The loads of all its rounds (two at most: it runs to K = 4096) are
 // issued before the first is used: x is one L2 round trip away, and a
 // round's arithmetic is shorter.
-// It writes the same bytes as the pass (to_fixed_kernel, below), which
-// serves long K (pass_for), for every finite block; a non-finite block's
-// digits differ, but the GEMV reads only its NaN marker.
+// The pass (to_fixed_kernel, below), which serves long K (pass_for), runs
+// the same routine into a workspace.
 
 constexpr uint32_t kRoundMagicBits = 0x4B400000u;  // 1.5 * 2^23
 
@@ -322,6 +269,30 @@ __device__ __forceinline__ void x_to_fixed(const Params& p, uint8_t* act, int st
     for (int i = 0; i < kBatch; ++i)
       if (s0 + i < stages) quarter_to_fixed(p.x_bf16, raw[i], act + (s0 + i) * kStageActBytes, c, q);
   }
+}
+
+// The pass, for K past kConvertInCtaStages stages: x [N, K] to block fixed
+// point in a workspace, once for all CTAs of the GEMV, by the same routine:
+// a CTA a stage and column (7 CTAs at K = 14336), laid out as in shared
+// memory so that the GEMV copies it verbatim. Blocks past K, to the end of
+// the last stage, are written as zeros (x = 0): the GEMV copies whole
+// stages and never uses them.
+struct FixedParams {
+  const uint8_t* x;
+  uint8_t* out;
+  int64_t nb, ldx, col_bytes;
+};
+
+template <bool kBf16>
+__global__ void __launch_bounds__(256) to_fixed_kernel(FixedParams p) {
+  launch_dependents();  // the GEMV may start streaming W; it waits for this grid's writes
+  const int lane = threadIdx.x % 32;
+  const int q = 2 * (lane / 16) + lane % 2;
+  const int c = (threadIdx.x / 32) * 8 + (lane / 2) % 8;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * kStageBlocks + c;
+  const uint8_t* xq = p.x + blockIdx.y * p.ldx + 64 * b + 16 * q;
+  const uint4 raw = b < p.nb ? __ldg(reinterpret_cast<const uint4*>(xq)) : make_uint4(0u, 0u, 0u, 0u);
+  quarter_to_fixed(kBf16, raw, p.out + blockIdx.y * p.col_bytes + blockIdx.x * kStageActBytes, c, q);
 }
 
 // What a lane loads for a stage besides W: the scale (and zero point) of
@@ -442,65 +413,92 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
   // Stage s from slot `at` into acc.
   auto compute = [&](float (&acc)[kRows][kCols], int s, int at, const StageMeta<kZP>& meta) {
     const uint8_t* slot = ring + at * kSlotBytes;
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
+    // One block (t: the lane's first or second of the stage) in integers.
+    auto fixed_block = [&](int t, int j, float d, int sum) {
       const int c = lane + 32 * t;
-      const int b = s * kStageBlocks + c;
-      if (b >= nb) continue;  // the row's last stage can be short
-      uint32_t u[kRows][8];  // codes + 8: even codes of word i at 2i, odd ones at 2i + 1
+      const uint8_t* xs = act + j * p.col_bytes + s * kStageActBytes;
+      uint32_t lo[8], hi[8];
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const uint4 a = *reinterpret_cast<const uint4*>(xs + q * kPlaneBytes + c * 16);
+        const uint4 h = *reinterpret_cast<const uint4*>(xs + (2 + q) * kPlaneBytes + c * 16);
+        lo[4 * q] = a.x, lo[4 * q + 1] = a.y, lo[4 * q + 2] = a.z, lo[4 * q + 3] = a.w;
+        hi[4 * q] = h.x, hi[4 * q + 1] = h.y, hi[4 * q + 2] = h.z, hi[4 * q + 3] = h.w;
+      }
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const uint4 w = *reinterpret_cast<const uint4*>(slot + r * kStageRowBytes + 16 * c);
         const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+        uint32_t u[8];
+        // Low nibbles: q + 8. High ones: 16 (q + 8), left where they are
+        // (one LOP3 a word, no shift); their sums come out 16 times too
+        // large and are brought back in the exact integer sum below.
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          u[r][2 * i] = (ws[i] & p.low_nibbles) ^ 0x08080808u;
-          u[r][2 * i + 1] = ((ws[i] >> 4) & p.low_nibbles) ^ 0x08080808u;
+          u[2 * i] = (ws[i] & p.low_nibbles) ^ 0x08080808u;
+          u[2 * i + 1] = (ws[i] & p.high_nibbles) ^ 0x80808080u;
         }
-      }
-      float sc[kRows];
-      float zf[kRows];
+        int s_lo[2] = {0, 0}, s_hi[2] = {0, 0};
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        sc[r] = scale_value(p, meta.s[r][t]);
-        zf[r] = kZP ? static_cast<float>(meta.z[r][t]) : 0.0f;
+        for (int q = 0; q < 8; ++q) {
+          s_lo[q % 2] = dp4a_uu(u[q], lo[q], s_lo[q % 2]);
+          s_hi[q % 2] = dp4a_su(hi[q], u[q], s_hi[q % 2]);
+        }
+        // sum (q + 8) x_int - 8 sum x_int = sum q x_int, exact: first 16
+        // times it (below 2^27 in magnitude), then an exact shift.
+        const int t8 = ((16 * s_hi[0] + s_hi[1]) * 256 + (16 * s_lo[0] + s_lo[1]) - 128 * sum) >> 4;
+        const float sc = scale_value(p, meta.s[r][t]);
+        const float tf =
+            kZP ? fmaf(-static_cast<float>(meta.z[r][t]), static_cast<float>(sum), static_cast<float>(t8))
+                : static_cast<float>(t8);
+        // d tf is exact (d a power of two); s d rounded first could
+        // underflow (bf16 blocks below 2^-100) or overflow.
+        acc[r][j] = fmaf(sc, d * tf, acc[r][j]);
       }
+    };
+    // Any block of x that is not finite, or a stage past K: block by block.
+    auto careful_block = [&](int t) {
+      const int c = lane + 32 * t;
+      const int b = s * kStageBlocks + c;
+      if (b >= nb) return;  // the row's last stage can be short
 #pragma unroll
       for (int j = 0; j < kCols; ++j) {
-        const uint8_t* xs = act + j * p.col_bytes + s * kStageActBytes;  // the stage's activations
-        uint32_t lo[8], hi[8];
+        const float2 mx =
+            *reinterpret_cast<const float2*>(act + j * p.col_bytes + s * kStageActBytes + 4 * kPlaneBytes + 8 * c);
+        if (isnan(mx.x)) {  // a block of non-finite x: fp32 from x as given
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const uint4 a = *reinterpret_cast<const uint4*>(xs + q * kPlaneBytes + c * 16);
-          const uint4 h = *reinterpret_cast<const uint4*>(xs + (2 + q) * kPlaneBytes + c * 16);
-          lo[4 * q] = a.x, lo[4 * q + 1] = a.y, lo[4 * q + 2] = a.z, lo[4 * q + 3] = a.w;
-          hi[4 * q] = h.x, hi[4 * q + 1] = h.y, hi[4 * q + 2] = h.z, hi[4 * q + 3] = h.w;
-        }
-        const float2 meta_x = *reinterpret_cast<const float2*>(xs + 4 * kPlaneBytes + 8 * c);
-        const float d = meta_x.x;
-        const int sum = __float_as_int(meta_x.y);
-        if (isnan(d)) {  // a block of non-finite x: fp32 from x as given
-#pragma unroll
-          for (int r = 0; r < kRows; ++r)
-            acc[r][j] = fmaf(sc[r], float_block(p, j, b, slot + r * kStageRowBytes + 16 * c, zf[r]), acc[r][j]);
-          continue;
-        }
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          // Four chains of four DP4As (each waits on the one before).
-          int s_lo[2] = {0, 0}, s_hi[2] = {0, 0};
-#pragma unroll
-          for (int q = 0; q < 8; ++q) {
-            s_lo[q % 2] = dp4a_uu(u[r][q], lo[q], s_lo[q % 2]);
-            s_hi[q % 2] = dp4a_su(hi[q], u[r][q], s_hi[q % 2]);
+          for (int r = 0; r < kRows; ++r) {
+            const float z = kZP ? static_cast<float>(meta.z[r][t]) : 0.0f;
+            acc[r][j] = fmaf(scale_value(p, meta.s[r][t]),
+                             float_block(p, j, b, slot + r * kStageRowBytes + 16 * c, z), acc[r][j]);
           }
-          const int t8 = (s_hi[0] + s_hi[1]) * 256 + (s_lo[0] + s_lo[1]) - 8 * sum;  // sum q x_int, exact
-          const float tf = kZP ? fmaf(-zf[r], static_cast<float>(sum), static_cast<float>(t8)) : static_cast<float>(t8);
-          // d tf is exact (d a power of two); s d rounded first could
-          // underflow (bf16 blocks below 2^-100) or overflow.
-          acc[r][j] = fmaf(sc[r], d * tf, acc[r][j]);
+        } else {
+          fixed_block(t, j, mx.x, __float_as_int(mx.y));
         }
       }
+    };
+    // A whole stage of finite blocks (the rule) runs both of the lane's
+    // blocks as one straight line: one test a stage instead of a branch a
+    // block, so that the second block's loads and products overlap the
+    // first's.
+    float2 mx[kCols][2];
+    bool finite = (s + 1) * kStageBlocks <= nb;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j)
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        mx[j][t] = *reinterpret_cast<const float2*>(act + j * p.col_bytes + s * kStageActBytes + 4 * kPlaneBytes +
+                                                    8 * (lane + 32 * t));
+        finite = finite && !isnan(mx[j][t].x);
+      }
+    if (finite) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) fixed_block(t, j, mx[j][t].x, __float_as_int(mx[j][t].y));
+    } else {
+#pragma unroll
+      for (int t = 0; t < 2; ++t) careful_block(t);
     }
   };
   float acc[kRows][kCols];
@@ -530,10 +528,12 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
     x_to_fixed<kWarps, kConvertInCtaStages>(p, act, stages);  // one batch: pass_for
   } else {
     wait_prerequisite();  // the pass's planes
-    const uint32_t base = smem_u32(act);
-    const int64_t pieces = kCols * p.col_bytes / 16;
-    for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x)
-      cp_async<16>(base + static_cast<uint32_t>(16 * i), p.xfix + 16 * i, 16);
+    // 32-bit counters (the planes fit in shared memory): fewer
+    // instructions a piece than 64-bit ones.
+    const uint32_t end = smem_u32(act) + static_cast<uint32_t>(kCols * p.col_bytes);
+    const uint8_t* src = p.xfix + 16 * threadIdx.x;
+    for (uint32_t at = smem_u32(act) + 16 * threadIdx.x; at < end; at += 16 * blockDim.x, src += 16 * blockDim.x)
+      cp_async<16>(at, src, 16);
     cp_async_commit();
     cp_async_wait<0>();
   }
@@ -638,6 +638,7 @@ Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream) {
   p.nb = nb;
   p.col_bytes = col_bytes;
   p.low_nibbles = 0x0F0F0F0Fu;
+  p.high_nibbles = 0xF0F0F0F0u;
   p.sg_shift = p.s_shift - 5;
   p.zg_shift = p.zeros ? p.z_shift - 5 : 0;
   p.scale_up = p.scale_type == 2 ? 16 : 0;
@@ -650,7 +651,7 @@ Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream) {
     ws.emplace(args.device.id, static_cast<size_t>(n * col_bytes), cs);
     if (!ws->ok()) return gemm_wo_gemv_run(args, stream);
     const FixedParams fp{static_cast<const uint8_t*>(args.b.data), ws->bytes(), nb, args.b.row_stride, col_bytes};
-    const dim3 pass_grid(static_cast<unsigned>((col_bytes / kFixedBlockBytes + 7) / 8), static_cast<unsigned>(n));
+    const dim3 pass_grid(static_cast<unsigned>(col_bytes / kStageActBytes), static_cast<unsigned>(n));
     if (bf16) to_fixed_kernel<true><<<pass_grid, 256, 0, cs>>>(fp);
     else to_fixed_kernel<false><<<pass_grid, 256, 0, cs>>>(fp);
     p.xfix = ws->bytes();
