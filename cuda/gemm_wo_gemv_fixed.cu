@@ -34,12 +34,12 @@
 // DP4As then sum four ways a block and row: the low nibbles against the lo
 // and the hi digits of x_int (L, H) and the high nibbles against them (16
 // L', 16 H'); the 8 comes out through the block's sum of x_int:
-//   16 T = 256 (16 H + 16 H') + (16 L + 16 L') - 16 (8 + z) sum x_int,
-// T = sum (q - z) x_int, exact in int32 without zero points (|T| <= 2^22,
-// so |16 T| < 2^27, and the shift back is exact); with them the z term is
-// subtracted in fp32 (one rounding, 2^-24 relative, as the CPU kernel).
-// Then acc += s (2^e T), fp32. Per 32 codes, row and column: 16 DP4As and
-// 8 LOP3s. Nsight Compute counts 2.4 instructions a code in all at 4096 x
+//   16 T = 256 (16 H + 16 H') + (16 L + 16 L') - 128 sum x_int,
+// T = sum q x_int, exact in int32 (|T| <= 2^22, so |16 T| < 2^27, and the
+// shift back is exact); a zero point's z sum x_int is subtracted in fp32
+// (one rounding, 2^-24 relative, as the CPU kernel). Then
+// acc += s (2^e (T - z sum x_int)), fp32. Per 32 codes and row: 8 LOP3s,
+// and 16 DP4As a column. Nsight Compute counts 2.4 instructions a code in all at 4096 x
 // 14336 (W's copies, the scale loads and the loop included), 2.5 when the
 // high nibbles were shifted down first.
 //
@@ -181,7 +181,8 @@ bool pass_for(int64_t nb) { return (nb + kStageBlocks - 1) / kStageBlocks > kCon
 // that a block's lanes are l, l ^ 1, l ^ 16, l ^ 17 (two shuffles reduce
 // over them) and a half warp's 8-byte stores fill 128 contiguous bytes of
 // one plane (no bank conflict). Per lane and round about 60 instructions,
-// no division and no conversion to integer:
+// no division and, but for the rare blocks below 2^-114, no conversion to
+// integer:
 // - the block's largest |x| from the bits (|x| orders as its bits do in
 //   both formats, and Inf and NaN lie above every finite value, which marks
 //   the block);
@@ -304,8 +305,8 @@ struct StageMeta {
 };
 
 // The fp32 sum of (q - z) x over block b of a row whose 16 bytes of codes
-// are at `codes` (shared memory), x as given. Out of line: the rare path
-// holds no registers of the DP4A loop.
+// are at `codes` (shared memory), x as given: the rare path (a loop of
+// 32 FMAs), reached only for blocks holding Inf or NaN.
 __device__ __forceinline__ float float_block(const Params& p, int64_t col, int64_t b,
                                                          const uint8_t* codes, float z) {
   const uint8_t* xr = p.x + col * p.ldx + b * 64;
@@ -365,8 +366,9 @@ __device__ __forceinline__ float scale_value(const Params& p, uint32_t bits) {
 }
 
 // kCtas: the CTAs an SM the instance is built for (registers capped to
-// let them in: at three, 80 a thread, 89 at two; with zero points three
-// would spill, so those keep two).
+// let them in: 80 a thread at three; at two the cap of 128 leaves them at
+// 88-112 by instance; with zero points three would spill, so those keep
+// two).
 template <int kCols, int kStages, int kWarps, bool kZP, int kCtas>
 __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, EpilogueParams ep) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -478,8 +480,8 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
       }
     };
     // A whole stage of finite blocks (the rule) runs both of the lane's
-    // blocks as one straight line: one test a stage instead of a branch a
-    // block, so that the second block's loads and products overlap the
+    // blocks as one straight line: one test a lane and stage instead of a
+    // branch a block, so that the second block's loads and products overlap the
     // first's.
     float2 mx[kCols][2];
     bool finite = (s + 1) * kStageBlocks <= nb;
