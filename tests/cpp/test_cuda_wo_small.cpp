@@ -426,6 +426,64 @@ TEST_P(CudaWoGemv, CarriesEachActivationByTheRule) {
   }
 }
 
+// The integer sums at their largest: every code -8 or 7 against blocks whose
+// x are all the format's largest significand (x_int = 2^14 - 8 for f16,
+// 2^14 - 64 for bf16) with the signs of the codes, so that a block's
+// sum q x_int reaches 2^22 in magnitude (cuda_wo_gemv_fixed forms 16 times
+// it, near 2^26, before an exact shift). Every 16th block carries x, the
+// rest are zeros, so any partial sum of a row is exact in fp32 however it
+// is added: the fixed-point kernel must return each row's sum exactly; the
+// others are held to the usual NMSE.
+// K = 4096 (x converted in the CTAs) and 4160 (by the pass).
+TEST_P(CudaWoGemv, LargestIntegerSumsAreExact) {
+  if (GetParam().min_n > 1) GTEST_SKIP() << GetParam().name << " does not take N = 1";
+  const bool fixed = std::string(GetParam().name) == "cuda_wo_gemv_fixed";
+  for (int64_t kk : {4096, 4160}) {
+    for (DType xd : {DType::f16, DType::bf16}) {
+      QG_SEEDED_RNG(rng, (xd == DType::f16 ? 51 : 52) + 2 * (kk % 4096));
+      const int64_t mm = 64;
+      Case c = make_case(rng, mm, 1, kk, 32, xd, DType::f32, false);
+      for (int64_t i = 0; i < mm * c.s_stride; ++i) qgtest::encode_float(&c.scales[4 * i], DType::f32, 1.0f);
+      // Row r: all -8 (r % 4 = 0), all 7 (1), -8 and 7 alternating by code (2) or by block (3).
+      auto code = [](int64_t r, int64_t i) {
+        switch (r % 4) {
+          case 0: return -8;
+          case 1: return 7;
+          case 2: return i % 2 ? 7 : -8;
+          default: return (i / 32) % 2 ? 7 : -8;
+        }
+      };
+      for (int64_t r = 0; r < mm; ++r)
+        for (int64_t i = 0; i < kk; i += 2)
+          c.w[r * c.w_stride + i / 2] =
+              static_cast<uint8_t>((code(r, i) & 0xF) | ((code(r, i + 1) & 0xF) << 4));
+      // x: in every 16th block the largest significand below 2, signed all
+      // +, all - or as row 2's codes (so that its block sums are largest
+      // too); zeros elsewhere, which keeps every partial sum of a row
+      // within fp32's 24 bits.
+      const float big = xd == DType::f16 ? 2.0f - std::ldexp(1.0f, -10) : 2.0f - std::ldexp(1.0f, -7);
+      for (int64_t i = 0; i < kk; ++i) {
+        const int64_t b = i / 32, pick = b / 16;
+        const float sign = pick % 3 == 0 ? 1.0f : (pick % 3 == 1 ? -1.0f : (i % 2 ? 1.0f : -1.0f));
+        qgtest::encode_float(&c.x[2 * i], xd, b % 16 == 0 ? sign * big : 0.0f);
+      }
+      if (!fixed) {
+        run_checked(c);
+        if (HasFailure()) return;
+        continue;
+      }
+      std::string why;
+      ASSERT_TRUE(run(c, &why)) << c.describe() << ": " << why;
+      SCOPED_TRACE(c.describe());
+      for (int64_t r = 0; r < mm; ++r) {
+        double want = 0;
+        for (int64_t i = 0; i < kk; ++i) want += code(r, i) * qgtest::decode_float(&c.x[2 * i], xd);
+        ASSERT_EQ(qgtest::decode_float(&c.c_out[4 * r], DType::f32), want) << "row " << r;
+      }
+    }
+  }
+}
+
 // K long enough that activations held in shared memory leave room for
 // fewer ring stages (cuda_wo_gemv_fixed: three slots a warp at K = 24576,
 // two at K = 32768), N = 1 and 2, with and without zero points.
