@@ -39,9 +39,9 @@
 // shift back is exact); a zero point's z sum x_int is subtracted in fp32
 // (one rounding, 2^-24 relative, as the CPU kernel). Then
 // acc += s (2^e (T - z sum x_int)), fp32. Per 32 codes and row: 8 LOP3s,
-// and 16 DP4As a column. Nsight Compute counts 2.4 instructions a code in all at 4096 x
-// 14336 (W's copies, the scale loads and the loop included), 2.5 when the
-// high nibbles were shifted down first.
+// and 16 DP4As a column. Nsight Compute counts 2.4 instructions a code in
+// all at 4096 x 14336 (W's copies, the scale loads and the loop
+// included), 2.5 when the high nibbles were shifted down first.
 //
 // x's fixed-point form sits in shared memory, per column and stage of 64
 // blocks: four planes of 16 bytes a block (the digit bytes in the order
@@ -481,8 +481,8 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
     };
     // A whole stage of finite blocks (the rule) runs both of the lane's
     // blocks as one straight line: one test a lane and stage instead of a
-    // branch a block, so that the second block's loads and products overlap the
-    // first's.
+    // branch a block, so that the second block's loads and products
+    // overlap the first's.
     float2 mx[kCols][2];
     bool finite = (s + 1) * kStageBlocks <= nb;
 #pragma unroll
