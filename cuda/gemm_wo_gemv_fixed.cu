@@ -7,7 +7,7 @@
 // Measured on an H200 (bench_gemm, bf16 x, group 128; docs/architecture.md,
 // "The fixed-point INT4 GEMV"): cold 15.5-15.8 us at 4096 x 14336 and
 // 15.9-16.1 at 14336 x 4096 (read floor 11.1-11.4; cuda_wo_gemv_small
-// 19.0 and 20.9-21.1), 13.2-13.9 with W in L2; 9.2-9.4 at 4096 x 4096
+// 19.0 and 20.9-21.1), 13.2-13.9 with W in L2; 9.1-9.4 at 4096 x 4096
 // (read floor 6.4-6.6). Nsight Compute (4096 x 14336, W in L2, the
 // profiler's clocks): the pass 2.85 us, the GEMV 16.8, latency-bound: 0.77
 // eligible warps a scheduler, an instruction issued every 2.4 cycles.
