@@ -430,19 +430,22 @@ TEST_P(CudaWoGemv, CarriesEachActivationByTheRule) {
 // x are all the format's largest significand (x_int = 2^14 - 8 for f16,
 // 2^14 - 64 for bf16) with the signs of the codes, so that a block's
 // sum q x_int reaches 2^22 in magnitude (cuda_wo_gemv_fixed forms 16 times
-// it, near 2^26, before an exact shift). Every 16th block carries x, the
+// it, near 2^26, and carries that to fp32). Every 16th block carries x, the
 // rest are zeros, so any partial sum of a row is exact in fp32 however it
 // is added: the fixed-point kernel must return each row's sum exactly; the
 // others are held to the usual NMSE.
-// K = 4096 (x converted in the CTAs) and 4160 (by the pass).
+// K = 4096 (x converted in the CTAs) and 4224 (by the pass).
 TEST_P(CudaWoGemv, LargestIntegerSumsAreExact) {
   if (GetParam().min_n > 1) GTEST_SKIP() << GetParam().name << " does not take N = 1";
   const bool fixed = std::string(GetParam().name) == "cuda_wo_gemv_fixed";
-  for (int64_t kk : {4096, 4160}) {
+  // Group 32 and 128 (a kernel may add a group's blocks before scaling
+  // them; with one block of 16 nonzero, any order is exact here).
+  for (int64_t kk : {4096, 4224}) {
     for (DType xd : {DType::f16, DType::bf16}) {
+      const int64_t group = xd == DType::f16 ? 32 : 128;
       QG_SEEDED_RNG(rng, (xd == DType::f16 ? 51 : 52) + 2 * (kk % 4096));
       const int64_t mm = 64;
-      Case c = make_case(rng, mm, 1, kk, 32, xd, DType::f32, false);
+      Case c = make_case(rng, mm, 1, kk, group, xd, DType::f32, false);
       for (int64_t i = 0; i < mm * c.s_stride; ++i) qgtest::encode_float(&c.scales[4 * i], DType::f32, 1.0f);
       // Row r: all -8 (r % 4 = 0), all 7 (1), -8 and 7 alternating by code (2) or by block (3).
       auto code = [](int64_t r, int64_t i) {
@@ -497,6 +500,29 @@ TEST_P(CudaWoGemv, LongK) {
       run_checked(c);
       if (HasFailure()) return;
     }
+  EXPECT_GT(ran_, 0);
+}
+
+// One token (N = 1) through every scale dtype, group 32, 64 and 128 and
+// each kind of zero point, at a K whose last ring stage is partial, with x
+// converted inside each CTA (K = 2176) and by the pass (K = 6272), odd M
+// (a row pair past M), strides padded in every other case: the scale and
+// zero-point loads of every width, and groups shorter and longer than a
+// lane's share of a ring stage.
+TEST_P(CudaWoGemv, EveryScaleTypeGroupAndZeroPoint) {
+  if (GetParam().min_n > 1) GTEST_SKIP() << GetParam().name << " does not take N = 1";
+  QG_SEEDED_RNG(rng, 49);
+  int idx = 0;
+  for (int64_t k : {2176, 6272})
+    for (DType sd : {DType::f32, DType::f16, DType::bf16})
+      for (int64_t group : {32, 64, 128})
+        for (int zsel = 0; zsel < 3; ++zsel) {  // none, int8, int32
+          ++idx;
+          Case c = make_case(rng, 37, 1, k, group, idx % 2 ? DType::f16 : DType::bf16, sd, zsel != 0,
+                             zsel == 2 ? DType::i32 : DType::i8, idx % 2 == 0);
+          run_checked(c);
+          if (HasFailure()) return;
+        }
   EXPECT_GT(ran_, 0);
 }
 
