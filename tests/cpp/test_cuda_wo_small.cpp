@@ -430,7 +430,7 @@ TEST_P(CudaWoGemv, CarriesEachActivationByTheRule) {
 // x are all the format's largest significand (x_int = 2^14 - 8 for f16,
 // 2^14 - 64 for bf16) with the signs of the codes, so that a block's
 // sum q x_int reaches 2^22 in magnitude (cuda_wo_gemv_fixed forms 16 times
-// it, near 2^26, and carries that to fp32). Every 16th block carries x, the
+// it, near 2^26, before an exact shift). Every 16th block carries x, the
 // rest are zeros, so any partial sum of a row is exact in fp32 however it
 // is added: the fixed-point kernel must return each row's sum exactly; the
 // others are held to the usual NMSE.
