@@ -439,7 +439,7 @@ TEST_P(CudaWoGemv, LargestIntegerSumsAreExact) {
   if (GetParam().min_n > 1) GTEST_SKIP() << GetParam().name << " does not take N = 1";
   const bool fixed = std::string(GetParam().name) == "cuda_wo_gemv_fixed";
   // Group 32 and 128 (a kernel may add a group's blocks before scaling
-  // them; with one block of 16 nonzero, any order is exact here).
+  // them; with one block in 16 nonzero, any order is exact here).
   for (int64_t kk : {4096, 4224}) {
     for (DType xd : {DType::f16, DType::bf16}) {
       const int64_t group = xd == DType::f16 ? 32 : 128;
