@@ -5,10 +5,10 @@
 // group scales).
 //
 // Measured on an H200 (bench_gemm, bf16 x, group 128; docs/architecture.md,
-// "The fixed-point INT4 GEMV"): cold 15.5-15.8 us at 4096 x 14336 and
-// 15.9-16.1 at 14336 x 4096 (read floor 11.1-11.4; cuda_wo_gemv_small
-// 19.0 and 20.9-21.1), 13.2-13.9 with W in L2; 9.1-9.4 at 4096 x 4096
-// (read floor 6.4-6.6). Nsight Compute (4096 x 14336, W in L2, the
+// "The fixed-point INT4 GEMV"): cold 15.1-15.2 us at 4096 x 14336 and
+// 15.9-16.2 at 14336 x 4096 (read floor 11.1-11.3; cuda_wo_gemv_small
+// 19.0 and 20.9-21.1), 13.3-13.4 with W in L2; 9.3 at 4096 x 4096
+// (read floor 6.4). Nsight Compute (4096 x 14336, W in L2, the
 // profiler's clocks): the pass 2.85 us, the GEMV 16.8, latency-bound: 0.77
 // eligible warps a scheduler, an instruction issued every 2.4 cycles.
 //
@@ -55,7 +55,12 @@
 // its first stages of W (x_to_fixed, one kernel); past that a pass
 // (to_fixed_kernel: the same routine, a CTA a stage) writes the planes to a
 // workspace once, and the GEMV, launched early behind it (grid_dependency.cuh),
-// requests its first stages of W before it waits, then copies them in.
+// requests its first stages of W before it waits, then copies them in a
+// stage at a time: one cp.async.bulk a stage, each completing on its own
+// mbarrier, so that a warp waits only for the stage it is about to use,
+// and no CTA barrier follows the copy (3-4 % faster at 4096 x 14336 and
+// 4096 x 28672 than one commit group of cp.async pieces for all of x,
+// whose wait was also a wait for the ring's first stages of W).
 //
 // A block whose x holds Inf or NaN has no fixed-point form: the conversion
 // marks it (2^e stored as NaN) and the GEMV sums that block in fp32 from x
@@ -78,6 +83,7 @@
 #include <string>
 #include <type_traits>
 
+#include "bulk_copy.cuh"
 #include "cp_async.cuh"
 #include "device_limits.cuh"
 #include "gemm_int_fast.cuh"
@@ -120,11 +126,18 @@ __host__ __device__ constexpr int ring_bytes(int stages, int warps) { return war
 // past K in the last one).
 int64_t column_bytes(int64_t nb) { return (nb + kStageBlocks - 1) / kStageBlocks * kStageActBytes; }
 
+bool pass_for(int64_t nb);
+// The activations' bytes in shared memory: the planes, and behind the pass
+// one mbarrier a stage, on which that stage's copy completes.
+int64_t act_bytes(int64_t n, int64_t nb) {
+  return n * column_bytes(nb) + (pass_for(nb) ? 8 * ((nb + kStageBlocks - 1) / kStageBlocks) : 0);
+}
+
 // The deepest ring (2..4 stages) that fits beside the activations when
 // `ctas` CTAs share an SM; 0 where none does.
 int stages_for(int64_t n, int64_t nb, int ctas) {
   for (int s = kMaxStages; s >= 2; --s)
-    if (ring_bytes(s, kWarps) + n * column_bytes(nb) <= smem_budget(ctas)) return s;
+    if (ring_bytes(s, kWarps) + act_bytes(n, nb) <= smem_budget(ctas)) return s;
   return 0;
 }
 
@@ -378,6 +391,7 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
   int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRows;
   uint8_t* ring = smem + warp * (kStages * kSlotBytes);
   uint8_t* act = smem + ring_bytes(kStages, kWarps);
+  uint64_t* x_landed = reinterpret_cast<uint64_t*>(act + kCols * p.col_bytes);  // behind the pass: one a stage
   const int nb = static_cast<int>(p.nb);  // a few thousand at most: can_run
   const int stages = (nb + kStageBlocks - 1) / kStageBlocks;
   const int64_t my_pairs = row0 < p.m ? (p.m - 1 - row0) / pairs_step + 1 : 0;
@@ -524,22 +538,49 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
     ++issued;
     cp_async_commit();
   };
+  // Behind the pass, the two-CTA instances take x a stage at a time. The
+  // three-CTA one runs only where K spans two stages at most (each CTA
+  // converts x itself there: pass_for) and keeps the plain copy: compiled
+  // with the staged one beside it, that instance ran 3-5 % slower at
+  // 14336 x 4096 though it never took it (bench/RESULTS.md); this way its
+  // machine code is the one measured without it.
+  const bool staged = kCtas == 2 && p.xfix != nullptr;
+  if (staged && threadIdx.x == 0) {
+    for (int t = 0; t < stages; ++t) bulk::mbar_init(&x_landed[t], 1);
+    bulk::mbar_init_fence();
+  }
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) issue_next(k);
-  if (p.xfix == nullptr) {
-    x_to_fixed<kWarps, kConvertInCtaStages>(p, act, stages);  // one batch: pass_for
+  if (!staged) {
+    if (kCtas == 2 || p.xfix == nullptr) {
+      x_to_fixed<kWarps, kConvertInCtaStages>(p, act, stages);  // one batch: pass_for
+    } else {
+      wait_prerequisite();  // the pass's planes
+      // 32-bit counters (the planes fit in shared memory): fewer
+      // instructions a piece than 64-bit ones.
+      const uint32_t end = smem_u32(act) + static_cast<uint32_t>(kCols * p.col_bytes);
+      const uint8_t* src = p.xfix + 16 * threadIdx.x;
+      for (uint32_t at = smem_u32(act) + 16 * threadIdx.x; at < end; at += 16 * blockDim.x, src += 16 * blockDim.x)
+        cp_async<16>(at, src, 16);
+      cp_async_commit();
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // every thread's blocks of x (or copies of them); no CTA barrier below
   } else {
     wait_prerequisite();  // the pass's planes
-    // 32-bit counters (the planes fit in shared memory): fewer
-    // instructions a piece than 64-bit ones.
-    const uint32_t end = smem_u32(act) + static_cast<uint32_t>(kCols * p.col_bytes);
-    const uint8_t* src = p.xfix + 16 * threadIdx.x;
-    for (uint32_t at = smem_u32(act) + 16 * threadIdx.x; at < end; at += 16 * blockDim.x, src += 16 * blockDim.x)
-      cp_async<16>(at, src, 16);
-    cp_async_commit();
-    cp_async_wait<0>();
+    __syncthreads();      // the mbarriers initialised before anyone waits on them; no CTA barrier below
+    // One bulk copy a stage, each completing on its own mbarrier: a warp
+    // starts its first stage once that stage of x has landed, where one
+    // commit group of cp.async pieces and a CTA barrier made every warp
+    // wait for all of x and for the ring's first stages of W behind it.
+    // Warp 0 always has a pair (the grid holds no CTA without one), so it
+    // waits for every stage before the CTA can end with a copy in flight.
+    if (warp == 0)
+      for (int t = lane; t < stages; t += 32) {
+        bulk::mbar_arrive_expect(&x_landed[t], kStageActBytes);
+        bulk::copy_g2s(act + t * kStageActBytes, p.xfix + t * kStageActBytes, kStageActBytes, &x_landed[t]);
+      }
   }
-  __syncthreads();  // every thread's blocks of x (or copies of them); no CTA barrier below
   int s = 0;
   for (int64_t i0 = 0; i0 < steps; i0 += kStages) {
 #pragma unroll
@@ -549,6 +590,7 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
         issue_next((d + kStages - 1) % kStages);
         cp_async_wait<kStages - 1>();  // this lane's copies of step i0 + d
         __syncwarp();                  // and every other lane's
+        if (staged && i0 + d < stages) bulk::mbar_wait(&x_landed[s], 0);  // the first pair: stage s of x
         compute(acc, s, d, meta[d]);
         if (++s == stages) {
           warp_sum_store(acc, lane, row0, p.m, ep);  // the pair's outputs; acc zeroed
@@ -620,7 +662,7 @@ bool gemm_wo_gemv_fixed_can_run(const GemmArgs& args, std::string* why_not) {
   const int64_t nb = args.a.k / 32;
   if (stages_for(args.b.rows, nb, 2) == 0)
     return no("N=" + std::to_string(args.b.rows) + " x K=" + std::to_string(args.a.k) +
-              " activations in block fixed point (" + std::to_string(args.b.rows * column_bytes(nb)) +
+              " activations in block fixed point (" + std::to_string(act_bytes(args.b.rows, nb)) +
               " bytes) do not fit in shared memory beside a ring of two stages");
   DeviceGuard guard(args.device.id);
   const int per_sm = guard.error() != cudaSuccess ? -1 : with_instance(args, [](auto, int n, int, int) { return n; });
@@ -666,7 +708,7 @@ Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream) {
     const int64_t pairs = (args.a.rows + kRows - 1) / kRows;
     const int64_t grid = std::min<int64_t>((pairs + warps - 1) / warps,
                                            static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms);
-    const int64_t smem = ring_bytes(stages, warps) + n * col_bytes;
+    const int64_t smem = ring_bytes(stages, warps) + act_bytes(n, nb);
     launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(32 * warps), static_cast<size_t>(smem), cs,
                        p.xfix != nullptr, p, epilogue_params(args));
     return intfast::launch_result(args);
