@@ -539,11 +539,12 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
     cp_async_commit();
   };
   // Behind the pass, the two-CTA instances take x a stage at a time. The
-  // three-CTA one runs only where K spans two stages at most (each CTA
-  // converts x itself there: pass_for) and keeps the plain copy: compiled
-  // with the staged one beside it, that instance ran 3-5 % slower at
-  // 14336 x 4096 though it never took it (bench/RESULTS.md); this way its
-  // machine code is the one measured without it.
+  // three-CTA one is chosen only where K spans two stages at most (each
+  // CTA converts x itself there: pass_for), so its plain copy below is not
+  // reached today. It stays rather than the staged one because, compiled
+  // with the staged copy, that instance ran 3-5 % slower at 14336 x 4096
+  // though it never took it (bench/RESULTS.md); with the plain copy its
+  // machine code is the one measured. Either copy is correct there.
   const bool staged = kCtas == 2 && p.xfix != nullptr;
   if (staged && threadIdx.x == 0) {
     for (int t = 0; t < stages; ++t) bulk::mbar_init(&x_landed[t], 1);
