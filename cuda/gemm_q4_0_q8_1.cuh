@@ -45,6 +45,36 @@ inline bool gemm_operands_aligned(const GemmArgs& g, std::string* why_not) {
   return true;
 }
 
+// The decode kernels that copy W in 16-byte pieces (cp.async.cg, bulk
+// copies) need its base and row stride 16-byte aligned.
+inline bool w_rows_16_byte_aligned(const GemmArgs& g, std::string* why_not) {
+  if (is_aligned(g.a.data, 16) && (g.a.rows <= 1 || g.a.row_stride % 16 == 0)) return true;
+  if (why_not)
+    *why_not = "W's rows are not 16-byte aligned (ptr % 16 = " +
+               std::to_string(reinterpret_cast<uintptr_t>(g.a.data) % 16) +
+               ", row stride = " + std::to_string(g.a.row_stride) + ")";
+  return false;
+}
+
+// Kernels that address A by 32-bit byte offsets.
+inline bool a_within_32_bit_offsets(const GemmArgs& g, std::string* why_not) {
+  if ((g.b.rows - 1) * g.b.row_stride + g.a.k / 32 * kQ8_1Bytes < (int64_t{1} << 31)) return true;
+  if (why_not) *why_not = "A spans 2 GiB or more (the kernel's offsets into it are 32-bit)";
+  return false;
+}
+
+// Kernels whose CTAs take one row group of `group_rows` each, all resident
+// at once: per_sm CTAs an SM on `sms` SMs.
+inline bool row_groups_fit_one_wave(const GemmArgs& g, int group_rows, int per_sm, int sms, std::string* why_not) {
+  const int64_t groups = (g.a.rows + group_rows - 1) / group_rows;
+  const int64_t slots = static_cast<int64_t>(per_sm) * sms;
+  if (groups <= slots) return true;
+  if (why_not)
+    *why_not = "M=" + std::to_string(g.a.rows) + ": " + std::to_string(groups) + " row groups of " +
+               std::to_string(group_rows) + " > " + std::to_string(slots) + " resident CTAs (one group a CTA)";
+  return false;
+}
+
 // The codes as the signed bytes 16 * (q - 8), for DP4A and the int8 MMAs:
 // the high nibbles of a code word are (v & 0xF0F0F0F0) ^ 0x80808080 (one
 // LOP3: x ^ 0x80 on x = 16q is 16q - 128 as a signed byte), the low ones the
@@ -76,6 +106,11 @@ __device__ __forceinline__ int q4_0_codes_minus_8(uint32_t nibbles) {
 // cuda_gemv_bulk: N = 7..8 on sm_90, W by bulk copies, int8 mma.sync.
 bool gemm_bulk_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_bulk_run(const GemmArgs& args, Stream stream);
+// cuda_gemv_mma: N = 9..16 on sm_90, W and A through a cp.async ring a warp,
+// K sliced over a CTA's warps, int8 mma.sync.
+bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_mma_ring_run(const GemmArgs& args, Stream stream);
+Status gemm_mma_ring_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream);
 // cuda_gemv_ring: N = 1..6 on sm_90, W through a cp.async ring a warp, A in shared memory, DP4A.
 bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_ring_run(const GemmArgs& args, Stream stream);

@@ -237,14 +237,9 @@ bool gemm_bulk_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.a.k % 256 != 0 || args.a.k == 0)
     return no("K=" + std::to_string(args.a.k) + " is not a positive multiple of 256 (stages are whole 16-byte runs of W)");
   // The bulk copies move whole 16-byte units between 16-byte-aligned ends.
-  if (!is_aligned(args.a.data, 16) || (args.a.rows > 1 && args.a.row_stride % 16 != 0))
-    return no("W's rows are not 16-byte aligned (ptr % 16 = " +
-              std::to_string(reinterpret_cast<uintptr_t>(args.a.data) % 16) +
-              ", row stride = " + std::to_string(args.a.row_stride) + ")");
+  if (!w_rows_16_byte_aligned(args, why_not)) return false;
   if (!gemm_operands_aligned(args, why_not)) return false;  // A's 32-bit loads
-  // The kernel addresses A by 32-bit byte offsets.
-  if ((args.b.rows - 1) * args.b.row_stride + args.a.k / 32 * kQ8_1Bytes >= (int64_t{1} << 31))
-    return no("A spans 2 GiB or more (the kernel's offsets into it are 32-bit)");
+  if (!a_within_32_bit_offsets(args, why_not)) return false;
   DeviceGuard guard(args.device.id);
   const int per_sm = guard.error() != cudaSuccess ? -1 : resident_ctas(args.device.id);
   if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
@@ -252,12 +247,7 @@ bool gemm_bulk_can_run(const GemmArgs& args, std::string* why_not) {
   // CTAs take several and the split is uneven (14336 rows on 132 SMs: 4
   // groups against an average of 3.4); measured there, cuda_wgmma is level
   // on the GEMM and faster in linear_q4_0, whose x it quantizes itself.
-  const int64_t groups = (args.a.rows + kGroupRows - 1) / kGroupRows;
-  const int64_t slots = static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms;
-  if (groups > slots)
-    return no("M=" + std::to_string(args.a.rows) + ": " + std::to_string(groups) + " row groups of 32 > " +
-              std::to_string(slots) + " resident CTAs (one group a CTA)");
-  return true;
+  return row_groups_fit_one_wave(args, kGroupRows, per_sm, device_limits(args.device.id).sms, why_not);
 }
 
 Status gemm_bulk_run(const GemmArgs& args, Stream stream) {

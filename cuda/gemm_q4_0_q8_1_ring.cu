@@ -494,10 +494,7 @@ bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not) {
     return no("K=" + std::to_string(args.a.k) +
               " is not a positive multiple of 256 (stages are whole 16-byte pieces of W)");
   // cp.async.cg moves 16-byte pieces between 16-byte-aligned addresses.
-  if (!is_aligned(args.a.data, 16) || (args.a.rows > 1 && args.a.row_stride % 16 != 0))
-    return no("W's rows are not 16-byte aligned (ptr % 16 = " +
-              std::to_string(reinterpret_cast<uintptr_t>(args.a.data) % 16) +
-              ", row stride = " + std::to_string(args.a.row_stride) + ")");
+  if (!w_rows_16_byte_aligned(args, why_not)) return false;
   if (!gemm_operands_aligned(args, why_not)) return false;  // A's 32-bit loads
   if (stages_for(args.b.rows, args.a.k / 32, pick_warps(args.b.rows)) == 0)
     return no("N=" + std::to_string(args.b.rows) + " x K=" + std::to_string(args.a.k) + " activations (" +

@@ -559,12 +559,13 @@ TEST_F(CudaBackend, GemmLargeTiles) {
 // Few tiles and a long K: on sm_90 the tensor-core kernel splits K across the
 // CTAs of a cluster and adds their tiles through distributed shared memory.
 // Tails in M, N and K, 16-byte and 4-byte copies, a padded C; the sum order is
-// fixed, so two runs are bit-identical.
+// fixed, so two runs are bit-identical. (M = 5000 at N = 16: more row groups
+// than cuda_gemv_mma takes, so the warpgroup kernel's 16-token tile runs.)
 TEST_F(CudaBackend, GemmSplitKAcrossClusters) {
   uint32_t seed = kSeed + 170;
   const char* tiled = tiled_impl();
   for (const GemmCase& g : {GemmCase{97, 12, 4192, 0, 0, 0, 0, 0, tiled}, GemmCase{300, 70, 8224, 0, 0, 3, 0, 0, tiled},
-                            GemmCase{33, 129, 2080, 6, 12, 0, 0, 0, tiled}, GemmCase{1000, 16, 14336, 0, 0, 0, 0, 0, warpgroup_impl()},
+                            GemmCase{33, 129, 2080, 6, 12, 0, 0, 0, tiled}, GemmCase{5000, 16, 14336, 0, 0, 0, 0, 0, warpgroup_impl()},
                             GemmCase{130, 40, 1056, 0, 0, 0, 2, 0, tiled}}) {
     std::vector<float> first, again;
     run_gemm_case(g, nullptr, seed, &first);
@@ -641,6 +642,65 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
   qgtest::GemmCase over = qgtest::random_case(rng, 32 * sms + 1, 8, 256);
   EXPECT_FALSE(tester.run_and_check(over)) << "one row group more than SMs should be refused";
   EXPECT_NE(tester.refusals().find("row groups of 32"), std::string::npos) << tester.refusals();
+}
+
+// The tensor-core ring GEMV (N = 9..16): K's stages of 8 blocks split over
+// a CTA's 8 warps, evenly (K = 2048: one a warp; 14336: seven) and not (K =
+// 256: one stage, seven warps idle; 2304: nine stages), rows in groups of
+// 32 (M = 1, 45: a group's tail; 32 x SMs - 5: every SM a group), W rows
+// padded by 16 bytes and C rows by one element, A rows padded by 16 bytes,
+// and A only 4-byte aligned (its base 4 or 8 mod 16, or its row stride 4 mod
+// 16: 4-byte copies). Every N it takes; N = 8 and 17 and one row group more
+// than SMs are refused. The last case runs twice: bit-identical.
+TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
+  constexpr const char* kMmaRing = "cuda_gemv_mma";
+  if (!kernel_takes(kMmaRing, 32, 16, 256)) GTEST_SKIP() << kMmaRing << " does not run on cuda:0";
+  uint32_t seed = kSeed + 380;
+  const int64_t one_wave = 32 * sm_count() - 5;
+  for (int64_t n = 9; n <= 16; ++n) {
+    const GemmCase cases[] = {
+        {1, n, 256, 0, 0, 0, 0, 0, nullptr, kMmaRing},       // one stage: seven warps idle
+        {45, n, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing},     // nine stages over eight warps; a group's tail
+        {300, n, 14336, 16, 0, 1, 0, 0, nullptr, kMmaRing},  // seven stages a warp; padded W and C rows
+        {64, n, 2048, 0, 16, 0, 0, 0, nullptr, kMmaRing},    // one stage a warp; A rows padded by 16 bytes
+        {45, n, 4096, 0, 4, 0, 0, 0, nullptr, kMmaRing},     // A's row stride 4 mod 16: 4-byte copies
+        {45, n, 2304, 0, 0, 0, 0, 4, nullptr, kMmaRing},     // A's base 4 mod 16
+        {45, n, 4096, 0, 0, 0, 0, 8, nullptr, kMmaRing},     // A's base 8 mod 16
+    };
+    for (const GemmCase& g : cases) run_gemm_case(g, nullptr, seed++, nullptr);
+  }
+  for (int64_t n : {9, 16}) run_gemm_case({one_wave, n, 4096, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
+  qgtest::CudaMemory mem;
+  qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kMmaRing, mem);
+  for (int64_t n : {8, 17}) {
+    QG_SEEDED_RNG(rng, 2300 + n);
+    qgtest::GemmCase c = qgtest::random_case(rng, 64, n, 4096);
+    EXPECT_FALSE(tester.run_and_check(c)) << "N = " << n << " should be refused";
+    EXPECT_NE(tester.refusals().find("outside 9..16"), std::string::npos) << tester.refusals();
+  }
+  {
+    qgtest::GemmKernelTester fresh(qg::detail::cuda::registry(), kMmaRing, mem);  // its own refusal list
+    QG_SEEDED_RNG(rng, 2325);
+    qgtest::GemmCase c = qgtest::random_case(rng, 32 * sm_count() + 1, 12, 256);
+    EXPECT_FALSE(fresh.run_and_check(c)) << "one row group more than SMs should be refused";
+    EXPECT_NE(fresh.refusals().find("row groups of 32"), std::string::npos) << fresh.refusals();
+  }
+  // An activation block of +Inf scale and one of NaN (tokens 3 and 11),
+  // each in a different stage of a different warp's slice: those stages take
+  // the exact non-finite rescale.
+  {
+    QG_SEEDED_RNG(rng, 2330);
+    qgtest::GemmCase c = qgtest::random_case(rng, 70, 14, 4096);
+    qgtest::store_u16(c.a_block(3, 20), 0x7C00);
+    qgtest::store_u16(c.a_block(11, 97), 0x7E00);
+    EXPECT_TRUE(tester.run_and_check(c)) << tester.refusals();
+  }
+  std::vector<float> first, again;
+  const GemmCase g{one_wave, 13, 14336, 0, 0, 0, 0, 0, nullptr, kMmaRing};
+  run_gemm_case(g, nullptr, seed, &first);
+  run_gemm_case(g, nullptr, seed, &again);
+  ASSERT_EQ(first.size(), again.size());
+  EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * 4)) << describe(g);
 }
 
 // The ring GEMV's stages (64 blocks) and rings (2 to 4 slots a warp, by
@@ -820,28 +880,30 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   const qg::detail::Registry& r = qg::detail::cuda::registry();
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cuda(0)), &r);
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
-            (std::vector<std::string>{"cuda_wgmma_folded", "cuda_wgmma_f16", "cuda_gemv_bulk", "cuda_wgmma",
-                                      "cuda_gemv_ring", "cuda_mmvq", "cuda_mma", "cuda_dp4a_tiled", "cuda_generic",
-                                      "dispatch"}));
+            (std::vector<std::string>{"cuda_wgmma_folded", "cuda_wgmma_f16", "cuda_gemv_bulk", "cuda_gemv_mma",
+                                      "cuda_wgmma", "cuda_gemv_ring", "cuda_mmvq", "cuda_mma", "cuda_dp4a_tiled",
+                                      "cuda_generic", "dispatch"}));
   // The Q4_0 kernels come first (the integer family's follow: test_cuda_int*.cpp).
-  ASSERT_GE(r.gemm.size(), 9u);
-  for (int i = 0; i < 9; ++i) {
+  ASSERT_GE(r.gemm.size(), 10u);
+  for (int i = 0; i < 10; ++i) {
     const qg::detail::GemmKernel& k = r.gemm[i];
     SCOPED_TRACE(k.name);
     EXPECT_EQ(k.epilogue_caps, static_cast<uint32_t>(qg::detail::kEpiFloatAll));
     EXPECT_EQ(k.arch.cpu_features, 0u);
-    EXPECT_EQ(k.arch.arch_specific, i <= 1 || i == 3);  // wgmma: the sm_90a image only
+    EXPECT_EQ(k.arch.arch_specific, i <= 1 || i == 4);  // wgmma: the sm_90a image only
   }
   EXPECT_EQ(r.gemm[0].arch.min_cc, 90);  // wgmma, tensor copies
   EXPECT_EQ(r.gemm[1].arch.min_cc, 90);
   EXPECT_EQ(r.gemm[2].arch.min_cc, 90);  // bulk copies (any sm_90 image)
-  EXPECT_EQ(r.gemm[3].arch.min_cc, 90);
-  EXPECT_EQ(r.gemm[4].arch.min_cc, 90);  // griddepcontrol; measured on Hopper only
-  EXPECT_EQ(r.gemm[4].arch.max_cc, 90);
-  EXPECT_EQ(r.gemm[5].arch.min_cc, 61);  // DP4A
-  EXPECT_EQ(r.gemm[6].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
-  EXPECT_EQ(r.gemm[7].arch.min_cc, 61);
-  EXPECT_EQ(r.gemm[8].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
+  EXPECT_EQ(r.gemm[3].arch.min_cc, 90);  // griddepcontrol; measured on Hopper only
+  EXPECT_EQ(r.gemm[3].arch.max_cc, 90);
+  EXPECT_EQ(r.gemm[4].arch.min_cc, 90);
+  EXPECT_EQ(r.gemm[5].arch.min_cc, 90);  // griddepcontrol; measured on Hopper only
+  EXPECT_EQ(r.gemm[5].arch.max_cc, 90);
+  EXPECT_EQ(r.gemm[6].arch.min_cc, 61);  // DP4A
+  EXPECT_EQ(r.gemm[7].arch.min_cc, 80);  // int8 mma.sync m16n8k32, cp.async
+  EXPECT_EQ(r.gemm[8].arch.min_cc, 61);
+  EXPECT_EQ(r.gemm[9].arch.min_cc, 0);   // byte loads, plain arithmetic: any GPU
   // quantize / dequantize: the ggml blocks' kernel first, then the integer family's.
   ASSERT_GE(r.quantize.size(), 1u);
   ASSERT_GE(r.dequantize.size(), 1u);
@@ -881,7 +943,7 @@ TEST_P(GemmCudaKernel, AdmitsWhatItsCanRunSays) {
   qgtest::GemmCase wide = qgtest::random_case(rng, 9, 9, 64);
   qgtest::GemmCase odd = qgtest::random_case(rng, 9, 4, 64, /*a_pad=*/1, /*b_pad=*/2);
   const bool warpgroup = name.rfind("cuda_wgmma", 0) == 0;  // M >= 128 only
-  const bool bulk = name == "cuda_gemv_bulk" || name == "cuda_gemv_ring";  // K % 256 == 0 only
+  const bool bulk = name == "cuda_gemv_bulk" || name == "cuda_gemv_ring" || name == "cuda_gemv_mma";  // K % 256 == 0 only
   EXPECT_EQ(tester().run_and_check(small), !warpgroup && !bulk);
   EXPECT_EQ(tester().run_and_check(wide), name != "cuda_mmvq" && !warpgroup && !bulk);
   EXPECT_EQ(tester().run_and_check(odd), name == "cuda_generic") << tester().refusals();

@@ -695,14 +695,14 @@ struct Shape {
   int64_t m, n, k;
 };
 // Tails of every tile (CPU 16 x 64, CUDA 64 x 64 and N <= 8), M = 1, N = 1,
-// K = 32; and N = 1..4 and 7..8 with K a multiple of 256 (the ring and bulk
-// GEMVs' shapes).
+// K = 32; and N = 1..4, 7..8 and 12..16 with K a multiple of 256 (the ring,
+// bulk and tensor-core ring GEMVs' shapes).
 inline const std::vector<Shape>& shapes() {
   static const std::vector<Shape> s = {
       {1, 1, 32},    {1, 7, 64}, {3, 5, 96},   {17, 9, 320}, {33, 65, 1024}, {64, 1, 4096},
       {5, 130, 256}, {1, 8, 32}, {1, 9, 32},   {16, 64, 64}, {17, 65, 96},   {2, 3, 32 * 7},
       {70, 4, 160},  {65, 66, 96}, {33, 7, 512}, {3, 8, 256},   {5, 1, 512},    {37, 1, 2304},
-      {19, 1, 256},  {33, 2, 512}, {5, 3, 2304}, {19, 4, 256},
+      {19, 1, 256},  {33, 2, 512}, {5, 3, 2304}, {19, 4, 256},   {37, 12, 2304}, {5, 16, 256},
   };
   return s;
 }
@@ -814,7 +814,8 @@ inline void empty_m_or_n(GemmKernelTester& t) {
 // a (or row of b, a column of C) and nothing else.
 inline void nan_block_poisons_its_row_and_column_only(GemmKernelTester& t) {
   QG_SEEDED_RNG(rng, 500);
-  for (const Shape& s : {Shape{6, 8, 32 * 5}, Shape{6, 10, 32 * 5}, Shape{70, 80, 64}, Shape{6, 8, 256}, Shape{6, 1, 256}}) {
+  for (const Shape& s : {Shape{6, 8, 32 * 5}, Shape{6, 10, 32 * 5}, Shape{70, 80, 64}, Shape{6, 8, 256}, Shape{6, 1, 256},
+                         Shape{6, 10, 256}}) {
     GemmCase c = random_case(rng, s.m, s.n, s.k);
     store_u16(c.w_block(2, 1), 0x7E00);
     const bool nan_column = c.n > 7;  // with fewer columns, W's NaN block alone

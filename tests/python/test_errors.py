@@ -357,7 +357,7 @@ def test_explain_framework_arrays(fw, wa):
     e = qg.explain(qg.gemm_q4_0_q8_1, fw.to(wa[0]), fw.to(wa[1]))
     assert e.chosen in _candidate_names(e)
     if fw.is_cuda:
-        assert e.chosen in ("cuda_gemv_bulk", "cuda_gemv_ring", "cuda_mmvq", "cuda_wgmma", "cuda_wgmma_f16", "cuda_wgmma_folded", "cuda_mma", "cuda_dp4a_tiled", "cuda_generic"), e.chosen
+        assert e.chosen in ("cuda_gemv_bulk", "cuda_gemv_mma", "cuda_gemv_ring", "cuda_mmvq", "cuda_wgmma", "cuda_wgmma_f16", "cuda_wgmma_folded", "cuda_mma", "cuda_dp4a_tiled", "cuda_generic"), e.chosen
     else:
         assert e.chosen in (
             "cpu_avx512_vnni_panel",

@@ -1,0 +1,341 @@
+// SPDX-License-Identifier: MIT
+// cuda/gemm_q4_0_q8_1_mma_ring.cu: Q4_0 x Q8_1 for small batches on sm_90
+// (cuda_gemv_mma, N = 9..16): each warp streams a 32-row tile of W and the
+// activations of its slice of K through its own cp.async ring, int8
+// mma.sync.m16n8k32 on them (q4_0_mma.cuh's arithmetic), and the CTA's warps
+// take one slice of K each; their partial tiles are added in shared memory in
+// warp order.
+//
+// Why this shape. The ring GEMV (gemm_q4_0_q8_1_ring.cu) keeps W streaming
+// with a ring a warp and no CTA barrier, but its DP4As grow with every
+// column; the bulk and warpgroup kernels use the tensor cores but wait on
+// CTA-wide stages. Here a warp's tensor-core work is a whole 32 x 16 tile a
+// block (four m16n8k32 MMAs over one W fragment pair and one B fragment
+// pair), so it needs 32 rows, and M = 4096 has only 128 such row groups:
+// the K slices give an SM its 8 warps of streams.
+//
+// Why the activations go through the same ring. Read from global memory
+// (L1/L2) a block ahead, a stage's activation loads (72 a lane at N = 16)
+// and their 64-bit addresses made the loop about 980 instructions a stage
+// against 770 and left L2's latency in every block: in a prototype on an
+// H200 that form took 33 us cold at 4096 x 14336 N = 16, where the
+// cuda_wgmma 16-token tile takes about 25.
+// Copied with the stage's W by the same lanes into the same slot, they cost
+// 9 more 16-byte cp.async a lane and stage and are read by 32-bit shared
+// loads at fixed offsets. The price is shared memory: a slot holds the
+// stage's 32 W rows (144 bytes each, 8 blocks) and the 16 tokens' 8 blocks
+// (288 bytes each): 9216 bytes.
+//
+// Slices. K's stages (8 blocks, 256 values) are split evenly over the CTA's
+// warps, and a CTA owns one row group (can_run: at most one a resident CTA,
+// 4224 rows on an H200; with more, each CTA's warps would stream several
+// groups, and a first, persistent form of this kernel was 27-30 % slower
+// than cuda_wgmma at 14336 x 4096). At the end each warp writes its
+// partial tile into the ring slot it has just read, the CTA meets at one
+// barrier and adds them in warp order, and stores through the epilogue.
+//
+// Rows past M are read from row M - 1 and columns past N from column N - 1
+// (never stored). A stage whose activation scales include an Inf or NaN
+// takes tile_block's exact non-finite rescale (one vote a stage).
+//
+// linear_q4_0: the quantizer runs first and lets this kernel start early
+// (grid_dependency.cuh); the first stages' W copies, the caller's bytes,
+// are requested before the wait for its output, their activations after.
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "cp_async.cuh"
+#include "device_limits.cuh"
+#include "gemm_q4_0_q8_1.cuh"
+#include "grid_dependency.cuh"
+#include "q4_0_mma.cuh"
+#include "quantize.cuh"
+
+namespace qg::detail::cuda {
+namespace {
+
+constexpr int kStageBlocks = 8;                         // 256 values of K
+constexpr int kWRowBytes = kStageBlocks * kQ4_0Bytes;   // 144: nine 16-byte pieces
+constexpr int kXRowBytes = kStageBlocks * kQ8_1Bytes;   // 288: eighteen
+constexpr int kMinCols = 9, kMaxCols = 16;              // N it takes (measured: docs/architecture.md)
+constexpr int kNT = 2;                                  // n8 tiles: 16 tokens
+constexpr int kTokens = 8 * kNT;
+constexpr int kRT = 2;                                  // m16 tiles a warp: 32 rows
+constexpr int kGroupRows = 16 * kRT;
+constexpr int kWarps = 8;                               // K slices a CTA
+constexpr int kThreads = 32 * kWarps;
+constexpr int kWBytes = kGroupRows * kWRowBytes;        // 4608
+constexpr int kSlotBytes = kWBytes + kTokens * kXRowBytes;  // 9216
+constexpr int kCols = 8 * kNT;
+static_assert(kGroupRows * kCols * 4 <= kSlotBytes, "a warp's partial tile fits in one of its slots");
+constexpr int kWPieces = kGroupRows * 9, kXPieces = kTokens * 18;
+constexpr int kWLane = kWPieces / 32, kXLane = kXPieces / 32;
+static_assert(kWPieces % 32 == 0 && kXPieces % 32 == 0, "every lane copies the same number of pieces");
+
+template <int kStages>
+constexpr int smem_bytes() {
+  return kWarps * kStages * kSlotBytes;
+}
+
+struct Params {
+  const uint8_t* w;
+  const uint8_t* x;
+  int64_t m, ldw;
+  int n, nb, ldx;
+  uint32_t k80;  // kCodeBias, from a register
+};
+
+// cp.async.wait_group takes an immediate: at most `pending` of this lane's
+// groups still in flight.
+__device__ __forceinline__ void wait_pending(int pending) {
+  switch (pending) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    default: cp_async_wait<3>(); break;
+  }
+}
+
+// kX16: A's base and row stride are 16-byte aligned, so its stage rows go
+// as 16-byte pieces; otherwise (4-byte aligned, as a caller's workspace may
+// be) as 4-byte ones, so that such A takes the same kernel, and bits, as an
+// aligned copy of it.
+template <int kStages, bool kX16>
+__global__ void __launch_bounds__(kThreads, 1) gemm_mma_ring_kernel(Params p, EpilogueParams ep) {
+  static_assert(kStages >= 2 && kStages <= 4, "wait_pending covers rings of 2..4 slots");
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  uint8_t* ring = smem + warp * kStages * kSlotBytes;
+  const uint32_t ring_s = smem_u32(ring);
+
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kGroupRows;
+  const int ns = p.nb / kStageBlocks;
+  auto stages_of = [&](int w) { return (w + 1) * ns / kWarps - w * ns / kWarps; };
+  const int s_begin = warp * ns / kWarps, my = stages_of(warp);
+
+  // This lane's pieces of a stage: W piece c of row r (nine a row),
+  // activation piece c of token tk (eighteen a token, column N - 1 past N);
+  // the slot's bytes are the pieces in order, so piece i lands at 16 i.
+  const uint8_t* w_src[kWLane];
+  uint32_t x_src[kXLane];
+#pragma unroll
+  for (int i = 0; i < kWLane; ++i) {
+    const int pc = lane + 32 * i;
+    w_src[i] = p.w + min64(row0 + pc / 9, p.m - 1) * p.ldw + s_begin * kWRowBytes + (pc % 9) * 16;
+  }
+#pragma unroll
+  for (int i = 0; i < kXLane; ++i) {
+    const int pc = lane + 32 * i;
+    x_src[i] = static_cast<uint32_t>(min(pc / 18, p.n - 1) * p.ldx + s_begin * kXRowBytes + (pc % 18) * 16);
+  }
+  auto issue_w = [&](int i) {
+    if (i >= my) return;
+    const uint32_t dst = ring_s + static_cast<uint32_t>(i % kStages) * kSlotBytes;
+#pragma unroll
+    for (int k = 0; k < kWLane; ++k) cp_async<16>(dst + 16 * (lane + 32 * k), w_src[k] + i * kWRowBytes, 16);
+  };
+  auto issue_x = [&](int i) {
+    if (i >= my) return;
+    const uint32_t dst = ring_s + static_cast<uint32_t>(i % kStages) * kSlotBytes + kWBytes;
+    if constexpr (kX16) {
+#pragma unroll
+      for (int k = 0; k < kXLane; ++k)
+        cp_async<16>(dst + 16 * (lane + 32 * k), p.x + x_src[k] + static_cast<uint32_t>(i * kXRowBytes), 16);
+    } else {
+      // Word w of each token's stage row: lanes take w = lane, lane + 32,
+      // lane + 64 (< 72).
+      const uint32_t stage = static_cast<uint32_t>((s_begin + i) * kXRowBytes);
+#pragma unroll
+      for (int tk = 0; tk < kTokens; ++tk) {
+        const uint8_t* row = p.x + static_cast<uint32_t>(min(tk, p.n - 1) * p.ldx) + stage;
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+          const int w = lane + 32 * j;
+          if (j < 2 || w < kXRowBytes / 4) cp_async<4>(dst + tk * kXRowBytes + 4 * w, row + 4 * w, 4);
+        }
+      }
+    }
+  };
+
+  // The first kStages - 1 stages: W (one commit group each), then, once the
+  // quantizer's output is visible, their activations (one group).
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    issue_w(i);
+    cp_async_commit();
+  }
+  wait_prerequisite();  // A may be the previous kernel's output (linear_q4_0's quantizer)
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue_x(i);
+  cp_async_commit();
+
+  float acc[kRT][kNT][4] = {};
+  for (int i = 0; i < my; ++i) {
+    issue_w(i + kStages - 1);
+    issue_x(i + kStages - 1);
+    cp_async_commit();
+    // Stage i's W group and the prologue's activation group must have
+    // landed; the loop's own groups after them may still be in flight.
+    wait_pending(min(i + 1, kStages - 1));
+    __syncwarp();
+    const uint8_t* st = ring + (i % kStages) * kSlotBytes;
+    const uint8_t* xs = st + kWBytes;
+    // One vote a stage: every activation scale of its 16 tokens x 8 blocks
+    // finite (a lane checks four), so the magic-number rescale applies.
+    bool finite = true;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t h = *reinterpret_cast<const uint16_t*>(xs + (lane / 2) * kXRowBytes +
+                                                            (4 * (lane % 2) + j) * kQ8_1Bytes);
+      finite &= (h & 0x7C00u) != 0x7C00u;
+    }
+    auto stage_blocks = [&](auto all_finite) {
+      constexpr bool kFinite = decltype(all_finite)::value;
+#pragma unroll
+      for (int j = 0; j < kStageBlocks; ++j) {
+        int b[kNT][2];
+        q4mma::AScale sc[kNT][2];
+#pragma unroll
+        for (int ni = 0; ni < kNT; ++ni) {
+          const uint8_t* xb = xs + (8 * ni + g) * kXRowBytes + j * kQ8_1Bytes + 4 + 4 * t;
+          b[ni][0] = *reinterpret_cast<const int*>(xb);
+          b[ni][1] = *reinterpret_cast<const int*>(xb + 16);
+          const uint8_t* xd = xs + (8 * ni + 2 * t) * kXRowBytes + j * kQ8_1Bytes;
+          sc[ni][0] = q4mma::a_scale(*reinterpret_cast<const uint16_t*>(xd));
+          sc[ni][1] = q4mma::a_scale(*reinterpret_cast<const uint16_t*>(xd + kXRowBytes));
+        }
+        // Block j of a row: at byte 18 j, a word boundary for even j (d_w
+        // the low half of its first word, each code word a PRMT of two
+        // neighbours), mid-word for odd j (d_w the high half, code words
+        // aligned). Rows are 144 bytes (36 words, 4 mod 32) apart, so the
+        // warp's loads of words (row g, word c + t) fall in 32 banks.
+        const int word0 = (kQ4_0Bytes * j) / 4;
+#pragma unroll
+        for (int mi = 0; mi < kRT; ++mi) {
+          uint32_t q[2];
+          float dw16[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t* w =
+                reinterpret_cast<const uint32_t*>(st + (16 * mi + g + 8 * h) * kWRowBytes) + word0;
+            if (j % 2 == 0) {
+              dw16[h] = half_bits_to_float(w[0] & 0xFFFFu) * 0.0625f;
+              q[h] = __byte_perm(w[t], w[t + 1], 0x5432);
+            } else {
+              dw16[h] = half_bits_to_float(w[0] >> 16) * 0.0625f;
+              q[h] = w[1 + t];
+            }
+          }
+          q4mma::tile_block<kNT, kFinite>(acc[mi], q, dw16, b, sc, p.k80);
+        }
+      }
+    };
+    if (__all_sync(0xFFFFFFFFu, finite))
+      stage_blocks(std::true_type{});
+    else
+      stage_blocks(std::false_type{});
+    __syncwarp();  // the slot is refilled by a later stage's copies
+  }
+
+  // The partial tiles, added in warp order. Each warp's goes into the
+  // slot its last stage was read from (its slot 0 if it had none): no
+  // copy is in flight into it. acc[mi][ni][e]: row 16 mi + g (+ 8 for
+  // e >= 2), column 8 ni + 2t + e % 2.
+  auto part_of = [&](int w) {
+    const int mw = stages_of(w);
+    const int slot = mw == 0 ? 0 : (mw - 1) % kStages;
+    return reinterpret_cast<float*>(smem + (w * kStages + slot) * kSlotBytes);
+  };
+  float* part = part_of(warp);
+#pragma unroll
+  for (int mi = 0; mi < kRT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < kNT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) part[(16 * mi + g + 8 * (e / 2)) * kCols + 8 * ni + 2 * t + e % 2] = acc[mi][ni][e];
+  __syncthreads();
+  for (int o = threadIdx.x; o < kGroupRows * kCols; o += kThreads) {
+    const int64_t row = row0 + o / kCols;
+    const int col = o % kCols;
+    if (row >= p.m || col >= p.n) continue;
+    float v = part_of(0)[o];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) v += part_of(w)[o];
+    epilogue_store(ep, row, col, v);
+  }
+}
+
+// Two slots a warp: against three, 3-11 % faster at every shape measured
+// (docs/architecture.md).
+constexpr int kStages = 2;
+
+int resident_ctas(int device) {
+  return resident_ctas_sm90<gemm_mma_ring_kernel<kStages, true>>(device, kThreads, smem_bytes<kStages>());
+}
+
+Status launch(const GemmArgs& args, Stream stream, bool early) {
+  if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
+  DeviceGuard guard(args.device.id);
+  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
+  const int per_sm = resident_ctas(args.device.id);
+  std::string why;
+  if (!ctas_fit(per_sm, args.device.id, "sm_90", &why))
+    return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_gemv_mma): " + why + " (" +
+                                              gemm_shape(args) + "); qg.explain shows the kernels that can run it");
+  const Params p{static_cast<const uint8_t*>(args.a.data),
+                 static_cast<const uint8_t*>(args.b.data),
+                 args.a.rows,
+                 args.a.row_stride,
+                 static_cast<int>(args.b.rows),
+                 static_cast<int>(args.a.k / 32),
+                 static_cast<int>(args.b.row_stride),
+                 kCodeBias};
+  // One CTA a row group (can_run: all resident at once).
+  const int64_t grid = (args.a.rows + kGroupRows - 1) / kGroupRows;
+  const bool x16 = is_aligned(args.b.data, 16) && (args.b.rows == 1 || args.b.row_stride % 16 == 0);
+  auto kernel = x16 ? gemm_mma_ring_kernel<kStages, true> : gemm_mma_ring_kernel<kStages, false>;
+  if (!x16 && resident_ctas_sm90<gemm_mma_ring_kernel<kStages, false>>(args.device.id, kThreads,
+                                                                        smem_bytes<kStages>()) <= 0)
+    return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_gemv_mma): cannot launch on cuda:" +
+                                              std::to_string(args.device.id) + " (" + gemm_shape(args) + ")");
+  launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads),
+                     static_cast<size_t>(smem_bytes<kStages>()), to_cuda(stream), early, p, epilogue_params(args));
+  return gemm_launch_status(args);
+}
+
+}  // namespace
+
+bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
+  auto no = [&](std::string why) {
+    if (why_not) *why_not = std::move(why);
+    return false;
+  };
+  if (args.b.rows < kMinCols || args.b.rows > kMaxCols)
+    return no("N=" + std::to_string(args.b.rows) + " outside " + std::to_string(kMinCols) + ".." +
+              std::to_string(kMaxCols) + " (measured faster elsewhere)");
+  if (args.a.k % 256 != 0 || args.a.k == 0)
+    return no("K=" + std::to_string(args.a.k) +
+              " is not a positive multiple of 256 (stages are whole 16-byte pieces of W and A)");
+  // cp.async.cg moves 16-byte pieces between 16-byte-aligned addresses.
+  if (!w_rows_16_byte_aligned(args, why_not)) return false;
+  if (!gemm_operands_aligned(args, why_not)) return false;  // A's 4-byte copies at the least
+  if (!a_within_32_bit_offsets(args, why_not)) return false;
+  DeviceGuard guard(args.device.id);
+  const int per_sm = guard.error() != cudaSuccess ? -1 : resident_ctas(args.device.id);
+  if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
+  // One row group a CTA, all resident at once (header: with more groups
+  // than that it was slower than cuda_wgmma).
+  return row_groups_fit_one_wave(args, kGroupRows, per_sm, device_limits(args.device.id).sms, why_not);
+}
+
+Status gemm_mma_ring_run(const GemmArgs& args, Stream stream) { return launch(args, stream, false); }
+
+// linear_q4_0: the quantizer, then this kernel launched early behind it
+// (header).
+Status gemm_mma_ring_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream) {
+  if (Status s = quantize_run(from_float, stream); !s.ok()) return s;
+  return launch(args, stream, true);
+}
+
+}  // namespace qg::detail::cuda
