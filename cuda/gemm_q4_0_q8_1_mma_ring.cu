@@ -29,7 +29,7 @@
 // Slices. K's stages (8 blocks, 256 values) are split evenly over the CTA's
 // warps, and a CTA owns one row group (can_run: at most one a resident CTA,
 // 4224 rows on an H200; with more, each CTA's warps would stream several
-// groups, and a first, persistent form of this kernel was 27-30 % slower
+// groups, and a first, persistent form of this kernel was 26-30 % slower
 // than cuda_wgmma at 14336 x 4096). At the end each warp writes its
 // partial tile into the ring slot it has just read, the CTA meets at one
 // barrier and adds them in warp order, and stores through the epilogue.
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_mma_ring_kernel(Params p, Ep
   }
 }
 
-// Two slots a warp: against three, 3-11 % faster at every shape measured
+// Two slots a warp: against three, 2-11 % faster at every shape measured
 // (docs/architecture.md).
 constexpr int kStages = 2;
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // cuda/q4_0_mma.cuh: one Q4_0 x Q8_1 block on the int8 tensor cores, shared
 // by the kernels that feed mma.sync.m16n8k32 from shared memory (cuda_mma,
-// cuda_gemv_bulk). They differ in how W's words reach the registers; from
+// cuda_gemv_bulk, cuda_gemv_mma). They differ in how W's words reach the registers; from
 // the code words and the scales on, the arithmetic is this file's.
 //
 // One int8 mma.sync.m16n8k32 is exactly one block: 32 values of K. Q4_0's

@@ -695,7 +695,7 @@ struct Shape {
   int64_t m, n, k;
 };
 // Tails of every tile (CPU 16 x 64, CUDA 64 x 64 and N <= 8), M = 1, N = 1,
-// K = 32; and N = 1..4, 7..8 and 12..16 with K a multiple of 256 (the ring,
+// K = 32; and N = 1..4, 7..8, 12 and 16 with K a multiple of 256 (the ring,
 // bulk and tensor-core ring GEMVs' shapes).
 inline const std::vector<Shape>& shapes() {
   static const std::vector<Shape> s = {
