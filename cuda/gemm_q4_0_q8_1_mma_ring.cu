@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_q4_0_q8_1_mma_ring.cu: Q4_0 x Q8_1 for small batches on sm_90
-// (cuda_gemv_mma, N = 9..16): each warp streams a 32-row tile of W and the
+// (cuda_gemv_mma, N = 4..16): each warp streams a 32-row tile of W and the
 // activations of its slice of K through its own cp.async ring, int8
 // mma.sync.m16n8k32 on them (q4_0_mma.cuh's arithmetic), and the CTA's warps
 // take one slice of K each; their partial tiles are added in shared memory in
@@ -9,10 +9,10 @@
 // Why this shape. The ring GEMV (gemm_q4_0_q8_1_ring.cu) keeps W streaming
 // with a ring a warp and no CTA barrier, but its DP4As grow with every
 // column; the bulk and warpgroup kernels use the tensor cores but wait on
-// CTA-wide stages. Here a warp's tensor-core work is a whole 32 x 16 tile a
-// block (four m16n8k32 MMAs over one W fragment pair and one B fragment
-// pair), so it needs 32 rows, and M = 4096 has only 128 such row groups:
-// the K slices give an SM its 8 warps of streams.
+// CTA-wide stages. Here a warp's tensor-core work is a whole 32 x 8 kNT tile
+// a block (2 kNT m16n8k32 MMAs over one W fragment pair and kNT B
+// fragments), so it needs 32 rows, and M = 4096 has only 128 such row
+// groups: the K slices give an SM its 8 warps of streams.
 //
 // Why the activations go through the same ring. Read from global memory
 // (L1/L2) a block ahead, a stage's activation loads (72 a lane at N = 16)
@@ -21,22 +21,29 @@
 // H200 that form took 33 us cold at 4096 x 14336 N = 16, where the
 // cuda_wgmma 16-token tile takes about 25.
 // Copied with the stage's W by the same lanes into the same slot, they cost
-// 9 more 16-byte cp.async a lane and stage and are read by 32-bit shared
-// loads at fixed offsets. The price is shared memory: a slot holds the
-// stage's 32 W rows (144 bytes each, 8 blocks) and the 16 tokens' 8 blocks
-// (288 bytes each): 9216 bytes.
+// up to 9 more 16-byte cp.async a lane and stage and are read by 32-bit
+// shared loads at fixed offsets. The price is shared memory: a slot holds
+// the stage's 32 W rows (144 bytes each, 8 blocks) and room for 8 kNT
+// tokens' 8 blocks (288 bytes each): 6912 bytes at N <= 8 (one n8 tile),
+// 9216 at N = 9..16 (two).
 //
 // Slices. K's stages (8 blocks, 256 values) are split evenly over the CTA's
-// warps, and a CTA owns one row group (can_run: at most one a resident CTA,
-// 4224 rows on an H200; with more, each CTA's warps would stream several
-// groups, and a first, persistent form of this kernel was 26-30 % slower
-// than cuda_wgmma at 14336 x 4096). At the end each warp writes its
+// warps, and a CTA owns one row group. At the end each warp writes its
 // partial tile into the ring slot it has just read, the CTA meets at one
 // barrier and adds them in warp order, and stores through the epilogue.
 //
-// Rows past M are read from row M - 1 and columns past N from column N - 1
-// (never stored). A stage whose activation scales include an Inf or NaN
-// takes tile_block's exact non-finite rescale (one vote a stage).
+// CTAs an SM. At N = 9..16 a CTA takes 147 KB, one an SM, and can_run asks
+// that all row groups be resident at once (4224 rows on an H200; a first,
+// persistent form over several groups was 26-30 % slower than cuda_wgmma at
+// 14336 x 4096). At N <= 8 a CTA takes 110.6 KB: past one wave of one CTA an
+// SM the grid runs in waves of two an SM (at 14336 x 4096 N = 4..8 on an
+// H200, 5-18 % faster cold than cuda_mmvq and cuda_wgmma); within one wave
+// each CTA asks for kOneCtaAnSmBytes so that no two share an SM.
+//
+// Rows past M are read from row M - 1, and activation reads of columns past
+// N from column N - 1 (never stored; only the N columns are copied). A stage
+// whose activation scales include an Inf or NaN takes tile_block's exact
+// non-finite rescale (one vote a stage).
 //
 // linear_q4_0: the quantizer runs first and lets this kernel start early
 // (grid_dependency.cuh); the first stages' W copies, the caller's bytes,
@@ -58,25 +65,42 @@ namespace {
 constexpr int kStageBlocks = 8;                         // 256 values of K
 constexpr int kWRowBytes = kStageBlocks * kQ4_0Bytes;   // 144: nine 16-byte pieces
 constexpr int kXRowBytes = kStageBlocks * kQ8_1Bytes;   // 288: eighteen
-constexpr int kMinCols = 9, kMaxCols = 16;              // N it takes (measured: docs/architecture.md)
-constexpr int kNT = 2;                                  // n8 tiles: 16 tokens
-constexpr int kTokens = 8 * kNT;
+constexpr int kXRowPieces = kXRowBytes / 16;
+constexpr int kMinCols = 4, kMaxCols = 16;              // N it takes (measured: docs/architecture.md)
 constexpr int kRT = 2;                                  // m16 tiles a warp: 32 rows
 constexpr int kGroupRows = 16 * kRT;
 constexpr int kWarps = 8;                               // K slices a CTA
 constexpr int kThreads = 32 * kWarps;
 constexpr int kWBytes = kGroupRows * kWRowBytes;        // 4608
-constexpr int kSlotBytes = kWBytes + kTokens * kXRowBytes;  // 9216
-constexpr int kCols = 8 * kNT;
-static_assert(kGroupRows * kCols * 4 <= kSlotBytes, "a warp's partial tile fits in one of its slots");
-constexpr int kWPieces = kGroupRows * 9, kXPieces = kTokens * 18;
-constexpr int kWLane = kWPieces / 32, kXLane = kXPieces / 32;
-static_assert(kWPieces % 32 == 0 && kXPieces % 32 == 0, "every lane copies the same number of pieces");
+constexpr int kWPieces = kGroupRows * 9;
+constexpr int kWLane = kWPieces / 32;
+static_assert(kWPieces % 32 == 0, "every lane copies the same number of W pieces");
+// kNT n8 tiles: 8 kNT tokens a slot (N <= 8: one tile, 6912 bytes a slot;
+// N = 9..16: two, 9216). Only the N tokens' pieces are copied; reads of the
+// columns past N go to column N - 1's row.
+__host__ __device__ constexpr int slot_bytes(int nt) { return kWBytes + 8 * nt * kXRowBytes; }
+// Activation pieces a lane copies at most: 8 kNT tokens of 18.
+__host__ __device__ constexpr int x_lane_pieces(int nt) { return (8 * nt * kXRowPieces + 31) / 32; }
+static_assert(kGroupRows * 8 * 4 <= slot_bytes(1), "a warp's partial tile fits in one of its slots");
 
-template <int kStages>
+// Two slots a warp: against three, 2-11 % faster at every shape measured
+// at N = 9..16, and at N = 1..8 3-10 % (docs/architecture.md).
+constexpr int kRingSlots = 2;
+
+template <int kNT, int kSlots>
 constexpr int smem_bytes() {
-  return kWarps * kStages * kSlotBytes;
+  return kWarps * kSlots * slot_bytes(kNT);
 }
+// Where the row groups fit one CTA an SM, N <= 8's CTAs (110.6 KB, two of
+// which fit an SM) ask for this much: more than half of sm_90's 228 KB an SM
+// less 1 KB a CTA, so that no SM takes two. Launched early behind
+// linear_q4_0's quantizer, two of the 128 CTAs of M = 4096 otherwise shared
+// SMs: in a CUDA graph on an H200, 18.5-21.8 us at 4096 x 14336 N = 1..8
+// against 11.8-13.3 with this (docs/architecture.md).
+constexpr int kOneCtaAnSmBytes = 114 * 1024;
+static_assert(2 * (kOneCtaAnSmBytes + 1024) > 228 * 1024, "two such CTAs must not fit an SM");
+static_assert(smem_bytes<1, kRingSlots>() < kOneCtaAnSmBytes && 2 * (smem_bytes<1, kRingSlots>() + 1024) <= 228 * 1024,
+              "N <= 8's unpadded CTAs fit two an SM");
 
 struct Params {
   const uint8_t* w;
@@ -101,12 +125,14 @@ __device__ __forceinline__ void wait_pending(int pending) {
 // as 16-byte pieces; otherwise (4-byte aligned, as a caller's workspace may
 // be) as 4-byte ones, so that such A takes the same kernel, and bits, as an
 // aligned copy of it.
-template <int kStages, bool kX16>
-__global__ void __launch_bounds__(kThreads, 1) gemm_mma_ring_kernel(Params p, EpilogueParams ep) {
-  static_assert(kStages >= 2 && kStages <= 4, "wait_pending covers rings of 2..4 slots");
+template <int kNT, int kSlots, bool kX16>
+__device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const EpilogueParams& ep) {
+  static_assert(kSlots >= 2 && kSlots <= 4, "wait_pending covers rings of 2..4 slots");
+  constexpr int kTokens = 8 * kNT, kCols = kTokens, kSlotBytes = slot_bytes(kNT), kXLane = x_lane_pieces(kNT);
+  static_assert(kGroupRows * kCols * 4 <= kSlotBytes, "a warp's partial tile fits in one of its slots");
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  uint8_t* ring = smem + warp * kStages * kSlotBytes;
+  uint8_t* ring = smem + warp * kSlots * kSlotBytes;
   const uint32_t ring_s = smem_u32(ring);
 
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kGroupRows;
@@ -115,10 +141,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_mma_ring_kernel(Params p, Ep
   const int s_begin = warp * ns / kWarps, my = stages_of(warp);
 
   // This lane's pieces of a stage: W piece c of row r (nine a row),
-  // activation piece c of token tk (eighteen a token, column N - 1 past N);
+  // activation piece c of token tk (eighteen a token, the N tokens' only);
   // the slot's bytes are the pieces in order, so piece i lands at 16 i.
   const uint8_t* w_src[kWLane];
   uint32_t x_src[kXLane];
+  const int x_pieces = p.n * kXRowPieces;
 #pragma unroll
   for (int i = 0; i < kWLane; ++i) {
     const int pc = lane + 32 * i;
@@ -127,28 +154,30 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_mma_ring_kernel(Params p, Ep
 #pragma unroll
   for (int i = 0; i < kXLane; ++i) {
     const int pc = lane + 32 * i;
-    x_src[i] = static_cast<uint32_t>(min(pc / 18, p.n - 1) * p.ldx + s_begin * kXRowBytes + (pc % 18) * 16);
+    x_src[i] = static_cast<uint32_t>((pc / kXRowPieces) * p.ldx + s_begin * kXRowBytes + (pc % kXRowPieces) * 16);
   }
   auto issue_w = [&](int i) {
     if (i >= my) return;
-    const uint32_t dst = ring_s + static_cast<uint32_t>(i % kStages) * kSlotBytes;
+    const uint32_t dst = ring_s + static_cast<uint32_t>(i % kSlots) * kSlotBytes;
 #pragma unroll
     for (int k = 0; k < kWLane; ++k) cp_async<16>(dst + 16 * (lane + 32 * k), w_src[k] + i * kWRowBytes, 16);
   };
   auto issue_x = [&](int i) {
     if (i >= my) return;
-    const uint32_t dst = ring_s + static_cast<uint32_t>(i % kStages) * kSlotBytes + kWBytes;
+    const uint32_t dst = ring_s + static_cast<uint32_t>(i % kSlots) * kSlotBytes + kWBytes;
     if constexpr (kX16) {
 #pragma unroll
       for (int k = 0; k < kXLane; ++k)
-        cp_async<16>(dst + 16 * (lane + 32 * k), p.x + x_src[k] + static_cast<uint32_t>(i * kXRowBytes), 16);
+        if (lane + 32 * k < x_pieces)
+          cp_async<16>(dst + 16 * (lane + 32 * k), p.x + x_src[k] + static_cast<uint32_t>(i * kXRowBytes), 16);
     } else {
       // Word w of each token's stage row: lanes take w = lane, lane + 32,
       // lane + 64 (< 72).
       const uint32_t stage = static_cast<uint32_t>((s_begin + i) * kXRowBytes);
 #pragma unroll
       for (int tk = 0; tk < kTokens; ++tk) {
-        const uint8_t* row = p.x + static_cast<uint32_t>(min(tk, p.n - 1) * p.ldx) + stage;
+        if (tk >= p.n) break;
+        const uint8_t* row = p.x + static_cast<uint32_t>(tk * p.ldx) + stage;
 #pragma unroll
         for (int j = 0; j < 3; ++j) {
           const int w = lane + 32 * j;
@@ -157,37 +186,51 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_mma_ring_kernel(Params p, Ep
       }
     }
   };
+  // Where this lane reads a stage's activations: its B fragment's token
+  // 8 ni + g and its scales' tokens 8 ni + 2t, + 1, each past N read from
+  // token N - 1 (copied; its products land in columns never stored).
+  int xb_off[kNT], xd_off[kNT][2];
+#pragma unroll
+  for (int ni = 0; ni < kNT; ++ni) {
+    xb_off[ni] = min(8 * ni + g, p.n - 1) * kXRowBytes + 4 + 4 * t;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) xd_off[ni][c] = min(8 * ni + 2 * t + c, p.n - 1) * kXRowBytes;
+  }
+  // The finite vote's share: 32 / kTokens lanes a token (token N - 1 past
+  // N), each kVoteBlocks of its 8 blocks' scales.
+  constexpr int kVoteBlocks = kStageBlocks * kTokens / 32;  // 2 or 4
+  const int vote_off = min(lane / (32 / kTokens), p.n - 1) * kXRowBytes +
+                       kVoteBlocks * (lane % (32 / kTokens)) * kQ8_1Bytes;
 
-  // The first kStages - 1 stages: W (one commit group each), then, once the
+  // The first kSlots - 1 stages: W (one commit group each), then, once the
   // quantizer's output is visible, their activations (one group).
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
+  for (int i = 0; i < kSlots - 1; ++i) {
     issue_w(i);
     cp_async_commit();
   }
   wait_prerequisite();  // A may be the previous kernel's output (linear_q4_0's quantizer)
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue_x(i);
+  for (int i = 0; i < kSlots - 1; ++i) issue_x(i);
   cp_async_commit();
 
   float acc[kRT][kNT][4] = {};
   for (int i = 0; i < my; ++i) {
-    issue_w(i + kStages - 1);
-    issue_x(i + kStages - 1);
+    issue_w(i + kSlots - 1);
+    issue_x(i + kSlots - 1);
     cp_async_commit();
     // Stage i's W group and the prologue's activation group must have
     // landed; the loop's own groups after them may still be in flight.
-    wait_pending(min(i + 1, kStages - 1));
+    wait_pending(min(i + 1, kSlots - 1));
     __syncwarp();
-    const uint8_t* st = ring + (i % kStages) * kSlotBytes;
+    const uint8_t* st = ring + (i % kSlots) * kSlotBytes;
     const uint8_t* xs = st + kWBytes;
-    // One vote a stage: every activation scale of its 16 tokens x 8 blocks
-    // finite (a lane checks four), so the magic-number rescale applies.
+    // One vote a stage: every activation scale of its tokens x 8 blocks
+    // finite, so the magic-number rescale applies.
     bool finite = true;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t h = *reinterpret_cast<const uint16_t*>(xs + (lane / 2) * kXRowBytes +
-                                                            (4 * (lane % 2) + j) * kQ8_1Bytes);
+    for (int j = 0; j < kVoteBlocks; ++j) {
+      const uint32_t h = *reinterpret_cast<const uint16_t*>(xs + vote_off + j * kQ8_1Bytes);
       finite &= (h & 0x7C00u) != 0x7C00u;
     }
     auto stage_blocks = [&](auto all_finite) {
@@ -198,12 +241,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_mma_ring_kernel(Params p, Ep
         q4mma::AScale sc[kNT][2];
 #pragma unroll
         for (int ni = 0; ni < kNT; ++ni) {
-          const uint8_t* xb = xs + (8 * ni + g) * kXRowBytes + j * kQ8_1Bytes + 4 + 4 * t;
+          const uint8_t* xb = xs + xb_off[ni] + j * kQ8_1Bytes;
           b[ni][0] = *reinterpret_cast<const int*>(xb);
           b[ni][1] = *reinterpret_cast<const int*>(xb + 16);
-          const uint8_t* xd = xs + (8 * ni + 2 * t) * kXRowBytes + j * kQ8_1Bytes;
-          sc[ni][0] = q4mma::a_scale(*reinterpret_cast<const uint16_t*>(xd));
-          sc[ni][1] = q4mma::a_scale(*reinterpret_cast<const uint16_t*>(xd + kXRowBytes));
+          sc[ni][0] = q4mma::a_scale(*reinterpret_cast<const uint16_t*>(xs + xd_off[ni][0] + j * kQ8_1Bytes));
+          sc[ni][1] = q4mma::a_scale(*reinterpret_cast<const uint16_t*>(xs + xd_off[ni][1] + j * kQ8_1Bytes));
         }
         // Block j of a row: at byte 18 j, a word boundary for even j (d_w
         // the low half of its first word, each code word a PRMT of two
@@ -244,8 +286,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_mma_ring_kernel(Params p, Ep
   // e >= 2), column 8 ni + 2t + e % 2.
   auto part_of = [&](int w) {
     const int mw = stages_of(w);
-    const int slot = mw == 0 ? 0 : (mw - 1) % kStages;
-    return reinterpret_cast<float*>(smem + (w * kStages + slot) * kSlotBytes);
+    const int slot = mw == 0 ? 0 : (mw - 1) % kSlots;
+    return reinterpret_cast<float*>(smem + (w * kSlots + slot) * kSlotBytes);
   };
   float* part = part_of(warp);
 #pragma unroll
@@ -266,19 +308,51 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_mma_ring_kernel(Params p, Ep
   }
 }
 
-// Two slots a warp: against three, 2-11 % faster at every shape measured
-// (docs/architecture.md).
-constexpr int kStages = 2;
+// kOnePerSm: the same kernel, launched with kOneCtaAnSmBytes (its own
+// instance so that device_limits.cuh caches its residency apart).
+template <int kNT, bool kX16, bool kOnePerSm>
+__global__ void __launch_bounds__(kThreads, 1) gemm_mma_ring_entry(Params p, EpilogueParams ep) {
+  gemm_mma_ring_body<kNT, kRingSlots, kX16>(p, ep);
+}
+template <int kNT, bool kOnePerSm>
+constexpr int launch_smem() {
+  return kOnePerSm ? kOneCtaAnSmBytes : smem_bytes<kNT, kRingSlots>();
+}
 
+template <int kNT, bool kX16, bool kOnePerSm>
 int resident_ctas(int device) {
-  return resident_ctas_sm90<gemm_mma_ring_kernel<kStages, true>>(device, kThreads, smem_bytes<kStages>());
+  return resident_ctas_sm90<gemm_mma_ring_entry<kNT, kX16, kOnePerSm>>(device, kThreads,
+                                                                         launch_smem<kNT, kOnePerSm>());
+}
+
+// N <= 8 (one n8 tile) past one wave of one CTA an SM: two an SM.
+bool two_ctas_an_sm(const GemmArgs& g) {
+  return g.b.rows <= 8 && (g.a.rows + kGroupRows - 1) / kGroupRows > device_limits(g.device.id).sms;
+}
+
+// f(kernel, shared bytes, resident CTAs an SM) for the instance that runs
+// `g`, its A 16-byte aligned (kX16) or not.
+template <bool kX16, class F>
+decltype(auto) with_kernel(const GemmArgs& g, F&& f) {
+  const int dev = g.device.id;
+  if (g.b.rows > 8)
+    return f(gemm_mma_ring_entry<2, kX16, false>, launch_smem<2, false>(), resident_ctas<2, kX16, false>(dev));
+  if (two_ctas_an_sm(g))
+    return f(gemm_mma_ring_entry<1, kX16, false>, launch_smem<1, false>(), resident_ctas<1, kX16, false>(dev));
+  return f(gemm_mma_ring_entry<1, kX16, true>, launch_smem<1, true>(), resident_ctas<1, kX16, true>(dev));
+}
+
+template <bool kX16>
+int resident_ctas(const GemmArgs& g) {
+  return with_kernel<kX16>(g, [](auto, int, int per_sm) { return per_sm; });
 }
 
 Status launch(const GemmArgs& args, Stream stream, bool early) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
-  const int per_sm = resident_ctas(args.device.id);
+  const bool x16 = is_aligned(args.b.data, 16) && (args.b.rows == 1 || args.b.row_stride % 16 == 0);
+  const int per_sm = x16 ? resident_ctas<true>(args) : resident_ctas<false>(args);
   std::string why;
   if (!ctas_fit(per_sm, args.device.id, "sm_90", &why))
     return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_gemv_mma): " + why + " (" +
@@ -291,17 +365,14 @@ Status launch(const GemmArgs& args, Stream stream, bool early) {
                  static_cast<int>(args.a.k / 32),
                  static_cast<int>(args.b.row_stride),
                  kCodeBias};
-  // One CTA a row group (can_run: all resident at once).
+  // One CTA a row group (can_run: at N = 9..16 all resident at once).
   const int64_t grid = (args.a.rows + kGroupRows - 1) / kGroupRows;
-  const bool x16 = is_aligned(args.b.data, 16) && (args.b.rows == 1 || args.b.row_stride % 16 == 0);
-  auto kernel = x16 ? gemm_mma_ring_kernel<kStages, true> : gemm_mma_ring_kernel<kStages, false>;
-  if (!x16 && resident_ctas_sm90<gemm_mma_ring_kernel<kStages, false>>(args.device.id, kThreads,
-                                                                        smem_bytes<kStages>()) <= 0)
-    return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_gemv_mma): cannot launch on cuda:" +
-                                              std::to_string(args.device.id) + " (" + gemm_shape(args) + ")");
-  launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads),
-                     static_cast<size_t>(smem_bytes<kStages>()), to_cuda(stream), early, p, epilogue_params(args));
-  return gemm_launch_status(args);
+  auto go = [&](auto kernel, int smem, int) {
+    launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), static_cast<size_t>(smem),
+                       to_cuda(stream), early, p, epilogue_params(args));
+    return gemm_launch_status(args);
+  };
+  return x16 ? with_kernel<true>(args, go) : with_kernel<false>(args, go);
 }
 
 }  // namespace
@@ -322,10 +393,12 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (!gemm_operands_aligned(args, why_not)) return false;  // A's 4-byte copies at the least
   if (!a_within_32_bit_offsets(args, why_not)) return false;
   DeviceGuard guard(args.device.id);
-  const int per_sm = guard.error() != cudaSuccess ? -1 : resident_ctas(args.device.id);
+  const int per_sm = guard.error() != cudaSuccess ? -1 : resident_ctas<true>(args);
   if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
-  // One row group a CTA, all resident at once (header: with more groups
-  // than that it was slower than cuda_wgmma).
+  // N <= 8: any number of row groups, in waves of two CTAs an SM (header).
+  if (args.b.rows <= 8) return true;
+  // N = 9..16: one row group a CTA, all resident at once (header: with more
+  // groups than that a persistent form was slower than cuda_wgmma).
   return row_groups_fit_one_wave(args, kGroupRows, per_sm, device_limits(args.device.id).sms, why_not);
 }
 

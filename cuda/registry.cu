@@ -4,11 +4,11 @@
 // only shape and alignment.
 //   cuda_wgmma_folded q4_0 x q8_1, as cuda_wgmma with N >= 17: the scales folded into fp16 operands, one fp32 sum over K (NMSE ~1e-7)
 //   cuda_wgmma_f16   q4_0 x q8_1, as cuda_wgmma with N >= 65: the codes as fp16, fp16 MMAs summing exactly in fp32 (cuda_wgmma's bits)
+//   cuda_gemv_mma    q4_0 x q8_1, N = 4..16 (9..16: M <= 32 rows a resident CTA), K % 256 == 0, 16-byte W rows (sm_90): W and A through a cp.async ring a warp, K sliced over a CTA's warps, int8 mma.sync
 //   cuda_gemv_bulk   q4_0 x q8_1, N = 7..8, K % 256 == 0, 16-byte W rows (sm_90+): W by bulk copies (a producer warp), int8 mma.sync
-//   cuda_gemv_mma    q4_0 x q8_1, N = 9..16, M <= 32 rows a resident CTA, K % 256 == 0, 16-byte W rows (sm_90): W and A through a cp.async ring a warp, K sliced over a CTA's warps, int8 mma.sync
-//   cuda_gemv_ring   q4_0 x q8_1, N = 1..6 (3..6: M in one wave of CTAs), K % 256 == 0, 16-byte W rows (sm_90): W through a cp.async ring a warp, A in shared memory, DP4A
+//   cuda_gemv_ring   q4_0 x q8_1, N = 1..6 (3..6: M in one wave of CTAs; 4..6 on sm_90 where cuda_gemv_mma refuses), K % 256 == 0, 16-byte W rows (sm_90): W through a cp.async ring a warp, A in shared memory, DP4A
 //   cuda_wgmma       q4_0 x q8_1, M >= 128, N >= 7, K % 256 == 0 (sm_90a): wgmma, W fragments from registers, activations re-laid by a first pass
-//   cuda_mmvq        q4_0 x q8_1, N <= 8 (decode): memory-bound GEMV, K split across a CTA (N = 7..8 only where cuda_gemv_bulk and cuda_wgmma refuse)
+//   cuda_mmvq        q4_0 x q8_1, N <= 8 (decode): memory-bound GEMV, K split across a CTA (where the kernels above refuse)
 //   cuda_mma         q4_0 x q8_1, any N (sm_80+): int8 tensor cores, mma.sync m16n8k32
 //   cuda_dp4a_tiled  q4_0 x q8_1, any N, pre-Ampere: 64x64 shared-memory tiles, DP4A
 //   cuda_generic     q4_0 x q8_1, anything, including unaligned operands: byte loads
@@ -53,9 +53,11 @@ Registry make_registry() {
        gemm_wgmma_folded_run, gemm_wgmma_folded_run_quantizing},
       {"cuda_wgmma_f16", Format::q4_0, Format::q8_1, kWgmma, kEpiFloatAll, gemm_wgmma_f16_can_run,
        gemm_wgmma_f16_run, gemm_wgmma_f16_run_quantizing},
-      {"cuda_gemv_bulk", Format::q4_0, Format::q8_1, kBulkCopy, kEpiFloatAll, gemm_bulk_can_run, gemm_bulk_run},
       {"cuda_gemv_mma", Format::q4_0, Format::q8_1, kRing, kEpiFloatAll, gemm_mma_ring_can_run, gemm_mma_ring_run,
        gemm_mma_ring_run_quantizing},
+      // N = 7..8 where cuda_gemv_mma does not run (outside sm_90, A past
+      // 32-bit offsets).
+      {"cuda_gemv_bulk", Format::q4_0, Format::q8_1, kBulkCopy, kEpiFloatAll, gemm_bulk_can_run, gemm_bulk_run},
       {"cuda_wgmma", Format::q4_0, Format::q8_1, kWgmma, kEpiFloatAll, gemm_wgmma_can_run, gemm_wgmma_run,
        gemm_wgmma_run_quantizing},
       {"cuda_gemv_ring", Format::q4_0, Format::q8_1, kRing, kEpiFloatAll, gemm_ring_can_run, gemm_ring_run,

@@ -500,10 +500,12 @@ int sm_count() {
 // cuda_mmvq).
 constexpr int64_t kRingMaxN = 6;
 bool ring_runs() { return kernel_takes("cuda_gemv_ring", 16, 1, 256); }
-// Decode shapes with such rows: the bulk GEMV where it takes the shape,
-// else the warpgroup kernel for N = 7..8 where that runs (M >= 128), else
-// the ring GEMV where it takes the shape, else cuda_mmvq.
+// Decode shapes with such rows: the tensor-core ring GEMV (N >= 4) or the
+// bulk GEMV where one takes the shape, else the warpgroup kernel for N =
+// 7..8 where that runs (M >= 128), else the ring GEMV where it takes the
+// shape, else cuda_mmvq.
 const char* decode_impl(int64_t m, int64_t n, int64_t k) {
+  if (kernel_takes("cuda_gemv_mma", m, n, k)) return "cuda_gemv_mma";
   if (kernel_takes("cuda_gemv_bulk", m, n, k)) return "cuda_gemv_bulk";
   if (n >= 7 && m >= 128 && warpgroup_runs()) return "cuda_wgmma";
   if (kernel_takes("cuda_gemv_ring", m, n, k)) return "cuda_gemv_ring";
@@ -650,14 +652,17 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
 // 32 (M = 1, 45: a group's tail; 32 x SMs - 5: every SM a group), W rows
 // padded by 16 bytes and C rows by one element, A rows padded by 16 bytes,
 // and A only 4-byte aligned (its base 4 or 8 mod 16, or its row stride 4 mod
-// 16: 4-byte copies). Every N it takes; N = 8 and 17 and one row group more
-// than SMs are refused. The last case runs twice: bit-identical.
+// 16: 4-byte copies). Every N it takes: one n8 tile at N = 4..8 (the CTAs
+// padded to one an SM within one wave; past it, M = 32 x SMs + 1 and more
+// than two waves of two CTAs an SM), two at N = 9..16. N = 3 and 17 and, at
+// N = 9..16, one row group more than SMs are refused. The last cases run
+// twice: bit-identical.
 TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   constexpr const char* kMmaRing = "cuda_gemv_mma";
   if (!kernel_takes(kMmaRing, 32, 16, 256)) GTEST_SKIP() << kMmaRing << " does not run on cuda:0";
   uint32_t seed = kSeed + 380;
   const int64_t one_wave = 32 * sm_count() - 5;
-  for (int64_t n = 9; n <= 16; ++n) {
+  for (int64_t n = 4; n <= 16; ++n) {
     const GemmCase cases[] = {
         {1, n, 256, 0, 0, 0, 0, 0, nullptr, kMmaRing},       // one stage: seven warps idle
         {45, n, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing},     // nine stages over eight warps; a group's tail
@@ -669,14 +674,20 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
     };
     for (const GemmCase& g : cases) run_gemm_case(g, nullptr, seed++, nullptr);
   }
-  for (int64_t n : {9, 16}) run_gemm_case({one_wave, n, 4096, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
+  for (int64_t n : {4, 8, 9, 16})
+    run_gemm_case({one_wave, n, 4096, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
+  // N <= 8 past one wave: two CTAs an SM, in one wave and in three.
+  const int64_t sms = sm_count();
+  run_gemm_case({32 * sms + 1, 5, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
+  run_gemm_case({5 * 32 * sms + 77, 8, 512, 0, 0, 1, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
+  run_gemm_case({2 * 32 * sms + 33, 4, 4096, 0, 0, 0, 0, 4, nullptr, kMmaRing}, nullptr, seed++, nullptr);
   qgtest::CudaMemory mem;
   qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kMmaRing, mem);
-  for (int64_t n : {8, 17}) {
+  for (int64_t n : {3, 17}) {
     QG_SEEDED_RNG(rng, 2300 + n);
     qgtest::GemmCase c = qgtest::random_case(rng, 64, n, 4096);
     EXPECT_FALSE(tester.run_and_check(c)) << "N = " << n << " should be refused";
-    EXPECT_NE(tester.refusals().find("outside 9..16"), std::string::npos) << tester.refusals();
+    EXPECT_NE(tester.refusals().find("outside 4..16"), std::string::npos) << tester.refusals();
   }
   {
     qgtest::GemmKernelTester fresh(qg::detail::cuda::registry(), kMmaRing, mem);  // its own refusal list
@@ -695,12 +706,22 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
     qgtest::store_u16(c.a_block(11, 97), 0x7E00);
     EXPECT_TRUE(tester.run_and_check(c)) << tester.refusals();
   }
-  std::vector<float> first, again;
-  const GemmCase g{one_wave, 13, 14336, 0, 0, 0, 0, 0, nullptr, kMmaRing};
-  run_gemm_case(g, nullptr, seed, &first);
-  run_gemm_case(g, nullptr, seed, &again);
-  ASSERT_EQ(first.size(), again.size());
-  EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * 4)) << describe(g);
+  // The same at N = 6 (one n8 tile; tokens 6 and 7 read token 5's scales).
+  {
+    QG_SEEDED_RNG(rng, 2331);
+    qgtest::GemmCase c = qgtest::random_case(rng, 70, 6, 4096);
+    qgtest::store_u16(c.a_block(1, 20), 0x7C00);
+    qgtest::store_u16(c.a_block(5, 97), 0x7E00);
+    EXPECT_TRUE(tester.run_and_check(c)) << tester.refusals();
+  }
+  for (const GemmCase& g : {GemmCase{one_wave, 13, 14336, 0, 0, 0, 0, 0, nullptr, kMmaRing},
+                            GemmCase{3 * 32 * sms + 7, 7, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing}}) {
+    std::vector<float> first, again;
+    run_gemm_case(g, nullptr, seed, &first);
+    run_gemm_case(g, nullptr, seed, &again);
+    ASSERT_EQ(first.size(), again.size());
+    EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * 4)) << describe(g);
+  }
 }
 
 // The ring GEMV's stages (64 blocks) and rings (2 to 4 slots a warp, by
@@ -880,7 +901,7 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   const qg::detail::Registry& r = qg::detail::cuda::registry();
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cuda(0)), &r);
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
-            (std::vector<std::string>{"cuda_wgmma_folded", "cuda_wgmma_f16", "cuda_gemv_bulk", "cuda_gemv_mma",
+            (std::vector<std::string>{"cuda_wgmma_folded", "cuda_wgmma_f16", "cuda_gemv_mma", "cuda_gemv_bulk",
                                       "cuda_wgmma", "cuda_gemv_ring", "cuda_mmvq", "cuda_mma", "cuda_dp4a_tiled",
                                       "cuda_generic", "dispatch"}));
   // The Q4_0 kernels come first (the integer family's follow: test_cuda_int*.cpp).
@@ -894,9 +915,10 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   }
   EXPECT_EQ(r.gemm[0].arch.min_cc, 90);  // wgmma, tensor copies
   EXPECT_EQ(r.gemm[1].arch.min_cc, 90);
-  EXPECT_EQ(r.gemm[2].arch.min_cc, 90);  // bulk copies (any sm_90 image)
-  EXPECT_EQ(r.gemm[3].arch.min_cc, 90);  // griddepcontrol; measured on Hopper only
-  EXPECT_EQ(r.gemm[3].arch.max_cc, 90);
+  EXPECT_EQ(r.gemm[2].arch.min_cc, 90);  // griddepcontrol; measured on Hopper only
+  EXPECT_EQ(r.gemm[2].arch.max_cc, 90);
+  EXPECT_EQ(r.gemm[3].arch.min_cc, 90);  // bulk copies (any sm_90 image)
+  EXPECT_EQ(r.gemm[3].arch.max_cc, 0);
   EXPECT_EQ(r.gemm[4].arch.min_cc, 90);
   EXPECT_EQ(r.gemm[5].arch.min_cc, 90);  // griddepcontrol; measured on Hopper only
   EXPECT_EQ(r.gemm[5].arch.max_cc, 90);
