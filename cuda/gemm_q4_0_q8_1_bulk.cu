@@ -17,7 +17,10 @@
 // (K = 4096 with W in L2; M = 2048, whose 64 row groups leave half the SMs
 // idle), though not at 4096 x 14336 (N = 3: 18.2 against 20.1 us). Two n8
 // tiles (N = 9..16) spilled at the 96 registers below and were 12 % slower
-// than cuda_wgmma at N = 16.
+// than cuda_wgmma at N = 16. Since 2026-12-03 cuda_gemv_mma, registered
+// ahead of it, takes N = 7..8 on sm_90 (17.1 against 20.1 us cold at 4096 x
+// 14336 N = 8; docs/architecture.md, "From N = 4: one n8 tile"); this kernel
+// runs where that one does not.
 //
 // Who issues the copies. A trace of the INT4 bulk kernel
 // (gemm_wo_gemv_bulk.cu) showed a cp.async.bulk holding its warp 40-60 ns;

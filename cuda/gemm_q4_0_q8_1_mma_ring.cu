@@ -84,7 +84,7 @@ __host__ __device__ constexpr int x_lane_pieces(int nt) { return (8 * nt * kXRow
 static_assert(kGroupRows * 8 * 4 <= slot_bytes(1), "a warp's partial tile fits in one of its slots");
 
 // Two slots a warp: against three, 2-11 % faster at every shape measured
-// at N = 9..16, and at N = 1..8 3-10 % (docs/architecture.md).
+// at N = 9..16, and 2-11 % cold at N = 1..8 (docs/architecture.md).
 constexpr int kRingSlots = 2;
 
 template <int kNT, int kSlots>

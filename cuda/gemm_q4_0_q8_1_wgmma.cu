@@ -248,7 +248,8 @@ using CfgFolded32 = Cfg<32, 1, 6, true, 1, true, 1>;
 // graph: 20.1 against 22.3 us at N = 7, 20.2 against 24.3 at N = 8); at
 // N = 5..6 the GEMV was faster (18.2 / 19.9 against 20.2 / 20.6). The
 // registry tries this kernel first, so cuda_mmvq keeps N <= 6 and the
-// N = 7..8 shapes this one refuses.
+// N = 7..8 shapes this one refuses. (On sm_90 cuda_gemv_mma, ahead of it,
+// now takes N = 4..8 at every M and N = 9..16 within one wave.)
 constexpr int64_t kMinN = 7;
 // The fp16 variant (cuda_wgmma_f16) from this many tokens: it has only the
 // 128-token tile.
