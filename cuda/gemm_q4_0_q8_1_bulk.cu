@@ -19,8 +19,8 @@
 // tiles (N = 9..16) spilled at the 96 registers below and were 12 % slower
 // than cuda_wgmma at N = 16. Since 2026-12-03 cuda_gemv_mma, registered
 // ahead of it, takes N = 7..8 on sm_90 (17.1 against 20.1 us cold at 4096 x
-// 14336 N = 8; docs/architecture.md, "From N = 4: one n8 tile"); this kernel
-// runs where that one does not.
+// 14336 N = 8; docs/architecture.md, "From N = 4: one n8 tile") and every
+// shape this one takes there; this kernel runs past sm_90.
 //
 // Who issues the copies. A trace of the INT4 bulk kernel
 // (gemm_wo_gemv_bulk.cu) showed a cp.async.bulk holding its warp 40-60 ns;

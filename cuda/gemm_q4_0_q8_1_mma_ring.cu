@@ -32,10 +32,10 @@
 // partial tile into the ring slot it has just read, the CTA meets at one
 // barrier and adds them in warp order, and stores through the epilogue.
 //
-// CTAs an SM. At N = 9..16 a CTA takes 147 KB, one an SM, and can_run asks
+// CTAs an SM. At N = 9..16 a CTA takes 144 KiB, one an SM, and can_run asks
 // that all row groups be resident at once (4224 rows on an H200; a first,
 // persistent form over several groups was 26-30 % slower than cuda_wgmma at
-// 14336 x 4096). At N <= 8 a CTA takes 110.6 KB: past one wave of one CTA an
+// 14336 x 4096). At N <= 8 a CTA takes 108 KiB: past one wave of one CTA an
 // SM the grid runs in waves of two an SM (at 14336 x 4096 N = 4..8 on an
 // H200, 5-18 % faster cold than cuda_mmvq and cuda_wgmma); within one wave
 // each CTA asks for kOneCtaAnSmBytes so that no two share an SM.
@@ -49,6 +49,7 @@
 // (grid_dependency.cuh); the first stages' W copies, the caller's bytes,
 // are requested before the wait for its output, their activations after.
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -91,12 +92,13 @@ template <int kNT, int kSlots>
 constexpr int smem_bytes() {
   return kWarps * kSlots * slot_bytes(kNT);
 }
-// Where the row groups fit one CTA an SM, N <= 8's CTAs (110.6 KB, two of
-// which fit an SM) ask for this much: more than half of sm_90's 228 KB an SM
-// less 1 KB a CTA, so that no SM takes two. Launched early behind
-// linear_q4_0's quantizer, two of the 128 CTAs of M = 4096 otherwise shared
-// SMs: in a CUDA graph on an H200, 18.5-21.8 us at 4096 x 14336 N = 1..8
-// against 11.8-13.3 with this (docs/architecture.md).
+// Where the row groups fit one CTA an SM, N <= 8's CTAs (108 KiB, two of
+// which fit an SM) ask for this much: more than half of sm_90's 228 KiB an
+// SM less 1 KiB a CTA, so that no SM takes two. Without it, launched early
+// behind linear_q4_0's quantizer, the kernel took 18.5-21.8 us in a CUDA
+// graph on an H200 at 4096 x 14336 N = 1..8, against 11.8-13.3 with it
+// (docs/architecture.md; the reading, not profiled: some SMs took two of
+// the 128 CTAs while the quantizer's held others).
 constexpr int kOneCtaAnSmBytes = 114 * 1024;
 static_assert(2 * (kOneCtaAnSmBytes + 1024) > 228 * 1024, "two such CTAs must not fit an SM");
 static_assert(smem_bytes<1, kRingSlots>() < kOneCtaAnSmBytes && 2 * (smem_bytes<1, kRingSlots>() + 1024) <= 228 * 1024,
@@ -154,6 +156,8 @@ __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const Epilog
 #pragma unroll
   for (int i = 0; i < kXLane; ++i) {
     const int pc = lane + 32 * i;
+    // Pieces of tokens past N are never copied (issue_x), but their
+    // offsets are formed too: can_run keeps 15 row strides inside int.
     x_src[i] = static_cast<uint32_t>((pc / kXRowPieces) * p.ldx + s_begin * kXRowBytes + (pc % kXRowPieces) * 16);
   }
   auto issue_w = [&](int i) {
@@ -309,7 +313,10 @@ __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const Epilog
 }
 
 // kOnePerSm: the same kernel, launched with kOneCtaAnSmBytes (its own
-// instance so that device_limits.cuh caches its residency apart).
+// instance so that device_limits.cuh caches its residency apart). N <= 8's
+// unpadded instance runs two CTAs an SM only while it needs at most 128
+// registers a thread (ptxas: 94 and 101 at sm_90a); past that it would run
+// one an SM, correct but slower.
 template <int kNT, bool kX16, bool kOnePerSm>
 __global__ void __launch_bounds__(kThreads, 1) gemm_mma_ring_entry(Params p, EpilogueParams ep) {
   gemm_mma_ring_body<kNT, kRingSlots, kX16>(p, ep);
@@ -392,6 +399,11 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (!w_rows_16_byte_aligned(args, why_not)) return false;
   if (!gemm_operands_aligned(args, why_not)) return false;  // A's 4-byte copies at the least
   if (!a_within_32_bit_offsets(args, why_not)) return false;
+  // Each lane forms the int offsets of its activation pieces for all 8 kNT
+  // tokens of the tile, those past N (never copied) included.
+  if (args.b.row_stride > std::numeric_limits<int>::max() / 15)
+    return no("A's row stride " + std::to_string(args.b.row_stride) +
+              " bytes: 15 of them must fit a 32-bit offset (16-token tiles)");
   DeviceGuard guard(args.device.id);
   const int per_sm = guard.error() != cudaSuccess ? -1 : resident_ctas<true>(args);
   if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;

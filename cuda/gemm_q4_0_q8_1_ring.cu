@@ -489,7 +489,7 @@ bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.b.rows < 1) return no("N=" + std::to_string(args.b.rows) + ": nothing to compute");
   if (args.b.rows > kMaxCols)
     return no("N=" + std::to_string(args.b.rows) + " > " + std::to_string(kMaxCols) +
-              " (cuda_gemv_bulk and cuda_wgmma take more columns)");
+              " (cuda_gemv_mma, cuda_gemv_bulk and cuda_wgmma take more columns)");
   if (args.a.k % 256 != 0 || args.a.k == 0)
     return no("K=" + std::to_string(args.a.k) +
               " is not a positive multiple of 256 (stages are whole 16-byte pieces of W)");

@@ -55,8 +55,8 @@ Registry make_registry() {
        gemm_wgmma_f16_run, gemm_wgmma_f16_run_quantizing},
       {"cuda_gemv_mma", Format::q4_0, Format::q8_1, kRing, kEpiFloatAll, gemm_mma_ring_can_run, gemm_mma_ring_run,
        gemm_mma_ring_run_quantizing},
-      // N = 7..8 where cuda_gemv_mma does not run (outside sm_90, A past
-      // 32-bit offsets).
+      // N = 7..8 past sm_90, where cuda_gemv_mma (sm_90 only) does not run;
+      // on sm_90 that one takes every shape this one does.
       {"cuda_gemv_bulk", Format::q4_0, Format::q8_1, kBulkCopy, kEpiFloatAll, gemm_bulk_can_run, gemm_bulk_run},
       {"cuda_wgmma", Format::q4_0, Format::q8_1, kWgmma, kEpiFloatAll, gemm_wgmma_can_run, gemm_wgmma_run,
        gemm_wgmma_run_quantizing},

@@ -496,8 +496,8 @@ int sm_count() {
 }
 // The cp.async ring GEMV: N = 1..6, K % 256 == 0 and 16-byte-aligned W rows
 // on an sm_90 device, with N x K's activations small enough for shared
-// memory (tried after the bulk GEMV and the warpgroup kernel, before
-// cuda_mmvq).
+// memory (tried after the tensor-core ring GEMV, the bulk GEMV and the
+// warpgroup kernel, before cuda_mmvq).
 constexpr int64_t kRingMaxN = 6;
 bool ring_runs() { return kernel_takes("cuda_gemv_ring", 16, 1, 256); }
 // Decode shapes with such rows: the tensor-core ring GEMV (N >= 4) or the
@@ -591,8 +591,8 @@ TEST_F(CudaBackend, GemmStridedRows) {
 // off 16), a K that is not a multiple of 256 (chunks plus a per-block tail;
 // ldw padded to a multiple of 16, or a single row), K = 32 (tail only), long K
 // (every warp of a CTA), and M tails of every row group (8 or 16 rows per CTA).
-// The kernel runs itself (the bulk GEMV takes some of these shapes first in
-// dispatch). The last case runs twice: bit-identical.
+// The kernel runs itself (the tensor-core ring GEMV takes some of these
+// shapes first in dispatch). The last case runs twice: bit-identical.
 TEST_F(CudaBackend, GemmMmvqPaths) {
   uint32_t seed = kSeed + 250;
   constexpr const char* kMmvq = "cuda_mmvq";
@@ -646,7 +646,7 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
   EXPECT_NE(tester.refusals().find("row groups of 32"), std::string::npos) << tester.refusals();
 }
 
-// The tensor-core ring GEMV (N = 9..16): K's stages of 8 blocks split over
+// The tensor-core ring GEMV (N = 4..16): K's stages of 8 blocks split over
 // a CTA's 8 warps, evenly (K = 2048: one a warp; 14336: seven) and not (K =
 // 256: one stage, seven warps idle; 2304: nine stages), rows in groups of
 // 32 (M = 1, 45: a group's tail; 32 x SMs - 5: every SM a group), W rows
@@ -683,6 +683,22 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   run_gemm_case({2 * 32 * sms + 33, 4, 4096, 0, 0, 0, 0, 4, nullptr, kMmaRing}, nullptr, seed++, nullptr);
   qgtest::CudaMemory mem;
   qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kMmaRing, mem);
+  // A's row stride such that 3 strides fit a 32-bit offset but 15 do not:
+  // the tile's offsets of the tokens past N would overflow (can_run reads
+  // only the addresses).
+  {
+    alignas(16) static uint8_t stand_in[16];
+    qg::GemmArgs g;
+    g.a = {stand_in, qg::Format::q4_0, 64, 256, 8 * 18, {}, {}};
+    g.b = {stand_in, qg::Format::q8_1, 4, 256, int64_t{160} << 20, {}, {}};
+    g.device = qg::Device::cuda(0);
+    g.fn = "qg.gemm";
+    const qg::detail::GemmKernel* kern = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), kMmaRing);
+    ASSERT_NE(kern, nullptr);
+    std::string why;
+    EXPECT_FALSE(kern->can_run(g, &why));
+    EXPECT_NE(why.find("15 of them must fit a 32-bit offset"), std::string::npos) << why;
+  }
   for (int64_t n : {3, 17}) {
     QG_SEEDED_RNG(rng, 2300 + n);
     qgtest::GemmCase c = qgtest::random_case(rng, 64, n, 4096);
