@@ -109,7 +109,6 @@ constexpr int default_ctas(int warps) { return 16 / warps; }
 constexpr int smem_budget(int warps, int ctas) {
   return warps == 16 ? kOneCtaSmemBytes : (ctas == 3 ? kThreeCtaSmemBytes : kTwoCtaSmemBytes);
 }
-constexpr int smem_budget(int warps) { return smem_budget(warps, default_ctas(warps)); }
 static_assert(kStageRowBytes % 16 == 0, "a stage's row bytes must be whole 16-byte pieces");
 static_assert(ring_bytes(kMaxStages, 8) % 16 == 0, "the activations start 16-byte aligned");
 
