@@ -37,7 +37,7 @@
 // persistent form over several groups was 26-30 % slower than cuda_wgmma at
 // 14336 x 4096). At N <= 8 a CTA takes 108 KiB: past one wave of one CTA an
 // SM the grid runs in waves of two an SM (at 14336 x 4096 N = 4..8 on an
-// H200, 5-18 % faster cold than cuda_mmvq and cuda_wgmma); within one wave
+// H200, 4-17 % faster cold than cuda_mmvq and cuda_wgmma); within one wave
 // each CTA asks for kOneCtaAnSmBytes so that no two share an SM.
 //
 // Rows past M are read from row M - 1, and activation reads of columns past
@@ -358,7 +358,7 @@ Status launch(const GemmArgs& args, Stream stream, bool early) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
-  const bool x16 = is_aligned(args.b.data, 16) && (args.b.rows == 1 || args.b.row_stride % 16 == 0);
+  const bool x16 = is_aligned(args.b.data, 16) && args.b.row_stride % 16 == 0;  // N >= 4: the stride matters
   const int per_sm = x16 ? resident_ctas<true>(args) : resident_ctas<false>(args);
   std::string why;
   if (!ctas_fit(per_sm, args.device.id, "sm_90", &why))
