@@ -106,8 +106,9 @@ __device__ __forceinline__ int q4_0_codes_minus_8(uint32_t nibbles) {
 // cuda_gemv_bulk: N = 7..8 on sm_90+, W by bulk copies, int8 mma.sync.
 bool gemm_bulk_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_bulk_run(const GemmArgs& args, Stream stream);
-// cuda_gemv_mma: N = 4..16 on sm_90, W and A through a cp.async ring a warp,
-// K sliced over a CTA's warps, int8 mma.sync.
+// cuda_gemv_mma: N = 3..16 on sm_90 (N = 3 past one wave of row groups), W
+// and A through a cp.async ring a warp, K sliced over a CTA's warps, int8
+// mma.sync.
 bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_mma_ring_run(const GemmArgs& args, Stream stream);
 Status gemm_mma_ring_run_quantizing(const GemmArgs& args, const QuantizeArgs& from_float, Stream stream);

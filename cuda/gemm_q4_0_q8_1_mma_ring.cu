@@ -32,13 +32,19 @@
 // partial tile into the ring slot it has just read, the CTA meets at one
 // barrier and adds them in warp order, and stores through the epilogue.
 //
-// CTAs an SM. At N = 9..16 a CTA takes 144 KiB, one an SM, and can_run asks
-// that all row groups be resident at once (4224 rows on an H200; a first,
-// persistent form over several groups was 26-30 % slower than cuda_wgmma at
-// 14336 x 4096). At N <= 8 a CTA takes 108 KiB: past one wave of one CTA an
-// SM the grid runs in waves of two an SM (at 14336 x 4096 N = 4..8 on an
-// H200, 4-17 % faster cold than cuda_mmvq and cuda_wgmma); within one wave
-// each CTA asks for kOneCtaAnSmBytes so that no two share an SM.
+// CTAs (pick_cta). Within one wave of row groups (groups <= SMs) a CTA has
+// 8 warps and no SM holds two (at N <= 8 its 108 KiB would let two share:
+// it asks for kOneCtaAnSmBytes). Past one wave, with c = ceil(groups / SMs),
+// K is split over 4 warps (2 at c = 4, N <= 8) and each CTA asks for enough
+// shared memory that at most c share an SM: every SM gets its share of the
+// groups, also when the grid is launched early behind linear_q4_0's
+// quantizer. At N = 9..16 (72 KiB a 4-warp CTA) can_run asks that all
+// groups be resident at once, c <= 3. On an H200 at 14336 x 4096 N = 4..8
+// that was 8-12 % faster in linear_q4_0's graph than waves of two 8-warp
+// CTAs an SM, and N = 12..16 at 11008 x 4096 took 19-26 % less than on
+// cuda_wgmma (docs/architecture.md, "Past one wave: fewer warps, c CTAs an
+// SM"). A first, persistent form over several groups was 26-30 % slower
+// than cuda_wgmma at 14336 x 4096 N = 9..16.
 //
 // Rows past M are read from row M - 1, and activation reads of columns past
 // N from column N - 1 (never stored; only the N columns are copied). A stage
@@ -67,11 +73,11 @@ constexpr int kStageBlocks = 8;                         // 256 values of K
 constexpr int kWRowBytes = kStageBlocks * kQ4_0Bytes;   // 144: nine 16-byte pieces
 constexpr int kXRowBytes = kStageBlocks * kQ8_1Bytes;   // 288: eighteen
 constexpr int kXRowPieces = kXRowBytes / 16;
-constexpr int kMinCols = 4, kMaxCols = 16;              // N it takes (measured: docs/architecture.md)
+constexpr int kMinCols = 3, kMaxCols = 16;              // N it takes (measured: docs/architecture.md)
+constexpr int kMinColsOneWave = 4;                      // N = 3 within one wave: cuda_gemv_ring is faster
 constexpr int kRT = 2;                                  // m16 tiles a warp: 32 rows
 constexpr int kGroupRows = 16 * kRT;
-constexpr int kWarps = 8;                               // K slices a CTA
-constexpr int kThreads = 32 * kWarps;
+constexpr int kWarps = 8;                               // K slices a CTA within one wave (pick_cta)
 constexpr int kWBytes = kGroupRows * kWRowBytes;        // 4608
 constexpr int kWPieces = kGroupRows * 9;
 constexpr int kWLane = kWPieces / 32;
@@ -88,21 +94,20 @@ static_assert(kGroupRows * 8 * 4 <= slot_bytes(1), "a warp's partial tile fits i
 // at N = 9..16, and 2-11 % cold at N = 1..8 (docs/architecture.md).
 constexpr int kRingSlots = 2;
 
-template <int kNT, int kSlots>
+template <int kNT, int kSlots, int kW>
 constexpr int smem_bytes() {
-  return kWarps * kSlots * slot_bytes(kNT);
+  return kW * kSlots * slot_bytes(kNT);
 }
-// Where the row groups fit one CTA an SM, N <= 8's CTAs (108 KiB, two of
-// which fit an SM) ask for this much: more than half of sm_90's 228 KiB an
-// SM less 1 KiB a CTA, so that no SM takes two. Without it, launched early
+// Where the row groups fit one CTA an SM, N <= 8's CTAs of 8 warps (108
+// KiB, two of which fit an SM) ask for this much: more than half of sm_90's
+// 228 KiB an SM less 1 KiB a CTA, so that no SM takes two. Without it, launched early
 // behind linear_q4_0's quantizer, the kernel took 18.5-21.8 us in a CUDA
 // graph on an H200 at 4096 x 14336 N = 1..8, against 11.8-13.3 with it
 // (docs/architecture.md; the reading, not profiled: some SMs took two of
 // the 128 CTAs while the quantizer's held others).
 constexpr int kOneCtaAnSmBytes = 114 * 1024;
 static_assert(2 * (kOneCtaAnSmBytes + 1024) > 228 * 1024, "two such CTAs must not fit an SM");
-static_assert(smem_bytes<1, kRingSlots>() < kOneCtaAnSmBytes && 2 * (smem_bytes<1, kRingSlots>() + 1024) <= 228 * 1024,
-              "N <= 8's unpadded CTAs fit two an SM");
+static_assert(smem_bytes<1, kRingSlots, kWarps>() < kOneCtaAnSmBytes, "the padding only adds");
 
 struct Params {
   const uint8_t* w;
@@ -127,10 +132,11 @@ __device__ __forceinline__ void wait_pending(int pending) {
 // as 16-byte pieces; otherwise (4-byte aligned, as a caller's workspace may
 // be) as 4-byte ones, so that such A takes the same kernel, and bits, as an
 // aligned copy of it.
-template <int kNT, int kSlots, bool kX16>
+template <int kNT, int kSlots, bool kX16, int kW>
 __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const EpilogueParams& ep) {
   static_assert(kSlots >= 2 && kSlots <= 4, "wait_pending covers rings of 2..4 slots");
   constexpr int kTokens = 8 * kNT, kCols = kTokens, kSlotBytes = slot_bytes(kNT), kXLane = x_lane_pieces(kNT);
+  constexpr int kThreads = 32 * kW;
   static_assert(kGroupRows * kCols * 4 <= kSlotBytes, "a warp's partial tile fits in one of its slots");
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -139,8 +145,8 @@ __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const Epilog
 
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kGroupRows;
   const int ns = p.nb / kStageBlocks;
-  auto stages_of = [&](int w) { return (w + 1) * ns / kWarps - w * ns / kWarps; };
-  const int s_begin = warp * ns / kWarps, my = stages_of(warp);
+  auto stages_of = [&](int w) { return (w + 1) * ns / kW - w * ns / kW; };
+  const int s_begin = warp * ns / kW, my = stages_of(warp);
 
   // This lane's pieces of a stage: W piece c of row r (nine a row),
   // activation piece c of token tk (eighteen a token, the N tokens' only);
@@ -307,51 +313,90 @@ __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const Epilog
     if (row >= p.m || col >= p.n) continue;
     float v = part_of(0)[o];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) v += part_of(w)[o];
+    for (int w = 1; w < kW; ++w) v += part_of(w)[o];
     epilogue_store(ep, row, col, v);
   }
 }
 
-// kOnePerSm: the same kernel, launched with kOneCtaAnSmBytes (its own
-// instance so that device_limits.cuh caches its residency apart). N <= 8's
-// unpadded instance runs two CTAs an SM only while it needs at most 128
-// registers a thread (ptxas: 94 and 101 at sm_90a); past that it would run
-// one an SM, correct but slower.
-template <int kNT, bool kX16, bool kOnePerSm>
-__global__ void __launch_bounds__(kThreads, 1) gemm_mma_ring_entry(Params p, EpilogueParams ep) {
-  gemm_mma_ring_body<kNT, kRingSlots, kX16>(p, ep);
+// kW warps a CTA, at most kCtas CTAs an SM: each CTA asks for enough
+// shared memory that no more fit (each an instance of its own, so that
+// device_limits.cuh caches its residency apart). The instances share an SM
+// as pick_cta says only while they need at most 128 registers a thread at
+// N <= 8 and 168 at N = 9..16 (ptxas at sm_90a: 94-101 and 108-130); past
+// that they would run fewer an SM, correct but slower.
+template <int kNT, int kW, int kCtas, bool kX16>
+__global__ void __launch_bounds__(32 * kW, 1) gemm_mma_ring_entry(Params p, EpilogueParams ep) {
+  gemm_mma_ring_body<kNT, kRingSlots, kX16, kW>(p, ep);
 }
-template <int kNT, bool kOnePerSm>
+
+// sm_90 has 228 KiB of shared memory an SM, of which each CTA takes 1 KiB
+// for itself.
+constexpr int kSmemPerSm = 228 * 1024, kSmemPerCta = 1024;
+template <int kNT, int kW, int kCtas>
 constexpr int launch_smem() {
-  return kOnePerSm ? kOneCtaAnSmBytes : smem_bytes<kNT, kRingSlots>();
+  constexpr int own = smem_bytes<kNT, kRingSlots, kW>();
+  static_assert(kCtas * (own + kSmemPerCta) <= kSmemPerSm, "kCtas such CTAs fit an SM");
+  constexpr int padded = kCtas == 1 ? kOneCtaAnSmBytes : (kSmemPerSm / kCtas - kSmemPerCta) & ~127;
+  static_assert((kCtas + 1) * (std::max(own, padded) + kSmemPerCta) > kSmemPerSm, "one more does not");
+  return std::max(own, padded);
 }
 
-template <int kNT, bool kX16, bool kOnePerSm>
-int resident_ctas(int device) {
-  return resident_ctas_sm90<gemm_mma_ring_entry<kNT, kX16, kOnePerSm>>(device, kThreads,
-                                                                         launch_smem<kNT, kOnePerSm>());
+// The CTA forms: tokens a tile (8 or 16), warps a CTA, CTAs an SM.
+enum class Form { t8_w8_1, t8_w4_2, t8_w4_3, t8_w4_4, t8_w2_4, t16_w8_1, t16_w4_2, t16_w4_3 };
+
+// Within one wave of row groups (groups <= SMs), 8 warps, one CTA an SM.
+// Past it, c = ceil(groups / SMs) CTAs an SM and no more, of 4 warps (2 at
+// c = 4 and N <= 8). Measured on an H200 at K = 4096 (linear_q4_0 in a CUDA
+// graph, N = 4 / 8, us): at c = 2 (8192 rows) 4 warps padded to two an SM
+// 8.2 / 8.5, unpadded (four an SM fit) 10.1 / 11.4, two 8-warp CTAs 9.0 /
+// 9.7; at c = 3 (12288) 11.3 / 11.7 against 13.0 / 14.5 unpadded; at c = 4
+// (14336) 2 warps 13.5 / 14.7, 4 warps 14.3 / 15.1 (both padded to four an
+// SM), two 8-warp CTAs an SM 15.4 / 16.5.
+// Unpadded, the early launch behind the quantizer can crowd the grid onto
+// fewer SMs (the reading, as for one wave). Past four groups an SM, four
+// 4-warp CTAs an SM in waves (28672 rows: 26.3 / 28.3, 2 warps seven an SM
+// 28.7 / 30.4). At N = 9..16 (two n8 tiles, 72 KiB) c <= 3: can_run asks
+// that all groups be resident at once; at c = 2 (8192 x 4096, N = 12 / 16)
+// padded to two an SM 10.7 / 11.3, three an SM 13.8 / 14.3.
+Form pick_cta(const GemmArgs& g) {
+  const int64_t groups = (g.a.rows + kGroupRows - 1) / kGroupRows, sms = device_limits(g.device.id).sms;
+  const int64_t c = (groups + sms - 1) / sms;
+  if (g.b.rows > 8) return c <= 1 ? Form::t16_w8_1 : c == 2 ? Form::t16_w4_2 : Form::t16_w4_3;
+  switch (c) {
+    case 0:
+    case 1: return Form::t8_w8_1;
+    case 2: return Form::t8_w4_2;
+    case 3: return Form::t8_w4_3;
+    case 4: return Form::t8_w2_4;
+    default: return Form::t8_w4_4;
+  }
 }
 
-// N <= 8 (one n8 tile) past one wave of one CTA an SM: two an SM.
-bool two_ctas_an_sm(const GemmArgs& g) {
-  return g.b.rows <= 8 && (g.a.rows + kGroupRows - 1) / kGroupRows > device_limits(g.device.id).sms;
+// f(kernel, shared bytes, resident CTAs an SM, threads) for one instance.
+template <int kNT, int kW, int kCtas, bool kX16, class F>
+decltype(auto) with_instance(int device, F&& f) {
+  constexpr auto kernel = gemm_mma_ring_entry<kNT, kW, kCtas, kX16>;
+  constexpr int smem = launch_smem<kNT, kW, kCtas>();
+  return f(kernel, smem, resident_ctas_sm90<kernel>(device, 32 * kW, smem), 32 * kW);
 }
-
-// f(kernel, shared bytes, resident CTAs an SM) for the instance that runs
-// `g`, its A 16-byte aligned (kX16) or not.
 template <bool kX16, class F>
 decltype(auto) with_kernel(const GemmArgs& g, F&& f) {
   const int dev = g.device.id;
-  if (g.b.rows > 8)
-    return f(gemm_mma_ring_entry<2, kX16, false>, launch_smem<2, false>(), resident_ctas<2, kX16, false>(dev));
-  if (two_ctas_an_sm(g))
-    return f(gemm_mma_ring_entry<1, kX16, false>, launch_smem<1, false>(), resident_ctas<1, kX16, false>(dev));
-  return f(gemm_mma_ring_entry<1, kX16, true>, launch_smem<1, true>(), resident_ctas<1, kX16, true>(dev));
+  switch (pick_cta(g)) {
+    case Form::t8_w8_1: return with_instance<1, 8, 1, kX16>(dev, f);
+    case Form::t8_w4_2: return with_instance<1, 4, 2, kX16>(dev, f);
+    case Form::t8_w4_3: return with_instance<1, 4, 3, kX16>(dev, f);
+    case Form::t8_w4_4: return with_instance<1, 4, 4, kX16>(dev, f);
+    case Form::t8_w2_4: return with_instance<1, 2, 4, kX16>(dev, f);
+    case Form::t16_w8_1: return with_instance<2, 8, 1, kX16>(dev, f);
+    case Form::t16_w4_2: return with_instance<2, 4, 2, kX16>(dev, f);
+    default: return with_instance<2, 4, 3, kX16>(dev, f);
+  }
 }
 
 template <bool kX16>
 int resident_ctas(const GemmArgs& g) {
-  return with_kernel<kX16>(g, [](auto, int, int per_sm) { return per_sm; });
+  return with_kernel<kX16>(g, [](auto, int, int per_sm, int) { return per_sm; });
 }
 
 Status launch(const GemmArgs& args, Stream stream, bool early) {
@@ -374,8 +419,8 @@ Status launch(const GemmArgs& args, Stream stream, bool early) {
                  kCodeBias};
   // One CTA a row group (can_run: at N = 9..16 all resident at once).
   const int64_t grid = (args.a.rows + kGroupRows - 1) / kGroupRows;
-  auto go = [&](auto kernel, int smem, int) {
-    launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), static_cast<size_t>(smem),
+  auto go = [&](auto kernel, int smem, int, int threads) {
+    launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(threads), static_cast<size_t>(smem),
                        to_cuda(stream), early, p, epilogue_params(args));
     return gemm_launch_status(args);
   };
@@ -392,6 +437,10 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.b.rows < kMinCols || args.b.rows > kMaxCols)
     return no("N=" + std::to_string(args.b.rows) + " outside " + std::to_string(kMinCols) + ".." +
               std::to_string(kMaxCols) + " (measured faster elsewhere)");
+  const int sms = device_limits(args.device.id).sms;
+  if (args.b.rows < kMinColsOneWave && (args.a.rows + kGroupRows - 1) / kGroupRows <= sms)
+    return no("N=" + std::to_string(args.b.rows) + " with M=" + std::to_string(args.a.rows) +
+              " in one wave of row groups of 32 (measured faster on cuda_gemv_ring)");
   if (args.a.k % 256 != 0 || args.a.k == 0)
     return no("K=" + std::to_string(args.a.k) +
               " is not a positive multiple of 256 (stages are whole 16-byte pieces of W and A)");
@@ -407,11 +456,11 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
   DeviceGuard guard(args.device.id);
   const int per_sm = guard.error() != cudaSuccess ? -1 : resident_ctas<true>(args);
   if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
-  // N <= 8: any number of row groups, in waves of two CTAs an SM (header).
+  // N <= 8: any number of row groups (past four an SM, in waves: pick_cta).
   if (args.b.rows <= 8) return true;
   // N = 9..16: one row group a CTA, all resident at once (header: with more
   // groups than that a persistent form was slower than cuda_wgmma).
-  return row_groups_fit_one_wave(args, kGroupRows, per_sm, device_limits(args.device.id).sms, why_not);
+  return row_groups_fit_one_wave(args, kGroupRows, per_sm, sms, why_not);
 }
 
 Status gemm_mma_ring_run(const GemmArgs& args, Stream stream) { return launch(args, stream, false); }

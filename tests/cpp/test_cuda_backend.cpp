@@ -561,13 +561,14 @@ TEST_F(CudaBackend, GemmLargeTiles) {
 // Few tiles and a long K: on sm_90 the tensor-core kernel splits K across the
 // CTAs of a cluster and adds their tiles through distributed shared memory.
 // Tails in M, N and K, 16-byte and 4-byte copies, a padded C; the sum order is
-// fixed, so two runs are bit-identical. (M = 5000 at N = 16: more row groups
-// than cuda_gemv_mma takes, so the warpgroup kernel's 16-token tile runs.)
+// fixed, so two runs are bit-identical. (M = 5000 at N = 16: the warpgroup
+// kernel's 16-token tile, forced by name where it runs, as dispatch gives
+// such shapes to cuda_gemv_mma.)
 TEST_F(CudaBackend, GemmSplitKAcrossClusters) {
   uint32_t seed = kSeed + 170;
   const char* tiled = tiled_impl();
   for (const GemmCase& g : {GemmCase{97, 12, 4192, 0, 0, 0, 0, 0, tiled}, GemmCase{300, 70, 8224, 0, 0, 3, 0, 0, tiled},
-                            GemmCase{33, 129, 2080, 6, 12, 0, 0, 0, tiled}, GemmCase{5000, 16, 14336, 0, 0, 0, 0, 0, warpgroup_impl()},
+                            GemmCase{33, 129, 2080, 6, 12, 0, 0, 0, tiled}, GemmCase{5000, 16, 14336, 0, 0, 0, 0, 0, nullptr, warpgroup_runs() ? "cuda_wgmma" : nullptr},
                             GemmCase{130, 40, 1056, 0, 0, 0, 2, 0, tiled}}) {
     std::vector<float> first, again;
     run_gemm_case(g, nullptr, seed, &first);
@@ -646,17 +647,20 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
   EXPECT_NE(tester.refusals().find("row groups of 32"), std::string::npos) << tester.refusals();
 }
 
-// The tensor-core ring GEMV (N = 4..16): K's stages of 8 blocks split over
+// The tensor-core ring GEMV (N = 3..16): K's stages of 8 blocks split over
 // a CTA's 8 warps, evenly (K = 2048: one a warp; 14336: seven) and not (K =
 // 256: one stage, seven warps idle; 2304: nine stages), rows in groups of
 // 32 (M = 1, 45: a group's tail; 32 x SMs - 5: every SM a group), W rows
 // padded by 16 bytes and C rows by one element, A rows padded by 16 bytes,
 // and A only 4-byte aligned (its base 4 or 8 mod 16, or its row stride 4 mod
-// 16: 4-byte copies). Every N it takes: one n8 tile at N = 4..8 (the CTAs
-// padded to one an SM within one wave; past it, M = 32 x SMs + 1 and more
-// than two waves of two CTAs an SM), two at N = 9..16. N = 3 and 17 and, at
-// N = 9..16, one row group more than SMs are refused. The last cases run
-// twice: bit-identical.
+// 16: 4-byte copies). Every N it takes within one wave: one n8 tile at N =
+// 4..8 (the CTAs padded to one an SM), two at N = 9..16. Past one wave, c =
+// ceil(groups / SMs) CTAs an SM: 4 warps at c = 2 (M = 32 x SMs + 1) and 3
+// (2 x 32 x SMs + 33, 3 x 32 x SMs) at N = 3..16, 2 warps at c = 4 (3 x 32 x
+// SMs + 7), 4 warps in waves of four an SM at c = 6 (5 x 32 x SMs + 77),
+// with stages split evenly, unevenly (K = 2304) and one stage for two warps
+// (K = 256). Refused: N = 17; N = 3 within one wave; at N = 9..16 more row
+// groups than three an SM. The last cases run twice: bit-identical.
 TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   constexpr const char* kMmaRing = "cuda_gemv_mma";
   if (!kernel_takes(kMmaRing, 32, 16, 256)) GTEST_SKIP() << kMmaRing << " does not run on cuda:0";
@@ -676,11 +680,21 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   }
   for (int64_t n : {4, 8, 9, 16})
     run_gemm_case({one_wave, n, 4096, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
-  // N <= 8 past one wave: two CTAs an SM, in one wave and in three.
+  // Past one wave: CTAs of 4 warps, two or three an SM; of 2, four an SM;
+  // of 4, in waves of four an SM.
   const int64_t sms = sm_count();
-  run_gemm_case({32 * sms + 1, 5, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
-  run_gemm_case({5 * 32 * sms + 77, 8, 512, 0, 0, 1, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
-  run_gemm_case({2 * 32 * sms + 33, 4, 4096, 0, 0, 0, 0, 4, nullptr, kMmaRing}, nullptr, seed++, nullptr);
+  const GemmCase past[] = {
+      {32 * sms + 1, 5, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing},        // 4 warps, nine stages
+      {32 * sms + 1, 3, 4096, 0, 0, 0, 0, 0, nullptr, kMmaRing},        // N = 3, 4 warps
+      {32 * sms + 1, 12, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing},       // two n8 tiles, 4 warps
+      {2 * 32 * sms + 33, 16, 4096, 0, 0, 1, 0, 0, nullptr, kMmaRing},  // padded C rows
+      {2 * 32 * sms + 33, 4, 4096, 0, 0, 0, 0, 4, nullptr, kMmaRing},   // A's base 4 mod 16
+      {3 * 32 * sms, 9, 256, 0, 0, 0, 0, 0, nullptr, kMmaRing},         // two n8 tiles, three groups an SM
+      {3 * 32 * sms + 7, 3, 256, 0, 0, 0, 0, 0, nullptr, kMmaRing},     // 2 warps, one stage
+      {3 * 32 * sms + 7, 6, 2304, 16, 4, 0, 0, 0, nullptr, kMmaRing},   // 2 warps; padded W, 4-byte A copies
+      {5 * 32 * sms + 77, 8, 512, 0, 0, 1, 0, 0, nullptr, kMmaRing},    // 4 warps, in waves of four an SM
+  };
+  for (const GemmCase& g : past) run_gemm_case(g, nullptr, seed++, nullptr);
   qgtest::CudaMemory mem;
   qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kMmaRing, mem);
   // A's row stride such that 3 strides fit a 32-bit offset but 15 do not:
@@ -699,17 +713,19 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
     EXPECT_FALSE(kern->can_run(g, &why));
     EXPECT_NE(why.find("15 of them must fit a 32-bit offset"), std::string::npos) << why;
   }
-  for (int64_t n : {3, 17}) {
+  const std::pair<int64_t, const char*> refused[] = {{3, "in one wave of row groups"}, {17, "outside 3..16"}};
+  for (const auto& [n, why] : refused) {
+    qgtest::GemmKernelTester fresh(qg::detail::cuda::registry(), kMmaRing, mem);  // its own refusal list
     QG_SEEDED_RNG(rng, 2300 + n);
     qgtest::GemmCase c = qgtest::random_case(rng, 64, n, 4096);
-    EXPECT_FALSE(tester.run_and_check(c)) << "N = " << n << " should be refused";
-    EXPECT_NE(tester.refusals().find("outside 4..16"), std::string::npos) << tester.refusals();
+    EXPECT_FALSE(fresh.run_and_check(c)) << "N = " << n << " should be refused";
+    EXPECT_NE(fresh.refusals().find(why), std::string::npos) << fresh.refusals();
   }
   {
-    qgtest::GemmKernelTester fresh(qg::detail::cuda::registry(), kMmaRing, mem);  // its own refusal list
+    qgtest::GemmKernelTester fresh(qg::detail::cuda::registry(), kMmaRing, mem);
     QG_SEEDED_RNG(rng, 2325);
-    qgtest::GemmCase c = qgtest::random_case(rng, 32 * sm_count() + 1, 12, 256);
-    EXPECT_FALSE(fresh.run_and_check(c)) << "one row group more than SMs should be refused";
+    qgtest::GemmCase c = qgtest::random_case(rng, 3 * 32 * sm_count() + 1, 12, 256);
+    EXPECT_FALSE(fresh.run_and_check(c)) << "more row groups than three CTAs an SM should be refused at N = 12";
     EXPECT_NE(fresh.refusals().find("row groups of 32"), std::string::npos) << fresh.refusals();
   }
   // An activation block of +Inf scale and one of NaN (tokens 3 and 11),
@@ -731,7 +747,8 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
     EXPECT_TRUE(tester.run_and_check(c)) << tester.refusals();
   }
   for (const GemmCase& g : {GemmCase{one_wave, 13, 14336, 0, 0, 0, 0, 0, nullptr, kMmaRing},
-                            GemmCase{3 * 32 * sms + 7, 7, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing}}) {
+                            GemmCase{3 * 32 * sms + 7, 7, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing},
+                            GemmCase{2 * 32 * sms + 33, 14, 4096, 0, 0, 0, 0, 0, nullptr, kMmaRing}}) {
     std::vector<float> first, again;
     run_gemm_case(g, nullptr, seed, &first);
     run_gemm_case(g, nullptr, seed, &again);
