@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_q4_0_q8_1_mma_ring.cu: Q4_0 x Q8_1 for small batches on sm_90
-// (cuda_gemv_mma, N = 4..16): each warp streams a 32-row tile of W and the
+// (cuda_gemv_mma, N = 3..16): each warp streams a 32-row tile of W and the
 // activations of its slice of K through its own cp.async ring, int8
 // mma.sync.m16n8k32 on them (q4_0_mma.cuh's arithmetic), and the CTA's warps
 // take one slice of K each; their partial tiles are added in shared memory in
@@ -39,11 +39,11 @@
 // shared memory that at most c share an SM: every SM gets its share of the
 // groups, also when the grid is launched early behind linear_q4_0's
 // quantizer. At N = 9..16 (72 KiB a 4-warp CTA) can_run asks that all
-// groups be resident at once, c <= 3. On an H200 at 14336 x 4096 N = 4..8
-// that was 8-12 % faster in linear_q4_0's graph than waves of two 8-warp
-// CTAs an SM, and N = 12..16 at 11008 x 4096 took 19-26 % less than on
-// cuda_wgmma (docs/architecture.md, "Past one wave: fewer warps, c CTAs an
-// SM"). A first, persistent form over several groups was 26-30 % slower
+// groups be resident at once, c <= 3. On an H200 at 14336 x 4096
+// linear_q4_0's graph took 11-12 % less time at N = 4 and 8 than with waves
+// of two 8-warp CTAs an SM (one binary), and at 11008 x 4096 N = 12 / 16
+// 18-25 % less than on cuda_wgmma (docs/architecture.md, "Past one wave:
+// fewer warps, c CTAs an SM"). A first, persistent form over several groups was 26-30 % slower
 // than cuda_wgmma at 14336 x 4096 N = 9..16.
 //
 // Rows past M are read from row M - 1, and activation reads of columns past
@@ -357,7 +357,7 @@ enum class Form { t8_w8_1, t8_w4_2, t8_w4_3, t8_w4_4, t8_w2_4, t16_w8_1, t16_w4_
 // 4-warp CTAs an SM in waves (28672 rows: 26.3 / 28.3, 2 warps seven an SM
 // 28.7 / 30.4). At N = 9..16 (two n8 tiles, 72 KiB) c <= 3: can_run asks
 // that all groups be resident at once; at c = 2 (8192 x 4096, N = 12 / 16)
-// padded to two an SM 10.7 / 11.3, three an SM 13.8 / 14.3.
+// padded to two an SM 10.7 / 11.1-11.3, three an SM 13.8 / 14.3.
 Form pick_cta(const GemmArgs& g) {
   const int64_t groups = (g.a.rows + kGroupRows - 1) / kGroupRows, sms = device_limits(g.device.id).sms;
   const int64_t c = (groups + sms - 1) / sms;
@@ -399,12 +399,20 @@ int resident_ctas(const GemmArgs& g) {
   return with_kernel<kX16>(g, [](auto, int, int per_sm, int) { return per_sm; });
 }
 
+// A's base and row stride 16-byte aligned: 16-byte copies (kX16).
+bool a_16_byte(const GemmArgs& g) { return is_aligned(g.b.data, 16) && g.b.row_stride % 16 == 0; }
+
+// The residency of the instance launch runs (can_run's too: the two
+// alignments' instances differ in registers).
+int resident_ctas_of_instance(const GemmArgs& g) {
+  return a_16_byte(g) ? resident_ctas<true>(g) : resident_ctas<false>(g);
+}
+
 Status launch(const GemmArgs& args, Stream stream, bool early) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
-  const bool x16 = is_aligned(args.b.data, 16) && args.b.row_stride % 16 == 0;  // N >= 4: the stride matters
-  const int per_sm = x16 ? resident_ctas<true>(args) : resident_ctas<false>(args);
+  const int per_sm = resident_ctas_of_instance(args);
   std::string why;
   if (!ctas_fit(per_sm, args.device.id, "sm_90", &why))
     return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_gemv_mma): " + why + " (" +
@@ -424,7 +432,7 @@ Status launch(const GemmArgs& args, Stream stream, bool early) {
                        to_cuda(stream), early, p, epilogue_params(args));
     return gemm_launch_status(args);
   };
-  return x16 ? with_kernel<true>(args, go) : with_kernel<false>(args, go);
+  return a_16_byte(args) ? with_kernel<true>(args, go) : with_kernel<false>(args, go);
 }
 
 }  // namespace
@@ -454,7 +462,7 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
     return no("A's row stride " + std::to_string(args.b.row_stride) +
               " bytes: 15 of them must fit a 32-bit offset (16-token tiles)");
   DeviceGuard guard(args.device.id);
-  const int per_sm = guard.error() != cudaSuccess ? -1 : resident_ctas<true>(args);
+  const int per_sm = guard.error() != cudaSuccess ? -1 : resident_ctas_of_instance(args);
   if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
   // N <= 8: any number of row groups (past four an SM, in waves: pick_cta).
   if (args.b.rows <= 8) return true;

@@ -500,7 +500,8 @@ int sm_count() {
 // warpgroup kernel, before cuda_mmvq).
 constexpr int64_t kRingMaxN = 6;
 bool ring_runs() { return kernel_takes("cuda_gemv_ring", 16, 1, 256); }
-// Decode shapes with such rows: the tensor-core ring GEMV (N >= 4) or the
+// Decode shapes with such rows: the tensor-core ring GEMV (N >= 4, or 3 past
+// one wave of its row groups) or the
 // bulk GEMV where one takes the shape, else the warpgroup kernel for N =
 // 7..8 where that runs (M >= 128), else the ring GEMV where it takes the
 // shape, else cuda_mmvq.
@@ -568,7 +569,8 @@ TEST_F(CudaBackend, GemmSplitKAcrossClusters) {
   uint32_t seed = kSeed + 170;
   const char* tiled = tiled_impl();
   for (const GemmCase& g : {GemmCase{97, 12, 4192, 0, 0, 0, 0, 0, tiled}, GemmCase{300, 70, 8224, 0, 0, 3, 0, 0, tiled},
-                            GemmCase{33, 129, 2080, 6, 12, 0, 0, 0, tiled}, GemmCase{5000, 16, 14336, 0, 0, 0, 0, 0, nullptr, warpgroup_runs() ? "cuda_wgmma" : nullptr},
+                            GemmCase{33, 129, 2080, 6, 12, 0, 0, 0, tiled}, GemmCase{5000, 16, 14336, 0, 0, 0, 0, 0, warpgroup_runs() ? nullptr : tiled,
+                                     warpgroup_runs() ? "cuda_wgmma" : nullptr},
                             GemmCase{130, 40, 1056, 0, 0, 0, 2, 0, tiled}}) {
     std::vector<float> first, again;
     run_gemm_case(g, nullptr, seed, &first);
@@ -655,9 +657,10 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
 // and A only 4-byte aligned (its base 4 or 8 mod 16, or its row stride 4 mod
 // 16: 4-byte copies). Every N it takes within one wave: one n8 tile at N =
 // 4..8 (the CTAs padded to one an SM), two at N = 9..16. Past one wave, c =
-// ceil(groups / SMs) CTAs an SM: 4 warps at c = 2 (M = 32 x SMs + 1) and 3
-// (2 x 32 x SMs + 33, 3 x 32 x SMs) at N = 3..16, 2 warps at c = 4 (3 x 32 x
-// SMs + 7), 4 warps in waves of four an SM at c = 6 (5 x 32 x SMs + 77),
+// ceil(groups / SMs) CTAs an SM: 4 warps at c = 2 (M = 32 x SMs + 1: N =
+// 3, 5, 12) and 3 (2 x 32 x SMs + 33, 3 x 32 x SMs: N = 4, 9, 14, 16), 2
+// warps at c = 4 (3 x 32 x SMs + 7: N = 3, 6, 7), 4 warps in waves of four
+// an SM at c = 6 (5 x 32 x SMs + 77: N = 8),
 // with stages split evenly, unevenly (K = 2304) and one stage for two warps
 // (K = 256). Refused: N = 17; N = 3 within one wave; at N = 9..16 more row
 // groups than three an SM. The last cases run twice: bit-identical.
