@@ -43,8 +43,8 @@
 // linear_q4_0's graph took 11-12 % less time at N = 4 and 8 than with waves
 // of two 8-warp CTAs an SM (one binary), and at 11008 x 4096 N = 12 / 16
 // 18-25 % less than on cuda_wgmma (docs/architecture.md, "Past one wave:
-// fewer warps, c CTAs an SM"). A first, persistent form over several groups was 26-30 % slower
-// than cuda_wgmma at 14336 x 4096 N = 9..16.
+// fewer warps, c CTAs an SM"). A first, persistent form over several
+// groups was 26-30 % slower than cuda_wgmma at 14336 x 4096 N = 9..16.
 //
 // Rows past M are read from row M - 1, and activation reads of columns past
 // N from column N - 1 (never stored; only the N columns are copied). A stage
@@ -98,15 +98,18 @@ template <int kNT, int kSlots, int kW>
 constexpr int smem_bytes() {
   return kW * kSlots * slot_bytes(kNT);
 }
+// sm_90 has 228 KiB of shared memory an SM, of which each CTA takes 1 KiB
+// for itself.
+constexpr int kSmemPerSm = 228 * 1024, kSmemPerCta = 1024;
 // Where the row groups fit one CTA an SM, N <= 8's CTAs of 8 warps (108
-// KiB, two of which fit an SM) ask for this much: more than half of sm_90's
-// 228 KiB an SM less 1 KiB a CTA, so that no SM takes two. Without it, launched early
-// behind linear_q4_0's quantizer, the kernel took 18.5-21.8 us in a CUDA
-// graph on an H200 at 4096 x 14336 N = 1..8, against 11.8-13.3 with it
-// (docs/architecture.md; the reading, not profiled: some SMs took two of
-// the 128 CTAs while the quantizer's held others).
+// KiB, two of which fit an SM) ask for this much: more than half of an
+// SM's shared memory less a CTA's 1 KiB, so that no SM takes two. Without
+// it, launched early behind linear_q4_0's quantizer, the kernel took
+// 18.5-21.8 us in a CUDA graph on an H200 at 4096 x 14336 N = 1..8,
+// against 11.8-13.3 with it (docs/architecture.md; the reading, not
+// profiled: some SMs took two of the 128 CTAs while the quantizer's held
+// others). launch_smem pads CTAs past one wave the same way.
 constexpr int kOneCtaAnSmBytes = 114 * 1024;
-static_assert(2 * (kOneCtaAnSmBytes + 1024) > 228 * 1024, "two such CTAs must not fit an SM");
 static_assert(smem_bytes<1, kRingSlots, kWarps>() < kOneCtaAnSmBytes, "the padding only adds");
 
 struct Params {
@@ -329,9 +332,8 @@ __global__ void __launch_bounds__(32 * kW, 1) gemm_mma_ring_entry(Params p, Epil
   gemm_mma_ring_body<kNT, kRingSlots, kX16, kW>(p, ep);
 }
 
-// sm_90 has 228 KiB of shared memory an SM, of which each CTA takes 1 KiB
-// for itself.
-constexpr int kSmemPerSm = 228 * 1024, kSmemPerCta = 1024;
+// The shared memory a CTA asks for: its own, or more, so that no more than
+// kCtas fit an SM.
 template <int kNT, int kW, int kCtas>
 constexpr int launch_smem() {
   constexpr int own = smem_bytes<kNT, kRingSlots, kW>();
@@ -394,18 +396,14 @@ decltype(auto) with_kernel(const GemmArgs& g, F&& f) {
   }
 }
 
-template <bool kX16>
-int resident_ctas(const GemmArgs& g) {
-  return with_kernel<kX16>(g, [](auto, int, int per_sm, int) { return per_sm; });
-}
-
 // A's base and row stride 16-byte aligned: 16-byte copies (kX16).
 bool a_16_byte(const GemmArgs& g) { return is_aligned(g.b.data, 16) && g.b.row_stride % 16 == 0; }
 
 // The residency of the instance launch runs (can_run's too: the two
 // alignments' instances differ in registers).
 int resident_ctas_of_instance(const GemmArgs& g) {
-  return a_16_byte(g) ? resident_ctas<true>(g) : resident_ctas<false>(g);
+  auto per_sm = [](auto, int, int n, int) { return n; };
+  return a_16_byte(g) ? with_kernel<true>(g, per_sm) : with_kernel<false>(g, per_sm);
 }
 
 Status launch(const GemmArgs& args, Stream stream, bool early) {
