@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_q4_0_q8_1_mma_ring.cu: Q4_0 x Q8_1 for small batches on sm_90
-// (cuda_gemv_mma, N = 3..16): each warp streams a 32-row tile of W and the
-// activations of its slice of K through its own cp.async ring, int8
+// (cuda_gemv_mma, N = 3..16): each warp streams a 32-row tile of W (16-row
+// where M is at most 16 rows an SM) and the activations of its slice of K
+// through its own cp.async ring, int8
 // mma.sync.m16n8k32 on them (q4_0_mma.cuh's arithmetic), and the CTA's warps
 // take one slice of K each; their partial tiles are added in shared memory in
 // warp order.
@@ -12,7 +13,10 @@
 // CTA-wide stages. Here a warp's tensor-core work is a whole 32 x 8 kNT tile
 // a block (2 kNT m16n8k32 MMAs over one W fragment pair and kNT B
 // fragments), so it needs 32 rows, and M = 4096 has only 128 such row
-// groups: the K slices give an SM its 8 warps of streams.
+// groups: the K slices give an SM its 8 warps of streams. Where M <= 16 x
+// SMs, 32-row groups would leave half the SMs idle or more: there a warp's
+// tile is 16 rows (one m16 tile, kRT = 1), which costs a B fragment's
+// loads and scales a tile instead of a pair, and every SM streams.
 //
 // Why the activations go through the same ring. Read from global memory
 // (L1/L2) a block ahead, a stage's activation loads (72 a lane at N = 16)
@@ -25,16 +29,17 @@
 // shared loads at fixed offsets. The price is shared memory: a slot holds
 // the stage's 32 W rows (144 bytes each, 8 blocks) and room for 8 kNT
 // tokens' 8 blocks (288 bytes each): 6912 bytes at N <= 8 (one n8 tile),
-// 9216 at N = 9..16 (two).
+// 9216 at N = 9..16 (two); 2304 bytes fewer with 16 rows.
 //
 // Slices. K's stages (8 blocks, 256 values) are split evenly over the CTA's
 // warps, and a CTA owns one row group. At the end each warp writes its
 // partial tile into the ring slot it has just read, the CTA meets at one
 // barrier and adds them in warp order, and stores through the epilogue.
 //
-// CTAs (pick_cta). Within one wave of row groups (groups <= SMs) a CTA has
-// 8 warps and no SM holds two (at N <= 8 its 108 KiB would let two share:
-// it asks for kOneCtaAnSmBytes). Past one wave, with c = ceil(groups / SMs),
+// CTAs (pick_cta). Within one wave of row groups (groups <= SMs; 16-row
+// groups up to 16 x SMs rows, 32-row ones up to 32 x SMs) a CTA has 8 warps
+// and no SM holds two (at N <= 8 its 108 KiB would let two share: it asks
+// for kOneCtaAnSmBytes). Past one wave, with c = ceil(groups / SMs),
 // K is split over 4 warps (2 at c = 4, N <= 8) and each CTA asks for enough
 // shared memory that at most c share an SM: every SM gets its share of the
 // groups, also when the grid is launched early behind linear_q4_0's
@@ -55,6 +60,7 @@
 // (grid_dependency.cuh); the first stages' W copies, the caller's bytes,
 // are requested before the wait for its output, their activations after.
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -74,29 +80,30 @@ constexpr int kWRowBytes = kStageBlocks * kQ4_0Bytes;   // 144: nine 16-byte pie
 constexpr int kXRowBytes = kStageBlocks * kQ8_1Bytes;   // 288: eighteen
 constexpr int kXRowPieces = kXRowBytes / 16;
 constexpr int kMinCols = 3, kMaxCols = 16;              // N it takes (measured: docs/architecture.md)
-constexpr int kMinColsOneWave = 4;                      // N = 3 within one wave: cuda_gemv_ring is faster
-constexpr int kRT = 2;                                  // m16 tiles a warp: 32 rows
-constexpr int kGroupRows = 16 * kRT;
-constexpr int kWarps = 8;                               // K slices a CTA within one wave (pick_cta)
-constexpr int kWBytes = kGroupRows * kWRowBytes;        // 4608
-constexpr int kWPieces = kGroupRows * 9;
-constexpr int kWLane = kWPieces / 32;
-static_assert(kWPieces % 32 == 0, "every lane copies the same number of W pieces");
-// kNT n8 tiles: 8 kNT tokens a slot (N <= 8: one tile, 6912 bytes a slot;
-// N = 9..16: two, 9216). Only the N tokens' pieces are copied; reads of the
-// columns past N go to column N - 1's row.
-__host__ __device__ constexpr int slot_bytes(int nt) { return kWBytes + 8 * nt * kXRowBytes; }
+constexpr int kMinColsOneWave = 4;  // N = 3 within one wave of 32-row groups: cuda_gemv_ring is faster
+// Rows a group: two m16 tiles (32 rows), or one (16) where the 16-row
+// groups fit one wave (pick_cta).
+__host__ __device__ constexpr int group_rows(int rt) { return 16 * rt; }
+constexpr int kWarps = 8;  // K slices a CTA within one wave (pick_cta)
+__host__ __device__ constexpr int w_bytes(int rt) { return group_rows(rt) * kWRowBytes; }  // 4608 or 2304
+// W pieces of a stage (nine a row), and at most how many a lane copies: 9
+// at 32 rows, 4 or 5 at 16 (144 pieces).
+__host__ __device__ constexpr int w_pieces(int rt) { return group_rows(rt) * 9; }
+__host__ __device__ constexpr int w_lane_pieces(int rt) { return (w_pieces(rt) + 31) / 32; }
+// kNT n8 tiles: 8 kNT tokens a slot (N <= 8: one tile, 6912 bytes a slot at
+// 32 rows; N = 9..16: two, 9216). Only the N tokens' pieces are copied;
+// reads of the columns past N go to column N - 1's row.
+__host__ __device__ constexpr int slot_bytes(int nt, int rt) { return w_bytes(rt) + 8 * nt * kXRowBytes; }
 // Activation pieces a lane copies at most: 8 kNT tokens of 18.
 __host__ __device__ constexpr int x_lane_pieces(int nt) { return (8 * nt * kXRowPieces + 31) / 32; }
-static_assert(kGroupRows * 8 * 4 <= slot_bytes(1), "a warp's partial tile fits in one of its slots");
 
 // Two slots a warp: against three, 2-11 % faster at every shape measured
 // at N = 9..16, and 2-11 % cold at N = 1..8 (docs/architecture.md).
 constexpr int kRingSlots = 2;
 
-template <int kNT, int kSlots, int kW>
+template <int kNT, int kRT, int kSlots, int kW>
 constexpr int smem_bytes() {
-  return kW * kSlots * slot_bytes(kNT);
+  return kW * kSlots * slot_bytes(kNT, kRT);
 }
 // sm_90 has 228 KiB of shared memory an SM, of which each CTA takes 1 KiB
 // for itself.
@@ -110,7 +117,7 @@ constexpr int kSmemPerSm = 228 * 1024, kSmemPerCta = 1024;
 // profiled: some SMs took two of the 128 CTAs while the quantizer's held
 // others). launch_smem pads CTAs past one wave the same way.
 constexpr int kOneCtaAnSmBytes = 114 * 1024;
-static_assert(smem_bytes<1, kRingSlots, kWarps>() < kOneCtaAnSmBytes, "the padding only adds");
+static_assert(smem_bytes<1, 2, kRingSlots, kWarps>() < kOneCtaAnSmBytes, "the padding only adds");
 
 struct Params {
   const uint8_t* w;
@@ -135,11 +142,12 @@ __device__ __forceinline__ void wait_pending(int pending) {
 // as 16-byte pieces; otherwise (4-byte aligned, as a caller's workspace may
 // be) as 4-byte ones, so that such A takes the same kernel, and bits, as an
 // aligned copy of it.
-template <int kNT, int kSlots, bool kX16, int kW>
+template <int kNT, int kRT, int kSlots, bool kX16, int kW>
 __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const EpilogueParams& ep) {
   static_assert(kSlots >= 2 && kSlots <= 4, "wait_pending covers rings of 2..4 slots");
-  constexpr int kTokens = 8 * kNT, kCols = kTokens, kSlotBytes = slot_bytes(kNT), kXLane = x_lane_pieces(kNT);
-  constexpr int kThreads = 32 * kW;
+  constexpr int kTokens = 8 * kNT, kCols = kTokens, kSlotBytes = slot_bytes(kNT, kRT), kXLane = x_lane_pieces(kNT);
+  constexpr int kThreads = 32 * kW, kGroupRows = group_rows(kRT), kWBytes = w_bytes(kRT);
+  constexpr int kWPieces = w_pieces(kRT), kWLane = w_lane_pieces(kRT);
   static_assert(kGroupRows * kCols * 4 <= kSlotBytes, "a warp's partial tile fits in one of its slots");
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -173,7 +181,9 @@ __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const Epilog
     if (i >= my) return;
     const uint32_t dst = ring_s + static_cast<uint32_t>(i % kSlots) * kSlotBytes;
 #pragma unroll
-    for (int k = 0; k < kWLane; ++k) cp_async<16>(dst + 16 * (lane + 32 * k), w_src[k] + i * kWRowBytes, 16);
+    for (int k = 0; k < kWLane; ++k)
+      if (32 * k + 31 < kWPieces || lane + 32 * k < kWPieces)  // 16 rows: 144 pieces, lanes 0..15 a fifth
+        cp_async<16>(dst + 16 * (lane + 32 * k), w_src[k] + i * kWRowBytes, 16);
   };
   auto issue_x = [&](int i) {
     if (i >= my) return;
@@ -325,26 +335,34 @@ __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const Epilog
 // shared memory that no more fit (each an instance of its own, so that
 // device_limits.cuh caches its residency apart). The instances share an SM
 // as pick_cta says only while they need at most 128 registers a thread at
-// N <= 8 and 168 at N = 9..16 (ptxas at sm_90a: 94-101 and 108-130); past
+// N <= 8 and 168 at N = 9..16 (ptxas at sm_90a: 72-101 and 86-130); past
 // that they would run fewer an SM, correct but slower.
-template <int kNT, int kW, int kCtas, bool kX16>
+template <int kNT, int kRT, int kW, int kCtas, bool kX16>
 __global__ void __launch_bounds__(32 * kW, 1) gemm_mma_ring_entry(Params p, EpilogueParams ep) {
-  gemm_mma_ring_body<kNT, kRingSlots, kX16, kW>(p, ep);
+  gemm_mma_ring_body<kNT, kRT, kRingSlots, kX16, kW>(p, ep);
 }
 
 // The shared memory a CTA asks for: its own, or more, so that no more than
 // kCtas fit an SM.
-template <int kNT, int kW, int kCtas>
+template <int kNT, int kRT, int kW, int kCtas>
 constexpr int launch_smem() {
-  constexpr int own = smem_bytes<kNT, kRingSlots, kW>();
+  constexpr int own = smem_bytes<kNT, kRT, kRingSlots, kW>();
   static_assert(kCtas * (own + kSmemPerCta) <= kSmemPerSm, "kCtas such CTAs fit an SM");
   constexpr int padded = kCtas == 1 ? kOneCtaAnSmBytes : (kSmemPerSm / kCtas - kSmemPerCta) & ~127;
   static_assert((kCtas + 1) * (std::max(own, padded) + kSmemPerCta) > kSmemPerSm, "one more does not");
   return std::max(own, padded);
 }
 
-// The CTA forms: tokens a tile (8 or 16), warps a CTA, CTAs an SM.
-enum class Form { t8_w8_1, t8_w4_2, t8_w4_3, t8_w4_4, t8_w2_4, t16_w8_1, t16_w4_2, t16_w4_3 };
+// A CTA form: n8 tiles (tokens / 8), m16 tiles (rows / 16), warps a CTA,
+// CTAs an SM.
+struct CtaForm {
+  int nt, rt, w, ctas;
+};
+constexpr CtaForm kForms[] = {
+    {1, 2, 8, 1}, {1, 2, 4, 2}, {1, 2, 4, 3}, {1, 2, 4, 4}, {1, 2, 2, 4},  // 32 rows, N <= 8
+    {2, 2, 8, 1}, {2, 2, 4, 2}, {2, 2, 4, 3},                              // 32 rows, N = 9..16
+    {1, 1, 8, 1}, {2, 1, 8, 1},                                            // 16 rows, one wave
+};
 
 // Within one wave of row groups (groups <= SMs), 8 warps, one CTA an SM.
 // Past it, c = ceil(groups / SMs) CTAs an SM and no more, of 4 warps (2 at
@@ -360,40 +378,51 @@ enum class Form { t8_w8_1, t8_w4_2, t8_w4_3, t8_w4_4, t8_w2_4, t16_w8_1, t16_w4_
 // 28.7 / 30.4). At N = 9..16 (two n8 tiles, 72 KiB) c <= 3: can_run asks
 // that all groups be resident at once; at c = 2 (8192 x 4096, N = 12 / 16)
 // padded to two an SM 10.7 / 11.1-11.3, three an SM 13.8 / 14.3.
-Form pick_cta(const GemmArgs& g) {
-  const int64_t groups = (g.a.rows + kGroupRows - 1) / kGroupRows, sms = device_limits(g.device.id).sms;
-  const int64_t c = (groups + sms - 1) / sms;
-  if (g.b.rows > 8) return c <= 1 ? Form::t16_w8_1 : c == 2 ? Form::t16_w4_2 : Form::t16_w4_3;
+// Up to 16 rows an SM (M <= 16 x SMs), groups of 16 rows (one m16 tile a
+// warp), 8 warps, one CTA an SM: twice the SMs that 32-row groups keep busy
+// (2048 x 14336 in a graph, N = 4 / 8 / 16: 8.4 / 9.3 / 13.1 us against
+// 12.0-12.4 / 13.2 / 18.2-18.5). Past that, 16-row groups were slower even
+// where they spread the rows more evenly than 32-row ones: at 14336 x 4096,
+// seven 2-warp CTAs an SM (112 rows) took 17.1 / 20.7 at N = 4 / 8 against
+// 13.9 / 16.3 for four of 32 rows (128).
+CtaForm pick_cta(const GemmArgs& g) {
+  const int64_t sms = device_limits(g.device.id).sms;
+  auto per_sm = [&](int rows) { return ((g.a.rows + rows - 1) / rows + sms - 1) / sms; };
+  const int64_t c = per_sm(32), c16 = per_sm(16);
+  const int nt = g.b.rows > 8 ? 2 : 1;
+  if (c16 == 1) return {nt, 1, 8, 1};
+  if (nt == 2) return c <= 1 ? CtaForm{2, 2, 8, 1} : c == 2 ? CtaForm{2, 2, 4, 2} : CtaForm{2, 2, 4, 3};
   switch (c) {
     case 0:
-    case 1: return Form::t8_w8_1;
-    case 2: return Form::t8_w4_2;
-    case 3: return Form::t8_w4_3;
-    case 4: return Form::t8_w2_4;
-    default: return Form::t8_w4_4;
+    case 1: return {1, 2, 8, 1};
+    case 2: return {1, 2, 4, 2};
+    case 3: return {1, 2, 4, 3};
+    case 4: return {1, 2, 2, 4};
+    default: return {1, 2, 4, 4};
   }
 }
 
-// f(kernel, shared bytes, resident CTAs an SM, threads) for one instance.
-template <int kNT, int kW, int kCtas, bool kX16, class F>
+// f(kernel, shared bytes, resident CTAs an SM, threads, rows a group) for
+// one instance.
+template <int kNT, int kRT, int kW, int kCtas, bool kX16, class F>
 decltype(auto) with_instance(int device, F&& f) {
-  constexpr auto kernel = gemm_mma_ring_entry<kNT, kW, kCtas, kX16>;
-  constexpr int smem = launch_smem<kNT, kW, kCtas>();
-  return f(kernel, smem, resident_ctas_sm90<kernel>(device, 32 * kW, smem), 32 * kW);
+  constexpr auto kernel = gemm_mma_ring_entry<kNT, kRT, kW, kCtas, kX16>;
+  constexpr int smem = launch_smem<kNT, kRT, kW, kCtas>();
+  return f(kernel, smem, resident_ctas_sm90<kernel>(device, 32 * kW, smem), 32 * kW, group_rows(kRT));
+}
+// The instance of form `want` (one of kForms).
+template <bool kX16, size_t I = 0, class F>
+decltype(auto) with_form(const CtaForm& want, int device, F&& f) {
+  constexpr CtaForm fm = kForms[I];
+  if constexpr (I + 1 < std::size(kForms)) {
+    if (want.nt != fm.nt || want.rt != fm.rt || want.w != fm.w || want.ctas != fm.ctas)
+      return with_form<kX16, I + 1>(want, device, f);
+  }
+  return with_instance<fm.nt, fm.rt, fm.w, fm.ctas, kX16>(device, f);
 }
 template <bool kX16, class F>
 decltype(auto) with_kernel(const GemmArgs& g, F&& f) {
-  const int dev = g.device.id;
-  switch (pick_cta(g)) {
-    case Form::t8_w8_1: return with_instance<1, 8, 1, kX16>(dev, f);
-    case Form::t8_w4_2: return with_instance<1, 4, 2, kX16>(dev, f);
-    case Form::t8_w4_3: return with_instance<1, 4, 3, kX16>(dev, f);
-    case Form::t8_w4_4: return with_instance<1, 4, 4, kX16>(dev, f);
-    case Form::t8_w2_4: return with_instance<1, 2, 4, kX16>(dev, f);
-    case Form::t16_w8_1: return with_instance<2, 8, 1, kX16>(dev, f);
-    case Form::t16_w4_2: return with_instance<2, 4, 2, kX16>(dev, f);
-    default: return with_instance<2, 4, 3, kX16>(dev, f);
-  }
+  return with_form<kX16>(pick_cta(g), g.device.id, f);
 }
 
 // A's base and row stride 16-byte aligned: 16-byte copies (kX16).
@@ -402,7 +431,7 @@ bool a_16_byte(const GemmArgs& g) { return is_aligned(g.b.data, 16) && g.b.row_s
 // The residency of the instance launch runs (can_run's too: the two
 // alignments' instances differ in registers).
 int resident_ctas_of_instance(const GemmArgs& g) {
-  auto per_sm = [](auto, int, int n, int) { return n; };
+  auto per_sm = [](auto, int, int n, int, int) { return n; };
   return a_16_byte(g) ? with_kernel<true>(g, per_sm) : with_kernel<false>(g, per_sm);
 }
 
@@ -424,8 +453,8 @@ Status launch(const GemmArgs& args, Stream stream, bool early) {
                  static_cast<int>(args.b.row_stride),
                  kCodeBias};
   // One CTA a row group (can_run: at N = 9..16 all resident at once).
-  const int64_t grid = (args.a.rows + kGroupRows - 1) / kGroupRows;
-  auto go = [&](auto kernel, int smem, int, int threads) {
+  auto go = [&](auto kernel, int smem, int, int threads, int rows) {
+    const int64_t grid = (args.a.rows + rows - 1) / rows;
     launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(threads), static_cast<size_t>(smem),
                        to_cuda(stream), early, p, epilogue_params(args));
     return gemm_launch_status(args);
@@ -444,7 +473,9 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
     return no("N=" + std::to_string(args.b.rows) + " outside " + std::to_string(kMinCols) + ".." +
               std::to_string(kMaxCols) + " (measured faster elsewhere)");
   const int sms = device_limits(args.device.id).sms;
-  if (args.b.rows < kMinColsOneWave && (args.a.rows + kGroupRows - 1) / kGroupRows <= sms)
+  // N = 3 where 32-row groups fit one wave: past 16 rows an SM, not past 32.
+  const int64_t groups32 = (args.a.rows + 31) / 32, groups16 = (args.a.rows + 15) / 16;
+  if (args.b.rows < kMinColsOneWave && groups32 <= sms && groups16 > sms)
     return no("N=" + std::to_string(args.b.rows) + " with M=" + std::to_string(args.a.rows) +
               " in one wave of row groups of 32 (measured faster on cuda_gemv_ring)");
   if (args.a.k % 256 != 0 || args.a.k == 0)
@@ -466,7 +497,7 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.b.rows <= 8) return true;
   // N = 9..16: one row group a CTA, all resident at once (header: with more
   // groups than that a persistent form was slower than cuda_wgmma).
-  return row_groups_fit_one_wave(args, kGroupRows, per_sm, sms, why_not);
+  return row_groups_fit_one_wave(args, group_rows(pick_cta(args).rt), per_sm, sms, why_not);
 }
 
 Status gemm_mma_ring_run(const GemmArgs& args, Stream stream) { return launch(args, stream, false); }

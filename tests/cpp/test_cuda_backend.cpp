@@ -651,25 +651,26 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
 
 // The tensor-core ring GEMV (N = 3..16): K's stages of 8 blocks split over
 // a CTA's 8 warps, evenly (K = 2048: one a warp; 14336: seven) and not (K =
-// 256: one stage, seven warps idle; 2304: nine stages), rows in groups of
-// 32 (M = 1, 45: a group's tail; 32 x SMs - 5: every SM a group), W rows
-// padded by 16 bytes and C rows by one element, A rows padded by 16 bytes,
-// and A only 4-byte aligned (its base 4 or 8 mod 16, or its row stride 4 mod
-// 16: 4-byte copies). Every N it takes within one wave: one n8 tile at N =
-// 4..8 (the CTAs padded to one an SM), two at N = 9..16. Past one wave, c =
-// ceil(groups / SMs) CTAs an SM: 4 warps at c = 2 (M = 32 x SMs + 1: N =
-// 3, 5, 12) and 3 (2 x 32 x SMs + 33, 3 x 32 x SMs: N = 4, 9, 14, 16), 2
-// warps at c = 4 (3 x 32 x SMs + 7: N = 3, 6, 7), 4 warps in waves of four
-// an SM at c = 6 (5 x 32 x SMs + 77: N = 8),
-// with stages split evenly, unevenly (K = 2304) and one stage for two warps
-// (K = 256). Refused: N = 17; N = 3 within one wave; at N = 9..16 more row
-// groups than three an SM. The last cases run twice: bit-identical.
+// 256: one stage, seven warps idle; 2304: nine stages), W rows padded by 16
+// bytes and C rows by one element, A rows padded by 16 bytes, and A only
+// 4-byte aligned (its base 4 or 8 mod 16, or its row stride 4 mod 16:
+// 4-byte copies). With S SMs, up to M = 16 S rows go in groups of 16 (M =
+// 1, 45: a group's tail; 300), every N it takes; past that in groups of 32:
+// within one wave (16 S + 45, 32 S - 5; N = 4, 8, 9, 16), one n8 tile at N
+// <= 8 and two at N = 9..16. Past one wave, c = ceil(groups / SMs) CTAs an
+// SM: 4 warps at c = 2 (M = 32 S + 1: N = 3, 5, 12) and 3 (2 x 32 S + 33,
+// 3 x 32 S: N = 4, 9, 16), 2 warps at c = 4 (3 x 32 S + 7: N = 3, 6), 4
+// warps in waves of four an SM at c = 6 (5 x 32 S + 77: N = 8), with stages
+// split evenly, unevenly (K = 2304) and one stage for two warps (K = 256).
+// Refused: N = 17; N = 3 within one wave of 32-row groups; at N = 9..16
+// more row groups than three an SM. The last cases run twice:
+// bit-identical.
 TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   constexpr const char* kMmaRing = "cuda_gemv_mma";
   if (!kernel_takes(kMmaRing, 32, 16, 256)) GTEST_SKIP() << kMmaRing << " does not run on cuda:0";
   uint32_t seed = kSeed + 380;
   const int64_t one_wave = 32 * sm_count() - 5;
-  for (int64_t n = 4; n <= 16; ++n) {
+  for (int64_t n = 3; n <= 16; ++n) {
     const GemmCase cases[] = {
         {1, n, 256, 0, 0, 0, 0, 0, nullptr, kMmaRing},       // one stage: seven warps idle
         {45, n, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing},     // nine stages over eight warps; a group's tail
@@ -681,8 +682,10 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
     };
     for (const GemmCase& g : cases) run_gemm_case(g, nullptr, seed++, nullptr);
   }
-  for (int64_t n : {4, 8, 9, 16})
+  for (int64_t n : {4, 8, 9, 16}) {
     run_gemm_case({one_wave, n, 4096, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
+    run_gemm_case({16 * sm_count() + 45, n, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
+  }
   // Past one wave: CTAs of 4 warps, two or three an SM; of 2, four an SM;
   // of 4, in waves of four an SM.
   const int64_t sms = sm_count();
@@ -720,7 +723,7 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   for (const auto& [n, why] : refused) {
     qgtest::GemmKernelTester fresh(qg::detail::cuda::registry(), kMmaRing, mem);  // its own refusal list
     QG_SEEDED_RNG(rng, 2300 + n);
-    qgtest::GemmCase c = qgtest::random_case(rng, 64, n, 4096);
+    qgtest::GemmCase c = qgtest::random_case(rng, n == 3 ? 16 * sm_count() + 45 : 64, n, 4096);
     EXPECT_FALSE(fresh.run_and_check(c)) << "N = " << n << " should be refused";
     EXPECT_NE(fresh.refusals().find(why), std::string::npos) << fresh.refusals();
   }
@@ -751,7 +754,8 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   }
   for (const GemmCase& g : {GemmCase{one_wave, 13, 14336, 0, 0, 0, 0, 0, nullptr, kMmaRing},
                             GemmCase{3 * 32 * sms + 7, 7, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing},
-                            GemmCase{2 * 32 * sms + 33, 14, 4096, 0, 0, 0, 0, 0, nullptr, kMmaRing}}) {
+                            GemmCase{2 * 32 * sms + 33, 14, 4096, 0, 0, 0, 0, 0, nullptr, kMmaRing},
+                            GemmCase{300, 10, 14336, 0, 0, 0, 0, 0, nullptr, kMmaRing}}) {
     std::vector<float> first, again;
     run_gemm_case(g, nullptr, seed, &first);
     run_gemm_case(g, nullptr, seed, &again);
