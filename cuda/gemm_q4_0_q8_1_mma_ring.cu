@@ -384,7 +384,8 @@ constexpr CtaForm kForms[] = {
 // 12.0-12.4 / 13.2 / 18.2-18.5). Past that, 16-row groups were slower even
 // where they spread the rows more evenly than 32-row ones: at 14336 x 4096,
 // seven 2-warp CTAs an SM (112 rows) took 17.1 / 20.7 at N = 4 / 8 against
-// 13.9 / 16.3 for four of 32 rows (128).
+// 13.9 / 16.3 for four of 32 rows (128), and so did each group's K split
+// over a cluster of two CTAs (docs/architecture.md, "Past one wave").
 CtaForm pick_cta(const GemmArgs& g) {
   const int64_t sms = device_limits(g.device.id).sms;
   auto per_sm = [&](int rows) { return ((g.a.rows + rows - 1) / rows + sms - 1) / sms; };
@@ -410,7 +411,8 @@ decltype(auto) with_instance(int device, F&& f) {
   constexpr int smem = launch_smem<kNT, kRT, kW, kCtas>();
   return f(kernel, smem, resident_ctas_sm90<kernel>(device, 32 * kW, smem), 32 * kW, group_rows(kRT));
 }
-// The instance of form `want` (one of kForms).
+// The instance of form `want`, which must be one of kForms (pick_cta's
+// forms all are): the last entry is taken without a comparison.
 template <bool kX16, size_t I = 0, class F>
 decltype(auto) with_form(const CtaForm& want, int device, F&& f) {
   constexpr CtaForm fm = kForms[I];
