@@ -106,7 +106,8 @@ __device__ __forceinline__ int q4_0_codes_minus_8(uint32_t nibbles) {
 // cuda_gemv_bulk: N = 7..8 on sm_90+, W by bulk copies, int8 mma.sync.
 bool gemm_bulk_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_bulk_run(const GemmArgs& args, Stream stream);
-// cuda_gemv_mma: N = 3..16 on sm_90 (N = 3 past one wave of row groups), W
+// cuda_gemv_mma: N = 3..16 on sm_90 (N = 3 where M is at most 16 rows an
+// SM or past one wave of 32-row groups), W
 // and A through a cp.async ring a warp, K sliced over a CTA's warps, int8
 // mma.sync.
 bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not);

@@ -38,8 +38,8 @@
 //
 // CTAs (pick_cta). Within one wave of row groups (groups <= SMs; 16-row
 // groups up to 16 x SMs rows, 32-row ones up to 32 x SMs) a CTA has 8 warps
-// and no SM holds two (at N <= 8 its 108 KiB would let two share: it asks
-// for kOneCtaAnSmBytes). Past one wave, with c = ceil(groups / SMs),
+// and no SM holds two (at N <= 8 its 108 KiB with 32 rows, 72 with 16,
+// would let two or three share: it asks for kOneCtaAnSmBytes). Past one wave, with c = ceil(groups / SMs),
 // K is split over 4 warps (2 at c = 4, N <= 8) and each CTA asks for enough
 // shared memory that at most c share an SM: every SM gets its share of the
 // groups, also when the grid is launched early behind linear_q4_0's
@@ -109,7 +109,8 @@ constexpr int smem_bytes() {
 // for itself.
 constexpr int kSmemPerSm = 228 * 1024, kSmemPerCta = 1024;
 // Where the row groups fit one CTA an SM, N <= 8's CTAs of 8 warps (108
-// KiB, two of which fit an SM) ask for this much: more than half of an
+// KiB with 32 rows, two of which fit an SM; 72 with 16, three) ask for
+// this much: more than half of an
 // SM's shared memory less a CTA's 1 KiB, so that no SM takes two. Without
 // it, launched early behind linear_q4_0's quantizer, the kernel took
 // 18.5-21.8 us in a CUDA graph on an H200 at 4096 x 14336 N = 1..8,
@@ -380,11 +381,12 @@ constexpr CtaForm kForms[] = {
 // padded to two an SM 10.7 / 11.1-11.3, three an SM 13.8 / 14.3.
 // Up to 16 rows an SM (M <= 16 x SMs), groups of 16 rows (one m16 tile a
 // warp), 8 warps, one CTA an SM: twice the SMs that 32-row groups keep busy
-// (2048 x 14336 in a graph, N = 4 / 8 / 16: 8.4 / 9.3 / 13.1 us against
-// 12.0-12.4 / 13.2 / 18.2-18.5). Past that, 16-row groups were slower even
+// (2048 x 14336 in a graph, N = 4 / 8 / 16: 8.4-8.5 / 9.3-9.4 / 13.1 us
+// against 12.0-12.4 / 13.2-13.3 / 18.2-18.5). Past that, 16-row groups were slower even
 // where they spread the rows more evenly than 32-row ones: at 14336 x 4096,
-// seven 2-warp CTAs an SM (112 rows) took 17.1 / 20.7 at N = 4 / 8 against
-// 13.9 / 16.3 for four of 32 rows (128), and so did each group's K split
+// seven 2-warp CTAs an SM (112 rows) took 17.1-17.2 / 20.7 at N = 4 / 8
+// against 13.9-14.0 / 16.3-16.4 for four of 32 rows (128), and so did each
+// group's K split
 // over a cluster of two CTAs (docs/architecture.md, "Past one wave").
 CtaForm pick_cta(const GemmArgs& g) {
   const int64_t sms = device_limits(g.device.id).sms;

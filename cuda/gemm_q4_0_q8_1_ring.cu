@@ -87,8 +87,8 @@ constexpr int kSlotBytes = kRows * kStageRowBytes;         // 2304
 constexpr int kMaxStages = 4;                              // ring slots of a warp, at most
 // N it takes, the widths built and measured (N = 3..6 only in one wave of
 // CTAs: can_run). On sm_90 cuda_gemv_mma (int8 mma.sync) runs N = 4..8 first
-// where it takes them, and N = 3 past one wave; the ring's DP4As grow with
-// every column.
+// where it takes them, and N = 3 past one wave of its 32-row groups or
+// where M is at most 16 rows an SM; the ring's DP4As grow with every column.
 constexpr int kMaxCols = 6;
 // Past one wave of CTAs (M > 4224 on an H200) the ring runs N = 1..2 only
 // (can_run), in its chained form (gemm_ring_kernel's kChained).

@@ -500,8 +500,8 @@ int sm_count() {
 // warpgroup kernel, before cuda_mmvq).
 constexpr int64_t kRingMaxN = 6;
 bool ring_runs() { return kernel_takes("cuda_gemv_ring", 16, 1, 256); }
-// Decode shapes with such rows: the tensor-core ring GEMV (N >= 4, or 3 past
-// one wave of its row groups) or the
+// Decode shapes with such rows: the tensor-core ring GEMV (N >= 4, or 3
+// where M is at most 16 rows an SM or past one wave of its 32-row groups) or the
 // bulk GEMV where one takes the shape, else the warpgroup kernel for N =
 // 7..8 where that runs (M >= 128), else the ring GEMV where it takes the
 // shape, else cuda_mmvq.
@@ -655,13 +655,15 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
 // bytes and C rows by one element, A rows padded by 16 bytes, and A only
 // 4-byte aligned (its base 4 or 8 mod 16, or its row stride 4 mod 16:
 // 4-byte copies). With S SMs, up to M = 16 S rows go in groups of 16 (M =
-// 1, 45: a group's tail; 300), every N it takes; past that in groups of 32:
-// within one wave (16 S + 45, 32 S - 5; N = 4, 8, 9, 16), one n8 tile at N
+// 1, 45: a group's tail; 64, 300), every N it takes; past that in groups
+// of 32: within one wave (16 S + 45, 32 S - 5; N = 4, 8, 9, 16; at N = 4
+// and 9 also one stage, 4-byte A copies, padded W and C), one n8 tile at N
 // <= 8 and two at N = 9..16. Past one wave, c = ceil(groups / SMs) CTAs an
-// SM: 4 warps at c = 2 (M = 32 S + 1: N = 3, 5, 12) and 3 (2 x 32 S + 33,
-// 3 x 32 S: N = 4, 9, 16), 2 warps at c = 4 (3 x 32 S + 7: N = 3, 6), 4
-// warps in waves of four an SM at c = 6 (5 x 32 S + 77: N = 8), with stages
-// split evenly, unevenly (K = 2304) and one stage for two warps (K = 256).
+// SM: 4 warps at c = 2 (M = 32 S + 1: N = 3, 5, 12) and 3 (2 x 32 S +
+// 33, 3 x 32 S: N = 4, 9, 14, 16), 2 warps at c = 4 (3 x 32 S + 7: N = 3,
+// 6, 7), 4 warps in waves of four an SM at c = 6 (5 x 32 S + 77: N = 8),
+// with stages split evenly, unevenly (K = 2304) and one stage for two
+// warps (K = 256).
 // Refused: N = 17; N = 3 within one wave of 32-row groups; at N = 9..16
 // more row groups than three an SM. The last cases run twice:
 // bit-identical.
@@ -685,6 +687,13 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   for (int64_t n : {4, 8, 9, 16}) {
     run_gemm_case({one_wave, n, 4096, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
     run_gemm_case({16 * sm_count() + 45, n, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
+  }
+  // 32-row groups within one wave: one stage, 4-byte A copies, padded W and C.
+  for (int64_t n : {4, 9}) {
+    const int64_t m = 16 * sm_count() + 45;
+    run_gemm_case({m, n, 256, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
+    run_gemm_case({m, n, 4096, 0, 4, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
+    run_gemm_case({m, n, 2304, 16, 0, 1, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
   }
   // Past one wave: CTAs of 4 warps, two or three an SM; of 2, four an SM;
   // of 4, in waves of four an SM.
