@@ -477,9 +477,10 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
     return no("N=" + std::to_string(args.b.rows) + " outside " + std::to_string(kMinCols) + ".." +
               std::to_string(kMaxCols) + " (measured faster elsewhere)");
   const int sms = device_limits(args.device.id).sms;
-  // N = 3 where 32-row groups fit one wave: past 16 rows an SM, not past 32.
-  const int64_t groups32 = (args.a.rows + 31) / 32, groups16 = (args.a.rows + 15) / 16;
-  if (args.b.rows < kMinColsOneWave && groups32 <= sms && groups16 > sms)
+  // N = 3 where pick_cta takes 32-row groups in one wave (past 16 rows an
+  // SM, not past 32).
+  const CtaForm form = pick_cta(args);
+  if (args.b.rows < kMinColsOneWave && form.rt == 2 && form.ctas == 1)
     return no("N=" + std::to_string(args.b.rows) + " with M=" + std::to_string(args.a.rows) +
               " in one wave of row groups of 32 (measured faster on cuda_gemv_ring)");
   if (args.a.k % 256 != 0 || args.a.k == 0)
@@ -501,7 +502,7 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.b.rows <= 8) return true;
   // N = 9..16: one row group a CTA, all resident at once (header: with more
   // groups than that a persistent form was slower than cuda_wgmma).
-  return row_groups_fit_one_wave(args, group_rows(pick_cta(args).rt), per_sm, sms, why_not);
+  return row_groups_fit_one_wave(args, group_rows(form.rt), per_sm, sms, why_not);
 }
 
 Status gemm_mma_ring_run(const GemmArgs& args, Stream stream) { return launch(args, stream, false); }
