@@ -58,6 +58,8 @@ bool gemm_wo_gemv_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_bulk_run(const GemmArgs& args, Stream stream);
+bool gemm_wo_gemv_mma_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_wo_gemv_mma_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_small_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_small_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_fixed_can_run(const GemmArgs& args, std::string* why_not);

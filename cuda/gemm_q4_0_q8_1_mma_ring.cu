@@ -71,6 +71,7 @@
 #include "grid_dependency.cuh"
 #include "q4_0_mma.cuh"
 #include "quantize.cuh"
+#include "ring_forms.h"
 
 namespace qg::detail::cuda {
 namespace {
@@ -105,19 +106,10 @@ template <int kNT, int kRT, int kSlots, int kW>
 constexpr int smem_bytes() {
   return kW * kSlots * slot_bytes(kNT, kRT);
 }
-// sm_90 has 228 KiB of shared memory an SM, of which each CTA takes 1 KiB
-// for itself.
-constexpr int kSmemPerSm = 228 * 1024, kSmemPerCta = 1024;
 // Where the row groups fit one CTA an SM, N <= 8's CTAs of 8 warps (108
 // KiB with 32 rows, two of which fit an SM; 72 with 16, three) ask for
-// this much: more than half of an
-// SM's shared memory less a CTA's 1 KiB, so that no SM takes two. Without
-// it, launched early behind linear_q4_0's quantizer, the kernel took
-// 18.5-21.8 us in a CUDA graph on an H200 at 4096 x 14336 N = 1..8,
-// against 11.8-13.3 with it (docs/architecture.md; the reading, not
-// profiled: some SMs took two of the 128 CTAs while the quantizer's held
-// others). launch_smem pads CTAs past one wave the same way.
-constexpr int kOneCtaAnSmBytes = 114 * 1024;
+// kOneCtaAnSmBytes (ring_forms.h says why), and launch_smem pads CTAs past
+// one wave the same way.
 static_assert(smem_bytes<1, 2, kRingSlots, kWarps>() < kOneCtaAnSmBytes, "the padding only adds");
 
 struct Params {
@@ -348,17 +340,11 @@ __global__ void __launch_bounds__(32 * kW, 1) gemm_mma_ring_entry(Params p, Epil
 template <int kNT, int kRT, int kW, int kCtas>
 constexpr int launch_smem() {
   constexpr int own = smem_bytes<kNT, kRT, kRingSlots, kW>();
-  static_assert(kCtas * (own + kSmemPerCta) <= kSmemPerSm, "kCtas such CTAs fit an SM");
-  constexpr int padded = kCtas == 1 ? kOneCtaAnSmBytes : (kSmemPerSm / kCtas - kSmemPerCta) & ~127;
-  static_assert((kCtas + 1) * (std::max(own, padded) + kSmemPerCta) > kSmemPerSm, "one more does not");
-  return std::max(own, padded);
+  static_assert(ring_ctas_fit_exactly(own, kCtas), "kCtas such CTAs fit an SM, and one more does not");
+  return ring_launch_smem(own, kCtas);
 }
 
-// A CTA form: n8 tiles (tokens / 8), m16 tiles (rows / 16), warps a CTA,
-// CTAs an SM.
-struct CtaForm {
-  int nt, rt, w, ctas;
-};
+// The forms (ring_forms.h) this kernel has instances of.
 constexpr CtaForm kForms[] = {
     {1, 2, 8, 1}, {1, 2, 4, 2}, {1, 2, 4, 3}, {1, 2, 4, 4}, {1, 2, 2, 4},  // 32 rows, N <= 8
     {2, 2, 8, 1}, {2, 2, 4, 2}, {2, 2, 4, 3},                              // 32 rows, N = 9..16
@@ -419,7 +405,7 @@ template <bool kX16, size_t I = 0, class F>
 decltype(auto) with_form(const CtaForm& want, int device, F&& f) {
   constexpr CtaForm fm = kForms[I];
   if constexpr (I + 1 < std::size(kForms)) {
-    if (want.nt != fm.nt || want.rt != fm.rt || want.w != fm.w || want.ctas != fm.ctas)
+    if (!(want == fm))
       return with_form<kX16, I + 1>(want, device, f);
   }
   return with_instance<fm.nt, fm.rt, fm.w, fm.ctas, kX16>(device, f);

@@ -90,6 +90,9 @@ Registry make_registry() {
     r.gemm.push_back({"cuda_wo_gemv_fixed", Format::i4, fb, kRing, kEpiFloatAll, gemm_wo_gemv_fixed_can_run,
                       gemm_wo_gemv_fixed_run});
   for (Format fb : {Format::f16, Format::bf16})
+    r.gemm.push_back({"cuda_wo_gemv_mma", Format::i4, fb, kRing, kEpiFloatAll, gemm_wo_gemv_mma_can_run,
+                      gemm_wo_gemv_mma_run});
+  for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cuda_wo_gemv_bulk", Format::i4, fb, kBulkCopy, kEpiFloatAll, gemm_wo_gemv_bulk_can_run,
                       gemm_wo_gemv_bulk_run});
   for (Format fb : {Format::f16, Format::bf16})

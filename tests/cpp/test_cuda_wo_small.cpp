@@ -2,8 +2,9 @@
 // test_cuda_wo_small.cpp: the weight-only GEMVs on CUDA cores and on bulk
 // copies (i4 weights with group scales and zero points x f16 / bf16
 // activations): cuda_wo_gemv_small (N = 1..2, groups >= 32),
-// cuda_wo_gemv_bulk (N = 2..16, groups >= 128, sm_90) and
-// cuda_wo_gemv_fixed (N = 1, groups >= 32, sm_90), each forced by name
+// cuda_wo_gemv_bulk (N = 2..16, groups >= 128, sm_90), cuda_wo_gemv_mma
+// (N = 2..8, groups >= 128, K % 256 = 0, sm_90) and cuda_wo_gemv_fixed
+// (N = 1, groups >= 32, sm_90), each forced by name
 // through the registry after the dispatcher's admission, against a float64
 // evaluation of the same codes, scales and activations: NMSE <= 1e-6 (bf16
 // C: 2e-5, its own rounding). C starts NaN-poisoned, so an element left
@@ -44,6 +45,7 @@ constexpr KernelScope kSmall{"cuda_wo_gemv_small", 1, 2, 32, 32, false};
 // N = 1 is left to the FFMA kernel (faster there).
 constexpr KernelScope kBulk{"cuda_wo_gemv_bulk", 2, 16, 128, 128, true};
 constexpr KernelScope kFixed{"cuda_wo_gemv_fixed", 1, 1, 32, 32, false};
+constexpr KernelScope kMmaRing{"cuda_wo_gemv_mma", 2, 8, 128, 256, true};
 
 // Every device buffer gets 16 bytes allocated past its end.
 constexpr size_t kSlack = 16;
@@ -591,6 +593,27 @@ TEST_P(CudaWoGemv, SeveralRowGroupsPerCta) {
   EXPECT_GT(ran_, 0);
 }
 
+// Row-group counts on either side of each CTA form's edge, from this GPU's
+// SM count S: M = 16 S and 16 S + 1 (cuda_wo_gemv_mma's 16-row groups, then
+// 32-row ones in one wave), 32 S + 1, 64 S + 1 and 96 S + 1 (past one wave:
+// two, three and four CTAs an SM) and 128 S + 33 (four an SM, in waves);
+// K of one stage a warp and of a stage for only some of a CTA's warps.
+TEST_P(CudaWoGemv, RowGroupsAroundEachWave) {
+  QG_SEEDED_RNG(rng, 53);
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int64_t n = std::clamp<int64_t>(3, GetParam().min_n, GetParam().max_n);
+  int idx = 0;
+  for (int64_t m : {16 * sms, 16 * sms + 1, 32 * sms + 1, 64 * sms + 1, 96 * sms + 1, 128 * sms + 33}) {
+    ++idx;
+    const int64_t k = idx % 2 ? 512 : 2048;
+    Case c = make_case(rng, m, n, k, 128, idx % 2 ? DType::bf16 : DType::f16, DType::bf16, idx % 3 == 0);
+    run_checked(c);
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(ran_, 0);
+}
+
 // Transposed C (ldc = 1, ldc_n = M) in f32 / f16 / bf16, bias and relu.
 TEST_P(CudaWoGemv, TransposedCBiasRelu) {
   QG_SEEDED_RNG(rng, 42);
@@ -659,6 +682,6 @@ TEST_P(CudaWoGemv, RefusesWhatItCannotRead) {
 
 std::string scope_name(const ::testing::TestParamInfo<KernelScope>& info) { return info.param.name; }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, CudaWoGemv, ::testing::Values(kSmall, kBulk, kFixed), scope_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaWoGemv, ::testing::Values(kSmall, kBulk, kFixed, kMmaRing), scope_name);
 
 }  // namespace
