@@ -103,8 +103,8 @@ constexpr int kMaxStages = 4;
 // N it takes. The kernel is written for kCols columns, and N = 2..4 were
 // built and measured (8 warps a CTA to N = 2, 16 from N = 3): each column
 // adds 16 DP4As a block and row, 2.8-6.0 us a column on an H200, so
-// cuda_wo_gemv_bulk (tensor cores) is 1.17-1.7x faster there
-// (docs/architecture.md, "The fixed-point INT4 GEMV").
+// the tensor-core kernels (cuda_wo_gemv_bulk then, cuda_wo_gemv_mma now)
+// are faster there (docs/architecture.md, "The fixed-point INT4 GEMV").
 constexpr int kMaxCols = 1;
 constexpr int kWarps = 8;                 // rings a CTA
 constexpr int kFixedBlockBytes = 72;      // 64 digit bytes, 2^e and sum x_int
@@ -657,7 +657,7 @@ bool gemm_wo_gemv_fixed_can_run(const GemmArgs& args, std::string* why_not) {
   };
   if (args.b.rows != kMaxCols)
     return no("N=" + std::to_string(args.b.rows) + " is not 1 (one-token decode GEMV; measured slower than "
-              "cuda_wo_gemv_bulk from N = 2)");
+              "cuda_wo_gemv_mma from N = 2)");
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;  // operands: formats, alignment, groups
   if (args.a.k == 0) return no("K=0: nothing to stream");
   const int64_t nb = args.a.k / 32;
