@@ -21,6 +21,10 @@
 //                 W streamed into shared memory by bulk copies, read in
 //                 fragment order with 32-bit loads (two m16 tiles a row group
 //                 up to N = 8), the same mma and rescale
+//   cuda_wo_gemv_mma  the same operands with groups >= 128, N = 2..8,
+//                 K % 256 == 0 (sm_90): W and the activations through a
+//                 cp.async ring a warp, K sliced over a CTA's warps, the same
+//                 fragment order, mma and rescale; ahead of cuda_wo_gemv_bulk
 //   cuda_wo_gemv_small  the same operands, N <= 2: FFMAs on codes made exact
 //                 floats by a magic-number LOP3 + FFMA, W streamed to registers
 //   cuda_wo_gemv_fixed  the same operands, N = 1 (sm_90): x made block fixed

@@ -656,8 +656,8 @@ bool gemm_wo_gemv_fixed_can_run(const GemmArgs& args, std::string* why_not) {
     return false;
   };
   if (args.b.rows != kMaxCols)
-    return no("N=" + std::to_string(args.b.rows) + " is not 1 (one-token decode GEMV; measured slower than "
-              "cuda_wo_gemv_mma from N = 2)");
+    return no("N=" + std::to_string(args.b.rows) + " is not 1 (one-token decode GEMV; the tensor-core GEMVs are "
+              "faster from N = 2)");
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;  // operands: formats, alignment, groups
   if (args.a.k == 0) return no("K=0: nothing to stream");
   const int64_t nb = args.a.k / 32;

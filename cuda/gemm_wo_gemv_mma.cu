@@ -12,7 +12,8 @@
 // `empty` mbarrier a producer warp waits on), and its activations come from
 // L2 a macro step at a time. The Q4_0 kernels went the same way and
 // cuda_gemv_mma, a ring a warp with the activations copied beside W, took
-// 15-18 % less time than the bulk GEMV at N = 7..8 (docs/architecture.md).
+// 14-20 % less time than the bulk GEMV at N = 7..8 (4096 x 14336 and
+// 4096 x 4096 on an H200; docs/architecture.md).
 // Here each warp streams its slice of K of a 32-row group (16-row where M
 // is at most 16 rows an SM) through its own two-slot cp.async ring, W and
 // the N tokens' activations in the same slot, and never meets the other
@@ -272,8 +273,11 @@ constexpr CtaForm kForms[] = {
 };
 
 // As cuda_gemv_mma's pick_cta at N <= 8, except past four groups an SM:
-// the slots here are larger (bf16 activations), so four 4-warp CTAs do not
-// fit an SM and 2-warp CTAs, four an SM, run in waves.
+// the slots here are larger (f16 / bf16 activations: 512 bytes a token and
+// stage against Q8_1's 288), so four 4-warp CTAs do not fit an SM and 2-warp
+// CTAs, four an SM, run in waves. As for cuda_gemv_mma, the forms share an
+// SM as said only while ptxas keeps the instances within the registers that
+// allows (80-162 a thread at sm_90a; at most 168 for three 4-warp CTAs).
 CtaForm pick_form(const GemmArgs& g) {
   const int64_t sms = device_limits(g.device.id).sms;
   auto per_sm = [&](int rows) { return ((g.a.rows + rows - 1) / rows + sms - 1) / sms; };

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 // cuda/ring_forms.h: the CTA forms of the tensor-core ring GEMVs
 // (cuda_gemv_mma for Q4_0, cuda_wo_gemv_mma for INT4 weight-only): a warp
-// streams its slice of K of one row group through its own cp.async ring,
-// a CTA is one row group, and how many warps a CTA has and how many CTAs
-// an SM holds is this table's business. Host code only.
+// streams its slice of K of one row group through its own cp.async ring and
+// a CTA is one row group. What they share is here: the form type (warps a
+// CTA, CTAs an SM) and the shared-memory padding that holds an SM to its
+// CTAs; each kernel's file keeps its table of forms and its pick rule.
+// Host code only.
 #pragma once
 
 #include <algorithm>

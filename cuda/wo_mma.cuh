@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // cuda/wo_mma.cuh: what the tensor-core weight-only GEMVs (cuda_wo_gemv,
-// cuda_wo_gemv_bulk) share: their parameters, the exact unpacking of i4
+// cuda_wo_gemv_bulk, cuda_wo_gemv_mma) share: their parameters, the exact unpacking of i4
 // nibble pairs into fp16 / bf16 codes and the m16n8k16 mma.
 #pragma once
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// test_cuda_wo_small.cpp: the weight-only GEMVs on CUDA cores and on bulk
-// copies (i4 weights with group scales and zero points x f16 / bf16
+// test_cuda_wo_small.cpp: the weight-only GEMVs on CUDA cores, on bulk
+// copies and on cp.async rings (i4 weights with group scales and zero points x f16 / bf16
 // activations): cuda_wo_gemv_small (N = 1..2, groups >= 32),
 // cuda_wo_gemv_bulk (N = 2..16, groups >= 128, sm_90), cuda_wo_gemv_mma
 // (N = 2..8, groups >= 128, K % 256 = 0, sm_90) and cuda_wo_gemv_fixed
@@ -667,7 +667,8 @@ TEST_P(CudaWoGemv, RefusesWhatItCannotRead) {
     EXPECT_NE(why.find("16-byte"), std::string::npos) << why;
   }
   {
-    // K % 32 != 0 (group 16) for the small kernel, K % 128 != 0 for the bulk one.
+    // K % 32 != 0 (group 16) for the small and fixed kernels, K % 128 != 0
+    // for the bulk one, K % 256 != 0 for cuda_wo_gemv_mma.
     Case c = k.k_multiple == 32 ? make_case(rng, 8, n_in, 48, 16, DType::f16, DType::f16, false)
                                 : make_case(rng, 8, n_in, 256 + 32, 32, DType::f16, DType::f16, false);
     EXPECT_FALSE(run(c, &why));
