@@ -21,7 +21,7 @@
 //                 W streamed into shared memory by bulk copies, read in
 //                 fragment order with 32-bit loads (two m16 tiles a row group
 //                 up to N = 8), the same mma and rescale
-//   cuda_wo_gemv_mma  the same operands with groups >= 128, N = 2..8,
+//   cuda_wo_gemv_mma  the same operands with groups >= 128, N = 2..16,
 //                 K % 256 == 0 (sm_90): W and the activations through a
 //                 cp.async ring a warp, K sliced over a CTA's warps, the same
 //                 fragment order, mma and rescale; ahead of cuda_wo_gemv_bulk

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_wo_gemv_bulk.cu: weight-only GEMV for decode on sm_90, N = 2..16:
 // i4 weights with group scales (group >= 128; optional zero points) x f16 /
-// bf16 activations, W streamed by the bulk copy engine, tensor cores. At
-// N = 2..8 cuda_wo_gemv_mma (gemm_wo_gemv_mma.cu) runs ahead of it where it
-// can (K % 256 == 0; 14-22 % less time at 4096 x 14336 and 14336 x 4096 on
-// an H200): this kernel keeps N = 9..16 and the rest.
+// bf16 activations, W streamed by the bulk copy engine, tensor cores.
+// cuda_wo_gemv_mma (gemm_wo_gemv_mma.cu) runs ahead of it where it can
+// (K % 256 == 0; 14-33 % less time at 4096 x 14336 and 14336 x 4096 on an
+// H200): this kernel keeps the rest (K % 256 == 128, GPUs past sm_90).
 //
 //   C[m, n] = sum_g s[m, g] * sum_{k in g} (q[m, k] - z[m, g]) * x[n, k]
 //

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_wo_gemv_mma.cu: INT4 weight-only GEMV for small batches on sm_90
-// (cuda_wo_gemv_mma, N = 2..8): i4 weights with group scales (groups of 128
+// (cuda_wo_gemv_mma, N = 2..16): i4 weights with group scales (groups of 128
 // or more, optional zero points) x f16 / bf16 activations, the design of
 // cuda_gemv_mma (gemm_q4_0_q8_1_mma_ring.cu) with cuda_wo_gemv_bulk's
 // arithmetic (wo_mma.cuh):
@@ -23,7 +23,9 @@
 // pieces), per token 512 bytes of activations (32 pieces). In the slot W's
 // rows are 144 bytes apart (36 words, 4 mod 32) and the tokens' 576 (16 mod
 // 32 words): the fragment loads below hit 32 banks, and an LDS.128 phase of
-// eight lanes reads two tokens' 64 contiguous bytes each.
+// eight lanes reads two tokens' 64 contiguous bytes each. A slot has room
+// for one n8 tile of tokens up to N = 8 (9216 bytes with 32 rows) and two
+// from N = 9 (13824); only the N tokens' pieces are copied.
 //
 // Fragment order, as cuda_wo_gemv_bulk: a 128-value macro step of a row is
 // 16 words; lane (g, t) takes words t, t + 4, t + 8, t + 12 of rows g and
@@ -41,8 +43,9 @@
 // CTAs (pick_form; ring_forms.h): within one wave of 32-row groups a CTA of
 // 8 warps, one an SM; where M is at most 16 rows an SM, 16-row groups so
 // that every SM streams; past one wave c = ceil(groups / SMs) CTAs an SM
-// of 4 warps (2 from c = 4, in waves past that). Rows past M are read from
-// row M - 1 and never stored; columns past N read token N - 1.
+// of 4 warps (2 from c = 4, in waves past that; at N = 9..16 from c = 3).
+// Rows past M are read from row M - 1 and never stored; columns past N read
+// token N - 1.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -71,22 +74,22 @@ constexpr int kWRowBytes = kStageK / 2;       // 128: eight 16-byte pieces
 constexpr int kWPitch = kWRowBytes + 16;      // 144 = 36 words, 4 mod 32
 constexpr int kXRowBytes = kStageK * 2;       // 512: 32 pieces
 constexpr int kXPitch = kXRowBytes + 64;      // 576 = 144 words, 16 mod 32
-constexpr int kTokens = 8;                    // one n8 tile
-constexpr int kMinCols = 2, kMaxCols = kTokens;
+constexpr int kMinCols = 2, kMaxCols = 16;   // one n8 tile of tokens to N = 8, two past it
 constexpr int kMinGroup = kMacroK;
 constexpr int kRingSlots = 2;
 
 __host__ __device__ constexpr int group_rows(int rt) { return 16 * rt; }
 __host__ __device__ constexpr int w_bytes(int rt) { return group_rows(rt) * kWPitch; }
-__host__ __device__ constexpr int slot_bytes(int rt) { return w_bytes(rt) + kTokens * kXPitch; }
-template <int kRT, int kW>
+__host__ __device__ constexpr int slot_bytes(int nt, int rt) { return w_bytes(rt) + 8 * nt * kXPitch; }
+template <int kNT, int kRT, int kW>
 constexpr int smem_bytes() {
-  return kW * kRingSlots * slot_bytes(kRT);
+  return kW * kRingSlots * slot_bytes(kNT, kRT);
 }
 
-template <int kRT, int kW, bool kBf16, bool kZP>
+template <int kNT, int kRT, int kW, bool kBf16, bool kZP>
 __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const EpilogueParams& ep) {
-  constexpr int kRows = group_rows(kRT), kSlotBytes = slot_bytes(kRT), kWBytes = w_bytes(kRT);
+  constexpr int kTokens = 8 * kNT, kRows = group_rows(kRT), kSlotBytes = slot_bytes(kNT, kRT);
+  constexpr int kWBytes = w_bytes(kRT);
   constexpr int kWLane = kRows * (kWRowBytes / 16) / 32;  // 8 or 4 pieces a lane and stage
   constexpr int kThreads = 32 * kW;
   static_assert(kRows * kTokens * 4 <= kSlotBytes, "a warp's partial tile fits in one of its slots");
@@ -156,9 +159,11 @@ __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const Epilogue
     }
   };
 
-  // Where this lane reads a stage's activations: token g (N - 1 past N),
-  // 16 bytes at 8 (4 i + t) of each macro step.
-  const int x_off = kWBytes + min(g, n - 1) * kXPitch + 16 * t;
+  // Where this lane reads a stage's activations: token 8 nt + g (N - 1 past
+  // N), 16 bytes at 8 (4 i + t) of each macro step.
+  int x_off[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) x_off[nt] = kWBytes + min(8 * nt + g, n - 1) * kXPitch + 16 * t;
   const uint32_t bits = p.code_bits;
   const uint32_t ones = kBf16 ? 0x3F803F80u : 0x3C003C00u;  // 1.0 in both halves
 
@@ -167,7 +172,7 @@ __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const Epilogue
   StageScales cur{}, next{};
   load_scales(0, cur);
 
-  float acc[kRT][4] = {};
+  float acc[kRT][kNT][4] = {};
   for (int i = 0; i < my; ++i) {
     issue(i + 1);
     cp_async_commit();
@@ -177,9 +182,12 @@ __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const Epilogue
     const uint8_t* st = ring + (i % kRingSlots) * kSlotBytes;
 #pragma unroll
     for (int j = 0; j < kStageMacros; ++j) {
-      uint4 xv[4];
+      uint4 xv[kNT][4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) xv[q] = *reinterpret_cast<const uint4*>(st + x_off + j * (kXRowBytes / 2) + 64 * q);
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          xv[nt][q] = *reinterpret_cast<const uint4*>(st + x_off[nt] + j * (kXRowBytes / 2) + 64 * q);
       uint32_t wg[kRT][4], w8[kRT][4];
 #pragma unroll
       for (int r = 0; r < kRT; ++r) {
@@ -188,18 +196,22 @@ __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const Epilogue
 #pragma unroll
         for (int q = 0; q < 4; ++q) wg[r][q] = w0[4 * q], w8[r][q] = w1[4 * q];
       }
-      float d[kRT][4] = {}, sx[4] = {};
+      float d[kRT][kNT][4] = {}, sx[kNT][4] = {};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          // (x0, x4), (x1, x5) for h = 0; (x2, x6), (x3, x7) for h = 1.
-          const uint32_t lo = h == 0 ? xv[q].x : xv[q].y;
-          const uint32_t hi = h == 0 ? xv[q].z : xv[q].w;
-          const uint32_t b0 = __byte_perm(lo, hi, 0x5410), b1 = __byte_perm(lo, hi, 0x7632);
-          if constexpr (kZP) {
-            const uint32_t one4[4] = {ones, ones, ones, ones};
-            mma_16816<kBf16>(sx, one4, b0, b1);
+          uint32_t b0[kNT], b1[kNT];
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            // (x0, x4), (x1, x5) for h = 0; (x2, x6), (x3, x7) for h = 1.
+            const uint32_t lo = h == 0 ? xv[nt][q].x : xv[nt][q].y;
+            const uint32_t hi = h == 0 ? xv[nt][q].z : xv[nt][q].w;
+            b0[nt] = __byte_perm(lo, hi, 0x5410), b1[nt] = __byte_perm(lo, hi, 0x7632);
+            if constexpr (kZP) {
+              const uint32_t one4[4] = {ones, ones, ones, ones};
+              mma_16816<kBf16>(sx[nt], one4, b0[nt], b1[nt]);
+            }
           }
 #pragma unroll
           for (int r = 0; r < kRT; ++r) {
@@ -211,18 +223,23 @@ __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const Epilogue
               a[0] = code_pair<kBf16, 2>(wg[r][q], bits), a[1] = code_pair<kBf16, 2>(w8[r][q], bits);
               a[2] = code_pair<kBf16, 3>(wg[r][q], bits), a[3] = code_pair<kBf16, 3>(w8[r][q], bits);
             }
-            mma_16816<kBf16>(d[r], a, b0, b1);
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) mma_16816<kBf16>(d[r][nt], a, b0[nt], b1[nt]);
           }
         }
       }
-      // d[r][e]: row 16 r + g (+ 8 for e >= 2), column 2t + e % 2.
+      // d[r][nt][e]: row 16 r + g (+ 8 for e >= 2), column 8 nt + 2t + e % 2.
 #pragma unroll
       for (int r = 0; r < kRT; ++r)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int h = e / 2;
-          const float v = kZP ? fmaf(-static_cast<float>(cur.z[j][r][h]), sx[e], d[r][e]) : d[r][e];
-          acc[r][e] = fmaf(scale_from_bits(p, cur.s[j][r][h]), v, acc[r][e]);
+          const float s = scale_from_bits(p, cur.s[j][r][h]);
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            const float v = kZP ? fmaf(-static_cast<float>(cur.z[j][r][h]), sx[nt][e], d[r][nt][e]) : d[r][nt][e];
+            acc[r][nt][e] = fmaf(s, v, acc[r][nt][e]);
+          }
         }
     }
     cur = next;
@@ -241,7 +258,9 @@ __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const Epilogue
 #pragma unroll
   for (int r = 0; r < kRT; ++r)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) part[(16 * r + g + 8 * (e / 2)) * kTokens + 2 * t + e % 2] = acc[r][e];
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) part[(16 * r + g + 8 * (e / 2)) * kTokens + 8 * nt + 2 * t + e % 2] = acc[r][nt][e];
   __syncthreads();
   for (int o = threadIdx.x; o < kRows * kTokens; o += kThreads) {
     const int64_t row = row0 + o / kTokens;
@@ -254,40 +273,46 @@ __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const Epilogue
   }
 }
 
-template <int kRT, int kW, int kCtas, bool kBf16, bool kZP>
+template <int kNT, int kRT, int kW, int kCtas, bool kBf16, bool kZP>
 __global__ void __launch_bounds__(32 * kW, 1) gemm_wo_mma_ring_entry(Params p, EpilogueParams ep) {
-  wo_mma_ring_body<kRT, kW, kBf16, kZP>(p, ep);
+  wo_mma_ring_body<kNT, kRT, kW, kBf16, kZP>(p, ep);
 }
 
-template <int kRT, int kW, int kCtas>
+template <int kNT, int kRT, int kW, int kCtas>
 constexpr int launch_smem() {
-  constexpr int own = smem_bytes<kRT, kW>();
+  constexpr int own = smem_bytes<kNT, kRT, kW>();
   static_assert(ring_ctas_fit_exactly(own, kCtas), "kCtas such CTAs fit an SM, and one more does not");
   return ring_launch_smem(own, kCtas);
 }
 
-// The forms this kernel has instances of (one n8 tile: N <= 8).
+// The forms this kernel has instances of.
 constexpr CtaForm kForms[] = {
-    {1, 2, 8, 1}, {1, 2, 4, 2}, {1, 2, 4, 3}, {1, 2, 2, 4},  // 32 rows
+    {1, 2, 8, 1}, {1, 2, 4, 2}, {1, 2, 4, 3}, {1, 2, 2, 4},  // 32 rows, N <= 8
     {1, 1, 8, 1},                                            // 16 rows, one wave
+    {2, 2, 8, 1}, {2, 2, 4, 2}, {2, 2, 2, 4},                // 32 rows, N = 9..16
+    {2, 1, 8, 1},
 };
 
 // As cuda_gemv_mma's pick_cta at N <= 8, except past four groups an SM:
 // the slots here are larger (f16 / bf16 activations: 512 bytes a token and
 // stage against Q8_1's 288), so four 4-warp CTAs do not fit an SM and 2-warp
-// CTAs, four an SM, run in waves. As for cuda_gemv_mma, the forms share an
-// SM as said only while ptxas keeps the instances within the registers that
-// allows (80-162 a thread at sm_90a; at most 168 for three 4-warp CTAs).
+// CTAs, four an SM, run in waves. At N = 9..16 (two n8 tiles, 13824-byte
+// slots) three 4-warp CTAs do not fit either, so 2-warp CTAs four an SM take
+// over from three groups an SM; cuda_gemv_mma refuses N = 9..16 there, this
+// kernel runs them in waves. As for cuda_gemv_mma, the forms share an SM as
+// said only while ptxas keeps the instances within the registers that
+// allows (80-186 a thread at sm_90a; at most 168 for three 4-warp CTAs).
 CtaForm pick_form(const GemmArgs& g) {
   const int64_t sms = device_limits(g.device.id).sms;
   auto per_sm = [&](int rows) { return ((g.a.rows + rows - 1) / rows + sms - 1) / sms; };
-  if (per_sm(16) == 1) return {1, 1, 8, 1};
+  const int nt = g.b.rows > 8 ? 2 : 1;
+  if (per_sm(16) == 1) return {nt, 1, 8, 1};
   switch (per_sm(32)) {
     case 0:
-    case 1: return {1, 2, 8, 1};
-    case 2: return {1, 2, 4, 2};
-    case 3: return {1, 2, 4, 3};
-    default: return {1, 2, 2, 4};
+    case 1: return {nt, 2, 8, 1};
+    case 2: return {nt, 2, 4, 2};
+    case 3: return nt == 1 ? CtaForm{1, 2, 4, 3} : CtaForm{2, 2, 2, 4};
+    default: return {nt, 2, 2, 4};
   }
 }
 
@@ -300,8 +325,8 @@ decltype(auto) with_form(const CtaForm& want, int device, F&& f) {
   if constexpr (I + 1 < std::size(kForms)) {
     if (!(want == fm)) return with_form<kBf16, kZP, I + 1>(want, device, f);
   }
-  constexpr auto kernel = gemm_wo_mma_ring_entry<fm.rt, fm.w, fm.ctas, kBf16, kZP>;
-  constexpr int smem = launch_smem<fm.rt, fm.w, fm.ctas>();
+  constexpr auto kernel = gemm_wo_mma_ring_entry<fm.nt, fm.rt, fm.w, fm.ctas, kBf16, kZP>;
+  constexpr int smem = launch_smem<fm.nt, fm.rt, fm.w, fm.ctas>();
   return f(kernel, smem, resident_ctas_sm90<kernel>(device, 32 * fm.w, smem), 32 * fm.w, group_rows(fm.rt));
 }
 template <class F>
@@ -327,7 +352,7 @@ bool gemm_wo_gemv_mma_can_run(const GemmArgs& args, std::string* why_not) {
   };
   if (args.b.rows < kMinCols || args.b.rows > kMaxCols)
     return no("N=" + std::to_string(args.b.rows) + " outside " + std::to_string(kMinCols) + ".." +
-              std::to_string(kMaxCols) + " (one n8 tile of tokens; N = 1 runs faster on cuda_wo_gemv_fixed)");
+              std::to_string(kMaxCols) + " (N = 1 runs faster on cuda_wo_gemv_fixed)");
   if (args.a.k % kStageK != 0)
     return no("K=" + std::to_string(args.a.k) + " is not a multiple of 256 (the kernel's ring stage)");
   if (!group_fits(args.a.scales.group_size))

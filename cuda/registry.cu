@@ -19,8 +19,8 @@
 //   cuda_i8_dp4a     i8 x i8, K-contiguous 4-byte-aligned rows, pre-Ampere (sm_61+): shared-memory tiles, DP4A, all epilogues
 //   cuda_i8_repacked i8 x i8 with an operand strided along K (sm_61+): repacked into K-contiguous rows, then dispatched again
 //   cuda_wo_gemv_fixed i4 (group scales) x f16 / bf16, N = 1 (sm_90): x in block fixed point by a pass, W through a cp.async ring a warp, DP4A
-//   cuda_wo_gemv_mma   i4 (group scales >= 128) x f16 / bf16, N = 2..8, K % 256 == 0 (sm_90): W and x through a cp.async ring a warp, K sliced over a CTA's warps, mma.sync in fragment order
-//   cuda_wo_gemv_bulk  i4 (group scales >= 128) x f16 / bf16, N = 2..16 (sm_90+; N = 2..8 where cuda_wo_gemv_mma refuses): W by bulk copies, mma.sync in fragment order
+//   cuda_wo_gemv_mma   i4 (group scales >= 128) x f16 / bf16, N = 2..16, K % 256 == 0 (sm_90): W and x through a cp.async ring a warp, K sliced over a CTA's warps, mma.sync in fragment order
+//   cuda_wo_gemv_bulk  i4 (group scales >= 128) x f16 / bf16, N = 2..16 (sm_90+; where cuda_wo_gemv_mma refuses): W by bulk copies, mma.sync in fragment order
 //   cuda_wo_gemv_small i4 (group scales) x f16 / bf16, N <= 2 (sm_80+): W streamed to registers, FFMAs
 //   cuda_wo_gemv     i4 (group scales) x f16 / bf16 (sm_80+): decode GEMV on f16/bf16 mma.sync, N > 16 in slices of 16
 //   cuda_int_generic any pair of i8 / i4 / i4x8, any strides, zero points, int32 out: byte loads
@@ -84,11 +84,12 @@ Registry make_registry() {
       {"cuda_i8_repacked", Format::i8, Format::i8, kDp4a, kEpiAll, gemm_i8_repacked_can_run, gemm_i8_repacked_run});
   // On sm_90: the fixed-point kernel at N = 1 (against the FFMA kernel on an
   // H200, cold, bf16: 18.6-18.8 against 19.0 us at 4096 x 14336, 19.4-19.7
-  // against 20.9-21.1 at 14336 x 4096; with W in L2 6-22 % faster), the tensor-core
-  // kernels from N = 2 (groups >= 128): the ring one up to N = 8 (against the
-  // bulk one on an H200, cold, 4096 x 14336: 16.0-16.2 against 19.4-19.6 us
-  // at N = 2, 17.2-17.4 against 22.0-22.2 at N = 8), the bulk one past it;
-  // the FFMA kernel takes N <= 2 wherever those do not run.
+  // against 20.9-21.1 at 14336 x 4096; with W in L2 6-22 % faster), the
+  // tensor-core kernels from N = 2 (groups >= 128): the ring one where it
+  // runs (against the bulk one on an H200, cold, 4096 x 14336: 16.0-16.2
+  // against 19.4-19.6 us at N = 2, 17.2-17.4 against 22.0-22.2 at N = 8,
+  // 20.9 against 31.0-31.1 at N = 16), the bulk one where it does not
+  // (K % 256 != 0); the FFMA kernel takes N <= 2 wherever those do not run.
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cuda_wo_gemv_fixed", Format::i4, fb, kRing, kEpiFloatAll, gemm_wo_gemv_fixed_can_run,
                       gemm_wo_gemv_fixed_run});

@@ -3,7 +3,7 @@
 // copies and on cp.async rings (i4 weights with group scales and zero points x f16 / bf16
 // activations): cuda_wo_gemv_small (N = 1..2, groups >= 32),
 // cuda_wo_gemv_bulk (N = 2..16, groups >= 128, sm_90), cuda_wo_gemv_mma
-// (N = 2..8, groups >= 128, K % 256 = 0, sm_90) and cuda_wo_gemv_fixed
+// (N = 2..16, groups >= 128, K % 256 = 0, sm_90) and cuda_wo_gemv_fixed
 // (N = 1, groups >= 32, sm_90), each forced by name
 // through the registry after the dispatcher's admission, against a float64
 // evaluation of the same codes, scales and activations: NMSE <= 1e-6 (bf16
@@ -45,7 +45,7 @@ constexpr KernelScope kSmall{"cuda_wo_gemv_small", 1, 2, 32, 32, false};
 // N = 1 is left to the FFMA kernel (faster there).
 constexpr KernelScope kBulk{"cuda_wo_gemv_bulk", 2, 16, 128, 128, true};
 constexpr KernelScope kFixed{"cuda_wo_gemv_fixed", 1, 1, 32, 32, false};
-constexpr KernelScope kMmaRing{"cuda_wo_gemv_mma", 2, 8, 128, 256, true};
+constexpr KernelScope kMmaRing{"cuda_wo_gemv_mma", 2, 16, 128, 256, true};
 
 // Every device buffer gets 16 bytes allocated past its end.
 constexpr size_t kSlack = 16;
