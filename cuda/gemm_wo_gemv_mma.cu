@@ -290,7 +290,7 @@ constexpr CtaForm kForms[] = {
     {1, 2, 8, 1}, {1, 2, 4, 2}, {1, 2, 4, 3}, {1, 2, 2, 4},  // 32 rows, N <= 8
     {1, 1, 8, 1},                                            // 16 rows, one wave
     {2, 2, 8, 1}, {2, 2, 4, 2}, {2, 2, 2, 4},                // 32 rows, N = 9..16
-    {2, 1, 8, 1},
+    {2, 1, 8, 1},                                            // 16 rows, one wave
 };
 
 // As cuda_gemv_mma's pick_cta at N <= 8, except past four groups an SM:
@@ -298,8 +298,8 @@ constexpr CtaForm kForms[] = {
 // stage against Q8_1's 288), so four 4-warp CTAs do not fit an SM and 2-warp
 // CTAs, four an SM, run in waves. At N = 9..16 (two n8 tiles, 13824-byte
 // slots) three 4-warp CTAs do not fit either, so 2-warp CTAs four an SM take
-// over from three groups an SM; cuda_gemv_mma refuses N = 9..16 there, this
-// kernel runs them in waves. As for cuda_gemv_mma, the forms share an SM as
+// over from three groups an SM; cuda_gemv_mma refuses N = 9..16 past three
+// groups an SM, this kernel runs them (in waves past four). As for cuda_gemv_mma, the forms share an SM as
 // said only while ptxas keeps the instances within the registers that
 // allows (80-186 a thread at sm_90a; at most 168 for three 4-warp CTAs).
 CtaForm pick_form(const GemmArgs& g) {

@@ -89,7 +89,7 @@ Registry make_registry() {
   // runs (against the bulk one on an H200, cold, 4096 x 14336: 16.0-16.2
   // against 19.4-19.6 us at N = 2, 17.2-17.4 against 22.0-22.2 at N = 8,
   // 20.9 against 31.0-31.1 at N = 16), the bulk one where it does not
-  // (K % 256 != 0); the FFMA kernel takes N <= 2 wherever those do not run.
+  // (K % 256 = 128); the FFMA kernel takes N <= 2 wherever those do not run.
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cuda_wo_gemv_fixed", Format::i4, fb, kRing, kEpiFloatAll, gemm_wo_gemv_fixed_can_run,
                       gemm_wo_gemv_fixed_run});

@@ -598,18 +598,24 @@ TEST_P(CudaWoGemv, SeveralRowGroupsPerCta) {
 // 32-row ones in one wave), 32 S + 1, 64 S + 1 and 96 S + 1 (past one wave:
 // two, three and four CTAs an SM) and 128 S + 33 (four an SM, in waves);
 // K of one stage a warp and of a stage for only some of a CTA's warps.
+// N = 3 and 12 (one n8 tile of tokens and two, whose forms change at other
+// edges), each clamped to the kernel's N.
 TEST_P(CudaWoGemv, RowGroupsAroundEachWave) {
   QG_SEEDED_RNG(rng, 53);
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  const int64_t n = std::clamp<int64_t>(3, GetParam().min_n, GetParam().max_n);
+  const int64_t n3 = std::clamp<int64_t>(3, GetParam().min_n, GetParam().max_n);
+  const int64_t n12 = std::clamp<int64_t>(12, GetParam().min_n, GetParam().max_n);
   int idx = 0;
-  for (int64_t m : {16 * sms, 16 * sms + 1, 32 * sms + 1, 64 * sms + 1, 96 * sms + 1, 128 * sms + 33}) {
-    ++idx;
-    const int64_t k = idx % 2 ? 512 : 2048;
-    Case c = make_case(rng, m, n, k, 128, idx % 2 ? DType::bf16 : DType::f16, DType::bf16, idx % 3 == 0);
-    run_checked(c);
-    if (HasFailure()) return;
+  for (int64_t n : {n3, n12}) {
+    if (n == n12 && n12 == n3) break;
+    for (int64_t m : {16 * sms, 16 * sms + 1, 32 * sms + 1, 64 * sms + 1, 96 * sms + 1, 128 * sms + 33}) {
+      ++idx;
+      const int64_t k = idx % 2 ? 512 : 2048;
+      Case c = make_case(rng, m, n, k, 128, idx % 2 ? DType::bf16 : DType::f16, DType::bf16, idx % 3 == 0);
+      run_checked(c);
+      if (HasFailure()) return;
+    }
   }
   EXPECT_GT(ran_, 0);
 }
