@@ -299,9 +299,10 @@ constexpr CtaForm kForms[] = {
 // CTAs, four an SM, run in waves. At N = 9..16 (two n8 tiles, 13824-byte
 // slots) three 4-warp CTAs do not fit either, so 2-warp CTAs four an SM take
 // over from three groups an SM; cuda_gemv_mma refuses N = 9..16 past three
-// groups an SM, this kernel runs them (in waves past four). As for cuda_gemv_mma, the forms share an SM as
-// said only while ptxas keeps the instances within the registers that
-// allows (80-186 a thread at sm_90a; at most 168 for three 4-warp CTAs).
+// groups an SM, this kernel runs them (in waves past four). As for
+// cuda_gemv_mma, the forms share an SM as said only while ptxas keeps the
+// instances within the registers that allows (80-186 a thread at sm_90a;
+// at most 168 for three 4-warp CTAs).
 CtaForm pick_form(const GemmArgs& g) {
   const int64_t sms = device_limits(g.device.id).sms;
   auto per_sm = [&](int rows) { return ((g.a.rows + rows - 1) / rows + sms - 1) / sms; };
