@@ -136,7 +136,6 @@ __global__ void __launch_bounds__(RowGroup<kRT, kZP>::kThreads, RowGroup<kRT, kZ
   const int64_t my_groups = groups > blockIdx.x ? (groups - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   const int64_t items = my_groups * stages_per_group;
   const uint32_t bits = p.code_bits;
-  const uint32_t ones = kBf16 ? 0x3F803F80u : 0x3C003C00u;  // 1.0 in both halves
 
   // One warp fills stage `item`: lane 0 announces the bytes, lane r copies row r.
   auto issue = [&](int64_t item) {
@@ -284,37 +283,7 @@ __global__ void __launch_bounds__(RowGroup<kRT, kZP>::kThreads, RowGroup<kRT, kZ
 #pragma unroll
           for (int i = 0; i < 4; ++i) wg[r][i] = w0[4 * i], w8[r][i] = w1[4 * i];
         }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            uint32_t b0[kNT], b1[kNT];
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) {
-              // (x0, x4), (x1, x5) for h = 0; (x2, x6), (x3, x7) for h = 1.
-              const uint32_t lo = h == 0 ? xv[nt][i].x : xv[nt][i].y;
-              const uint32_t hi = h == 0 ? xv[nt][i].z : xv[nt][i].w;
-              b0[nt] = __byte_perm(lo, hi, 0x5410), b1[nt] = __byte_perm(lo, hi, 0x7632);
-              if constexpr (kZP) {
-                const uint32_t one4[4] = {ones, ones, ones, ones};
-                mma_16816<kBf16>(sx[nt], one4, b0[nt], b1[nt]);
-              }
-            }
-#pragma unroll
-            for (int r = 0; r < kRT; ++r) {
-              uint32_t a[4];
-              if (h == 0) {
-                a[0] = code_pair<kBf16, 0>(wg[r][i], bits), a[1] = code_pair<kBf16, 0>(w8[r][i], bits);
-                a[2] = code_pair<kBf16, 1>(wg[r][i], bits), a[3] = code_pair<kBf16, 1>(w8[r][i], bits);
-              } else {
-                a[0] = code_pair<kBf16, 2>(wg[r][i], bits), a[1] = code_pair<kBf16, 2>(w8[r][i], bits);
-                a[2] = code_pair<kBf16, 3>(wg[r][i], bits), a[3] = code_pair<kBf16, 3>(w8[r][i], bits);
-              }
-#pragma unroll
-              for (int nt = 0; nt < kNT; ++nt) mma_16816<kBf16>(d[r][nt], a, b0[nt], b1[nt]);
-            }
-          }
-        }
+        macro_step_mma<kRT, kNT, kBf16, kZP>(d, sx, wg, w8, xv, bits);
         // d[r][nt][e]: row 16r + g (e < 2) or 16r + g + 8, column nt * 8 + 2t + e % 2.
 #pragma unroll
         for (int r = 0; r < kRT; ++r)

@@ -165,7 +165,6 @@ __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const Epilogue
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) x_off[nt] = kWBytes + min(8 * nt + g, n - 1) * kXPitch + 16 * t;
   const uint32_t bits = p.code_bits;
-  const uint32_t ones = kBf16 ? 0x3F803F80u : 0x3C003C00u;  // 1.0 in both halves
 
   issue(0);
   cp_async_commit();
@@ -197,37 +196,7 @@ __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const Epilogue
         for (int q = 0; q < 4; ++q) wg[r][q] = w0[4 * q], w8[r][q] = w1[4 * q];
       }
       float d[kRT][kNT][4] = {}, sx[kNT][4] = {};
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t b0[kNT], b1[kNT];
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) {
-            // (x0, x4), (x1, x5) for h = 0; (x2, x6), (x3, x7) for h = 1.
-            const uint32_t lo = h == 0 ? xv[nt][q].x : xv[nt][q].y;
-            const uint32_t hi = h == 0 ? xv[nt][q].z : xv[nt][q].w;
-            b0[nt] = __byte_perm(lo, hi, 0x5410), b1[nt] = __byte_perm(lo, hi, 0x7632);
-            if constexpr (kZP) {
-              const uint32_t one4[4] = {ones, ones, ones, ones};
-              mma_16816<kBf16>(sx[nt], one4, b0[nt], b1[nt]);
-            }
-          }
-#pragma unroll
-          for (int r = 0; r < kRT; ++r) {
-            uint32_t a[4];
-            if (h == 0) {
-              a[0] = code_pair<kBf16, 0>(wg[r][q], bits), a[1] = code_pair<kBf16, 0>(w8[r][q], bits);
-              a[2] = code_pair<kBf16, 1>(wg[r][q], bits), a[3] = code_pair<kBf16, 1>(w8[r][q], bits);
-            } else {
-              a[0] = code_pair<kBf16, 2>(wg[r][q], bits), a[1] = code_pair<kBf16, 2>(w8[r][q], bits);
-              a[2] = code_pair<kBf16, 3>(wg[r][q], bits), a[3] = code_pair<kBf16, 3>(w8[r][q], bits);
-            }
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) mma_16816<kBf16>(d[r][nt], a, b0[nt], b1[nt]);
-          }
-        }
-      }
+      macro_step_mma<kRT, kNT, kBf16, kZP>(d, sx, wg, w8, xv, bits);
       // d[r][nt][e]: row 16 r + g (+ 8 for e >= 2), column 8 nt + 2t + e % 2.
 #pragma unroll
       for (int r = 0; r < kRT; ++r)

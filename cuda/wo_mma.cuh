@@ -79,4 +79,50 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 #endif
 }
 
+// One 128-value macro step of kRT m16 tiles of W against kNT n8 tiles of
+// activations, in the fragment order the kernels lay K in: lane (g, t)
+// holds words t, t + 4, t + 8, t + 12 of the macro step of rows g (wg) and
+// g + 8 (w8) of each tile, and xv[nt][i] the 16 bytes of token 8 nt + g at
+// K = 8 (4 i + t). Step (i, h) takes nibble pairs (2h, 2h + 4) and
+// (2h + 1, 2h + 5) of word 4i + t, and the activations' halves that match
+// them by two PRMTs. d += the exact products; with kZP, sx += sum x (an mma
+// against ones) for the zero points' D - z sum x.
+template <int kRT, int kNT, bool kBf16, bool kZP>
+__device__ __forceinline__ void macro_step_mma(float (&d)[kRT][kNT][4], float (&sx)[kNT][4],
+                                               const uint32_t (&wg)[kRT][4], const uint32_t (&w8)[kRT][4],
+                                               const uint4 (&xv)[kNT][4], uint32_t bits) {
+  const uint32_t ones = kBf16 ? 0x3F803F80u : 0x3C003C00u;  // 1.0 in both halves
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t b0[kNT], b1[kNT];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        // (x0, x4), (x1, x5) for h = 0; (x2, x6), (x3, x7) for h = 1.
+        const uint32_t lo = h == 0 ? xv[nt][i].x : xv[nt][i].y;
+        const uint32_t hi = h == 0 ? xv[nt][i].z : xv[nt][i].w;
+        b0[nt] = __byte_perm(lo, hi, 0x5410), b1[nt] = __byte_perm(lo, hi, 0x7632);
+        if constexpr (kZP) {
+          const uint32_t one4[4] = {ones, ones, ones, ones};
+          mma_16816<kBf16>(sx[nt], one4, b0[nt], b1[nt]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRT; ++r) {
+        uint32_t a[4];
+        if (h == 0) {
+          a[0] = code_pair<kBf16, 0>(wg[r][i], bits), a[1] = code_pair<kBf16, 0>(w8[r][i], bits);
+          a[2] = code_pair<kBf16, 1>(wg[r][i], bits), a[3] = code_pair<kBf16, 1>(w8[r][i], bits);
+        } else {
+          a[0] = code_pair<kBf16, 2>(wg[r][i], bits), a[1] = code_pair<kBf16, 2>(w8[r][i], bits);
+          a[2] = code_pair<kBf16, 3>(wg[r][i], bits), a[3] = code_pair<kBf16, 3>(w8[r][i], bits);
+        }
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) mma_16816<kBf16>(d[r][nt], a, b0[nt], b1[nt]);
+      }
+    }
+  }
+}
+
 }  // namespace qg::detail::cuda::wo
