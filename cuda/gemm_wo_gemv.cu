@@ -366,11 +366,7 @@ namespace {
 
 // One launch for at most kMaxCols activation rows.
 Status run_columns(const GemmArgs& args, cudaStream_t st) {
-  Params p{};
-  wo::set_operand_params(p, args);
-  p.n = args.b.rows;
-  p.splits = 1;
-  p.code_bits = wo::code_bits(args.b.format == Format::bf16);
+  const Params p = wo::gemv_params(args);
   const bool bf16 = args.b.format == Format::bf16, zp = p.zeros != nullptr;
   if (bf16) return zp ? launch_cols<true, true>(args, p, st) : launch_cols<true, false>(args, p, st);
   return zp ? launch_cols<false, true>(args, p, st) : launch_cols<false, false>(args, p, st);

@@ -368,8 +368,6 @@ auto with_instance(const GemmArgs& g, F&& f) {
                        : pick_dtype(integral_constant<int, 2>{}, integral_constant<int, 1>{});
 }
 
-bool group_fits(int64_t gs) { return gs >= kMinGroup && (gs & (gs - 1)) == 0; }
-
 }  // namespace
 
 bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
@@ -382,12 +380,7 @@ bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.b.rows == 1) return no("N=1: the FFMA GEMV (cuda_wo_gemv_small) is faster for one column");
   if (args.a.k % kMacroK != 0)
     return no("K=" + std::to_string(args.a.k) + " is not a multiple of 128 (the kernel's macro step)");
-  if (!group_fits(args.a.scales.group_size))
-    return no("weight scales need a power-of-two group size >= 128 (got " + std::to_string(args.a.scales.group_size) +
-              ")");
-  if (args.a.zero_points.data && !group_fits(args.a.zero_points.group_size))
-    return no("weight zero points need a power-of-two group size >= 128 (got " +
-              std::to_string(args.a.zero_points.group_size) + ")");
+  if (!groups_at_least(args, kMinGroup, why_not)) return false;
   // The rest (formats, K-contiguous 16-byte-aligned rows, scale and zero
   // point dtypes) as the mma GEMV it shares its unpacking with.
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;
@@ -404,11 +397,7 @@ Status gemm_wo_gemv_bulk_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
-  Params p{};
-  set_operand_params(p, args);
-  p.n = args.b.rows;
-  p.splits = 1;
-  p.code_bits = wo::code_bits(args.b.format == Format::bf16);
+  const Params p = gemv_params(args);
   return with_instance(args, [&](auto nt, auto rt, auto bf16, auto zp) {
     return launch<decltype(nt)::value, decltype(rt)::value, decltype(bf16)::value, decltype(zp)::value>(
         args, p, to_cuda(stream));

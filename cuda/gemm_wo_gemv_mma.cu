@@ -311,8 +311,6 @@ int resident_ctas_of_instance(const GemmArgs& g) {
   return with_kernel(g, [](auto, int, int n, int, int) { return n; });
 }
 
-bool group_fits(int64_t gs) { return gs >= kMinGroup && (gs & (gs - 1)) == 0; }
-
 }  // namespace
 
 bool gemm_wo_gemv_mma_can_run(const GemmArgs& args, std::string* why_not) {
@@ -325,12 +323,7 @@ bool gemm_wo_gemv_mma_can_run(const GemmArgs& args, std::string* why_not) {
               std::to_string(kMaxCols) + " (N = 1 runs faster on cuda_wo_gemv_fixed)");
   if (args.a.k % kStageK != 0)
     return no("K=" + std::to_string(args.a.k) + " is not a multiple of 256 (the kernel's ring stage)");
-  if (!group_fits(args.a.scales.group_size))
-    return no("weight scales need a power-of-two group size >= 128 (got " + std::to_string(args.a.scales.group_size) +
-              ")");
-  if (args.a.zero_points.data && !group_fits(args.a.zero_points.group_size))
-    return no("weight zero points need a power-of-two group size >= 128 (got " +
-              std::to_string(args.a.zero_points.group_size) + ")");
+  if (!groups_at_least(args, kMinGroup, why_not)) return false;
   // Formats, K-contiguous 16-byte-aligned rows, scale and zero-point dtypes:
   // as the mma GEMV whose unpacking it shares.
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;
@@ -343,11 +336,7 @@ Status gemm_wo_gemv_mma_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
-  Params p{};
-  set_operand_params(p, args);
-  p.n = args.b.rows;
-  p.splits = 1;
-  p.code_bits = wo::code_bits(args.b.format == Format::bf16);
+  const Params p = gemv_params(args);
   const EpilogueParams ep = epilogue_params(args);
   return with_kernel(args, [&](auto kernel, int smem, int per_sm, int threads, int rows) {
     if (per_sm <= 0)

@@ -38,6 +38,17 @@ struct Params {
 // codes where 3 do.
 inline uint32_t code_bits(bool bf16) { return bf16 ? 0x43084308u : 0x64086408u; }
 
+// The tensor-core GEMVs' parameters for a call of all N columns at once
+// (no split of K).
+inline Params gemv_params(const GemmArgs& args) {
+  Params p{};
+  set_operand_params(p, args);
+  p.n = args.b.rows;
+  p.splits = 1;
+  p.code_bits = code_bits(args.b.format == Format::bf16);
+  return p;
+}
+
 template <bool kBf16>
 __device__ __forceinline__ uint32_t sub2(uint32_t a, uint32_t b) {
   uint32_t d;

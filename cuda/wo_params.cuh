@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <string>
 
 #include "common.cuh"
 
@@ -40,6 +41,23 @@ void set_operand_params(Params& p, const GemmArgs& args) {
   p.z_shift = p.zeros ? log2_of(args.a.zero_points.group_size) : 0;
   p.scale_type = args.a.scales.dtype == DType::f32 ? 0 : (args.a.scales.dtype == DType::f16 ? 1 : 2);
   p.zero_i32 = args.a.zero_points.dtype == DType::i32 ? 1 : 0;
+}
+
+// The tensor-core GEMVs that apply a group's scale once a 128-value macro
+// step (cuda_wo_gemv_bulk, cuda_wo_gemv_mma) need the scales' and zero
+// points' groups to be powers of two of at least min_group; false, with the
+// reason, otherwise.
+inline bool groups_at_least(const GemmArgs& g, int64_t min_group, std::string* why_not) {
+  auto fits = [&](int64_t gs) { return gs >= min_group && (gs & (gs - 1)) == 0; };
+  auto no = [&](const char* what, int64_t gs) {
+    if (why_not)
+      *why_not = std::string("weight ") + what + " need a power-of-two group size >= " + std::to_string(min_group) +
+                 " (got " + std::to_string(gs) + ")";
+    return false;
+  };
+  if (!fits(g.a.scales.group_size)) return no("scales", g.a.scales.group_size);
+  if (g.a.zero_points.data && !fits(g.a.zero_points.group_size)) return no("zero points", g.a.zero_points.group_size);
+  return true;
 }
 
 // Group `group` of a row of scales / zero points starting at `row`. The
