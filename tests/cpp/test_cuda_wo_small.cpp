@@ -608,7 +608,7 @@ TEST_P(CudaWoGemv, RowGroupsAroundEachWave) {
   const int64_t n12 = std::clamp<int64_t>(12, GetParam().min_n, GetParam().max_n);
   int idx = 0;
   for (int64_t n : {n3, n12}) {
-    if (n == n12 && n12 == n3) break;
+    if (idx > 0 && n12 == n3) break;  // a kernel that takes one N runs it once
     for (int64_t m : {16 * sms, 16 * sms + 1, 32 * sms + 1, 64 * sms + 1, 96 * sms + 1, 128 * sms + 33}) {
       ++idx;
       const int64_t k = idx % 2 ? 512 : 2048;
