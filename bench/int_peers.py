@@ -77,7 +77,7 @@ def int8_cases(iters: int):
 
 def int4_cases(iters: int):
     m, k, group = 4096, 14336, 128
-    for n in (1, 2, 3, 4, 6, 8, 16, 128, 512):
+    for n in (1, 2, 3, 4, 6, 8, 12, 16, 128, 512):
         copies = copies_for(m * k // 2)
         w = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         x = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)

@@ -505,26 +505,31 @@ TEST_P(CudaWoGemv, LongK) {
   EXPECT_GT(ran_, 0);
 }
 
-// One token (N = 1) through every scale dtype, group 32, 64 and 128 and
-// each kind of zero point, at a K whose last ring stage is partial, with x
-// converted inside each CTA (K = 2176) and by the pass (K = 6272), odd M
-// (a row pair past M), strides padded in every other case: the scale and
-// zero-point loads of every width, and groups shorter and longer than a
-// lane's share of a ring stage.
+// Every scale dtype, group 32, 64 and 128 and each kind of zero point, at
+// the kernel's smallest N and (where it takes more) at N = 12, two n8 tiles:
+// K whose last ring stage is partial, with x converted inside each CTA
+// (K = 2176) and by the pass (K = 6272) at N = 1, rounded up to the
+// kernel's K multiple elsewhere; odd M (a row pair past M), strides padded
+// in every other case: the scale and zero-point loads of every width, and
+// groups shorter and longer than a lane's share of a ring stage.
 TEST_P(CudaWoGemv, EveryScaleTypeGroupAndZeroPoint) {
-  if (GetParam().min_n > 1) GTEST_SKIP() << GetParam().name << " does not take N = 1";
   QG_SEEDED_RNG(rng, 49);
+  const int64_t n_lo = GetParam().min_n, n12 = std::clamp<int64_t>(12, GetParam().min_n, GetParam().max_n);
+  const int64_t km = GetParam().k_multiple;
   int idx = 0;
-  for (int64_t k : {2176, 6272})
-    for (DType sd : {DType::f32, DType::f16, DType::bf16})
-      for (int64_t group : {32, 64, 128})
-        for (int zsel = 0; zsel < 3; ++zsel) {  // none, int8, int32
-          ++idx;
-          Case c = make_case(rng, 37, 1, k, group, idx % 2 ? DType::f16 : DType::bf16, sd, zsel != 0,
-                             zsel == 2 ? DType::i32 : DType::i8, idx % 2 == 0);
-          run_checked(c);
-          if (HasFailure()) return;
-        }
+  for (int64_t n : {n_lo, n12}) {
+    if (idx > 0 && n12 == n_lo) break;  // a kernel that takes one N runs it once
+    for (int64_t k : {2176, 6272})
+      for (DType sd : {DType::f32, DType::f16, DType::bf16})
+        for (int64_t group : {32, 64, 128})
+          for (int zsel = 0; zsel < 3; ++zsel) {  // none, int8, int32
+            ++idx;
+            Case c = make_case(rng, 37, n, (k + km - 1) / km * km, group, idx % 2 ? DType::f16 : DType::bf16, sd,
+                               zsel != 0, zsel == 2 ? DType::i32 : DType::i8, idx % 2 == 0);
+            run_checked(c);
+            if (HasFailure()) return;
+          }
+  }
   EXPECT_GT(ran_, 0);
 }
 
@@ -618,6 +623,54 @@ TEST_P(CudaWoGemv, RowGroupsAroundEachWave) {
     }
   }
   EXPECT_GT(ran_, 0);
+}
+
+// Two calls back to back on one stream, as a model's layers run: the
+// second reads the first's output as its activations and writes its own
+// output over the first's activations. A kernel launched early behind the
+// one before it (cuda_wo_gemv_mma, grid_dependency.cuh) must wait for that
+// one's writes before it reads them, and for its reads before it writes.
+TEST_P(CudaWoGemv, ChainedCallsOnOneStream) {
+  QG_SEEDED_RNG(rng, 54);
+  const int64_t n = std::clamp<int64_t>(4, GetParam().min_n, GetParam().max_n), mk = 512;
+  Case c1 = make_case(rng, mk, n, mk, 128, DType::bf16, DType::bf16, false);
+  Case c2 = make_case(rng, mk, n, mk, 128, DType::bf16, DType::bf16, false);
+  c1.set_c(DType::bf16, true);  // [N, M] bf16: the second call's x
+  c2.set_c(DType::bf16, true);  // written over the first call's x
+  if (!takes(c1)) GTEST_SKIP() << GetParam().name << " does not take " << c1.describe();
+  DevBytes w1(c1.w, 0, kSlack), s1(c1.scales, 0, kSlack), w2(c2.w, 0, kSlack), s2(c2.scales, 0, kSlack);
+  DevBytes x(c1.x, 0, kSlack), y(c1.c_init, 0, kSlack);
+  ASSERT_EQ(c1.x.size(), c1.c_init.size());
+  auto args = [&](const Case& c, const DevBytes& w, const DevBytes& sc, const DevBytes& in, const DevBytes& out) {
+    qg::GemmArgs g;
+    g.a = {w.ptr(), Format::i4, c.m, c.k, c.w_stride, {}, {}};
+    g.a.scales = {sc.ptr(), c.scale_dtype, qg::Granularity::group, c.group, c.s_stride};
+    g.b = {in.ptr(), Format::bf16, c.n, c.k, c.x_stride, {}, {}};
+    g.c = out.ptr();
+    g.c_dtype = c.c_dtype;
+    g.ldc = c.ldc;
+    g.ldc_n = c.ldc_n;
+    g.device = qg::Device::cuda(0);
+    return g;
+  };
+  const qg::GemmArgs g1 = args(c1, w1, s1, x, y), g2 = args(c2, w2, s2, y, x);
+  std::string why;
+  ASSERT_TRUE(qgtest::gemm_kernel_admits(*bf16_, g1, &why)) << why;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (int rep = 0; rep < 3; ++rep) {  // the first pair's kernels launch cold; later pairs as in a loop
+    CUDA_OK(cudaMemcpyAsync(x.ptr(), c1.x.data(), c1.x.size(), cudaMemcpyHostToDevice, stream));
+    const qg::Status a = bf16_->run(g1, stream);
+    const qg::Status b = bf16_->run(g2, stream);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.message() << " / " << b.message();
+  }
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+  c1.c_out = y.read();
+  check(c1);
+  c2.x = c1.c_out;  // the first call's bf16 output, as the second read it
+  c2.c_out = x.read();
+  check(c2);
 }
 
 // Transposed C (ldc = 1, ldc_n = M) in f32 / f16 / bf16, bias and relu.
