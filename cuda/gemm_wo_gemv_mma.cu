@@ -53,8 +53,8 @@
 // the SMs that one leaves, ask L2 for their first two stages of W and wait
 // for it to complete before they read anything (x may be its output, and
 // the kernel before may have written W) or write C (it may still be reading
-// that memory). From Python on an H200, 4096 x 14336 bf16: 13.0-13.3 us a
-// call at N = 2..4 against 14.5-14.9 launched plainly (bench/RESULTS.md).
+// that memory). From Python on an H200, 4096 x 14336 bf16: 13.0-14.0 us a
+// call at N = 2..4 against 14.2-15.9 launched plainly (bench/RESULTS.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

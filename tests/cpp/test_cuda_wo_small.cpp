@@ -211,23 +211,31 @@ class CudaWoGemv : public qgtest::CudaFixture<::testing::TestWithParam<KernelSco
   bool run(Case& c, std::string* why, size_t w_offset = 0) {
     DevBytes w(c.w, w_offset, kSlack), s(c.scales, 0, kSlack), z(c.zps, 0, kSlack), x(c.x, 0, kSlack);
     DevBytes cb(c.c_init, 0, kSlack), bias(c.bias, 0, kSlack);
-    qg::GemmArgs g;
-    g.a = {w.ptr(), Format::i4, c.m, c.k, c.w_stride, {}, {}};
-    g.a.scales = {s.ptr(), c.scale_dtype, qg::Granularity::group, c.group, c.s_stride};
-    if (c.zero_points) g.a.zero_points = {z.ptr(), c.zp_dtype, qg::Granularity::group, c.group, c.z_stride};
-    g.b = {x.ptr(), c.x_dtype == DType::f16 ? Format::f16 : Format::bf16, c.n, c.k, c.x_stride, {}, {}};
-    g.c = cb.ptr();
-    g.c_dtype = c.c_dtype;
-    g.ldc = c.ldc;
-    g.ldc_n = c.ldc_n;
-    g.epilogue.bias = bias.ptr();
-    g.epilogue.bias_dtype = DType::f32;
-    g.epilogue.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
-    g.device = qg::Device::cuda(0);
-    if (!qgtest::run_cuda_kernel(c.x_dtype == DType::f16 ? *f16_ : *bf16_, g, why)) return false;
+    const qg::GemmArgs g = gemm_args(c, w.ptr(), s.ptr(), z.ptr(), x.ptr(), cb.ptr(), bias.ptr());
+    if (!qgtest::run_cuda_kernel(kernel_for(c), g, why)) return false;
     c.c_out = cb.read();
     return true;
   }
+
+  // c's call on device buffers (z and bias read only where c has them).
+  static qg::GemmArgs gemm_args(const Case& c, const void* w, const void* s, const void* z, const void* x, void* out,
+                                const void* bias) {
+    qg::GemmArgs g;
+    g.a = {w, Format::i4, c.m, c.k, c.w_stride, {}, {}};
+    g.a.scales = {s, c.scale_dtype, qg::Granularity::group, c.group, c.s_stride};
+    if (c.zero_points) g.a.zero_points = {z, c.zp_dtype, qg::Granularity::group, c.group, c.z_stride};
+    g.b = {x, c.x_dtype == DType::f16 ? Format::f16 : Format::bf16, c.n, c.k, c.x_stride, {}, {}};
+    g.c = out;
+    g.c_dtype = c.c_dtype;
+    g.ldc = c.ldc;
+    g.ldc_n = c.ldc_n;
+    g.epilogue.bias = c.bias.empty() ? nullptr : bias;
+    g.epilogue.bias_dtype = DType::f32;
+    g.epilogue.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
+    g.device = qg::Device::cuda(0);
+    return g;
+  }
+  const qg::detail::GemmKernel& kernel_for(const Case& c) const { return c.x_dtype == DType::f16 ? *f16_ : *bf16_; }
 
   const qg::detail::GemmKernel* f16_ = nullptr;
   const qg::detail::GemmKernel* bf16_ = nullptr;
@@ -641,19 +649,12 @@ TEST_P(CudaWoGemv, ChainedCallsOnOneStream) {
   DevBytes w1(c1.w, 0, kSlack), s1(c1.scales, 0, kSlack), w2(c2.w, 0, kSlack), s2(c2.scales, 0, kSlack);
   DevBytes x(c1.x, 0, kSlack), y(c1.c_init, 0, kSlack);
   ASSERT_EQ(c1.x.size(), c1.c_init.size());
-  auto args = [&](const Case& c, const DevBytes& w, const DevBytes& sc, const DevBytes& in, const DevBytes& out) {
-    qg::GemmArgs g;
-    g.a = {w.ptr(), Format::i4, c.m, c.k, c.w_stride, {}, {}};
-    g.a.scales = {sc.ptr(), c.scale_dtype, qg::Granularity::group, c.group, c.s_stride};
-    g.b = {in.ptr(), Format::bf16, c.n, c.k, c.x_stride, {}, {}};
-    g.c = out.ptr();
-    g.c_dtype = c.c_dtype;
-    g.ldc = c.ldc;
-    g.ldc_n = c.ldc_n;
-    g.device = qg::Device::cuda(0);
-    return g;
-  };
-  const qg::GemmArgs g1 = args(c1, w1, s1, x, y), g2 = args(c2, w2, s2, y, x);
+  const qg::GemmArgs g1 = gemm_args(c1, w1.ptr(), s1.ptr(), nullptr, x.ptr(), y.ptr(), nullptr);
+  const qg::GemmArgs g2 = gemm_args(c2, w2.ptr(), s2.ptr(), nullptr, y.ptr(), x.ptr(), nullptr);
+  for (const qg::GemmArgs* g : {&g1, &g2}) {
+    const qg::Status v = qg::detail::check_gemm_args(*g);
+    ASSERT_TRUE(v.ok()) << "the test built arguments qg rejects: " << v.message();
+  }
   std::string why;
   ASSERT_TRUE(qgtest::gemm_kernel_admits(*bf16_, g1, &why)) << why;
   cudaStream_t stream = nullptr;
