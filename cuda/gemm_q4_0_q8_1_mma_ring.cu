@@ -72,6 +72,7 @@
 #include "q4_0_mma.cuh"
 #include "quantize.cuh"
 #include "ring_forms.h"
+#include "ring_partials.cuh"
 
 namespace qg::detail::cuda {
 namespace {
@@ -138,10 +139,9 @@ __device__ __forceinline__ void wait_pending(int pending) {
 template <int kNT, int kRT, int kSlots, bool kX16, int kW>
 __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const EpilogueParams& ep) {
   static_assert(kSlots >= 2 && kSlots <= 4, "wait_pending covers rings of 2..4 slots");
-  constexpr int kTokens = 8 * kNT, kCols = kTokens, kSlotBytes = slot_bytes(kNT, kRT), kXLane = x_lane_pieces(kNT);
-  constexpr int kThreads = 32 * kW, kGroupRows = group_rows(kRT), kWBytes = w_bytes(kRT);
+  constexpr int kTokens = 8 * kNT, kSlotBytes = slot_bytes(kNT, kRT), kXLane = x_lane_pieces(kNT);
+  constexpr int kGroupRows = group_rows(kRT), kWBytes = w_bytes(kRT);
   constexpr int kWPieces = w_pieces(kRT), kWLane = w_lane_pieces(kRT);
-  static_assert(kGroupRows * kCols * 4 <= kSlotBytes, "a warp's partial tile fits in one of its slots");
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint8_t* ring = smem + warp * kSlots * kSlotBytes;
@@ -296,32 +296,9 @@ __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const Epilog
     __syncwarp();  // the slot is refilled by a later stage's copies
   }
 
-  // The partial tiles, added in warp order. Each warp's goes into the
-  // slot its last stage was read from (its slot 0 if it had none): no
-  // copy is in flight into it. acc[mi][ni][e]: row 16 mi + g (+ 8 for
-  // e >= 2), column 8 ni + 2t + e % 2.
-  auto part_of = [&](int w) {
-    const int mw = stages_of(w);
-    const int slot = mw == 0 ? 0 : (mw - 1) % kSlots;
-    return reinterpret_cast<float*>(smem + (w * kSlots + slot) * kSlotBytes);
-  };
-  float* part = part_of(warp);
-#pragma unroll
-  for (int mi = 0; mi < kRT; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < kNT; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) part[(16 * mi + g + 8 * (e / 2)) * kCols + 8 * ni + 2 * t + e % 2] = acc[mi][ni][e];
-  __syncthreads();
-  for (int o = threadIdx.x; o < kGroupRows * kCols; o += kThreads) {
-    const int64_t row = row0 + o / kCols;
-    const int col = o % kCols;
-    if (row >= p.m || col >= p.n) continue;
-    float v = part_of(0)[o];
-#pragma unroll
-    for (int w = 1; w < kW; ++w) v += part_of(w)[o];
-    epilogue_store(ep, row, col, v);
-  }
+  add_partials_in_warp_order<kRT, kNT, kW, kSlots, kSlotBytes>(
+      acc, smem, warp, lane, stages_of, row0, p.m, p.n,
+      [&](int64_t row, int col, float v) { epilogue_store(ep, row, col, v); });
 }
 
 // kW warps a CTA, at most kCtas CTAs an SM: each CTA asks for enough

@@ -299,7 +299,13 @@ struct FixedParams {
 
 template <bool kBf16>
 __global__ void __launch_bounds__(256) to_fixed_kernel(FixedParams p) {
-  launch_dependents();  // the GEMV may start streaming W; it waits for this grid's writes
+  // Launched early behind whatever the stream ran last, often the previous
+  // call's GEMV: x may be that kernel's output, and the workspace the bytes
+  // it is still copying. So the wait comes first, and only then may the
+  // GEMV launch: it requests W before its own wait (which is for this
+  // grid), so no W it reads may predate the kernel before this one.
+  wait_prerequisite();
+  launch_dependents();
   const int lane = threadIdx.x % 32;
   const int q = 2 * (lane / 16) + lane % 2;
   const int c = (threadIdx.x / 32) * 8 + (lane / 2) % 8;
@@ -396,6 +402,14 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
   const int stages = (nb + kStageBlocks - 1) / kStageBlocks;
   const int64_t my_pairs = row0 < p.m ? (p.m - 1 - row0) / pairs_step + 1 : 0;
   const int64_t steps = my_pairs * stages;
+  // Without a pass this grid is launched early behind whatever the stream
+  // ran last (often the previous layer's GEMV) and may read nothing that
+  // kernel could write, W and x included, until it has completed. Behind
+  // the pass it need not wait here: the pass waited before letting this
+  // grid launch. (Asking L2 for the ring's first stages before this wait,
+  // as cuda_wo_gemv_mma does, was 3-5 % slower for a call on its own at
+  // K = 4096 on an H200 and 3 % faster in a loop: not kept.)
+  if (p.xfix == nullptr) wait_prerequisite();
 
   // Stage s of the pair at `src` into slot `at`, and its scales into `meta`.
   // All offsets inside a row are 32-bit (K is bounded by the activations'
@@ -582,6 +596,9 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) wo_fixed_kernel(Params p, 
         bulk::copy_g2s(act + t * kStageActBytes, p.xfix + t * kStageActBytes, kStageActBytes, &x_landed[t]);
       }
   }
+  // Every wait is behind: the next kernel may launch, and its CTAs take
+  // this grid's SMs as they free.
+  launch_dependents();
   int s = 0;
   for (int64_t i0 = 0; i0 < steps; i0 += kStages) {
 #pragma unroll
@@ -697,8 +714,7 @@ Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream) {
     if (!ws->ok()) return gemm_wo_gemv_run(args, stream);
     const FixedParams fp{static_cast<const uint8_t*>(args.b.data), ws->bytes(), nb, args.b.row_stride, col_bytes};
     const dim3 pass_grid(static_cast<unsigned>(col_bytes / kStageActBytes), static_cast<unsigned>(n));
-    if (bf16) to_fixed_kernel<true><<<pass_grid, 256, 0, cs>>>(fp);
-    else to_fixed_kernel<false><<<pass_grid, 256, 0, cs>>>(fp);
+    launch_maybe_early(bf16 ? to_fixed_kernel<true> : to_fixed_kernel<false>, pass_grid, dim3(256), 0, cs, true, fp);
     p.xfix = ws->bytes();
   }
   return with_instance(args, [&](auto kernel, int per_sm, int stages, int warps) {
@@ -711,7 +727,7 @@ Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream) {
                                            static_cast<int64_t>(per_sm) * device_limits(args.device.id).sms);
     const int64_t smem = ring_bytes(stages, warps) + act_bytes(n, nb);
     launch_maybe_early(kernel, dim3(static_cast<unsigned>(grid)), dim3(32 * warps), static_cast<size_t>(smem), cs,
-                       p.xfix != nullptr, p, epilogue_params(args));
+                       true, p, epilogue_params(args));
     return intfast::launch_result(args);
   });
 }

@@ -69,6 +69,7 @@
 #include "gemm_int_fast.cuh"
 #include "grid_dependency.cuh"
 #include "ring_forms.h"
+#include "ring_partials.cuh"
 #include "wo_mma.cuh"
 #include "wo_params.cuh"
 
@@ -102,8 +103,6 @@ __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const Epilogue
   constexpr int kTokens = 8 * kNT, kRows = group_rows(kRT), kSlotBytes = slot_bytes(kNT, kRT);
   constexpr int kWBytes = w_bytes(kRT);
   constexpr int kWLane = kRows * (kWRowBytes / 16) / 32;  // 8 or 4 pieces a lane and stage
-  constexpr int kThreads = 32 * kW;
-  static_assert(kRows * kTokens * 4 <= kSlotBytes, "a warp's partial tile fits in one of its slots");
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint8_t* ring = smem + warp * kRingSlots * kSlotBytes;
@@ -237,31 +236,9 @@ __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const Epilogue
     __syncwarp();  // the slot is refilled by a later stage's copies
   }
 
-  // The partial tiles, added in warp order; each warp's goes into the slot
-  // its last stage was read from (slot 0 if it had none): no copy is in
-  // flight into it.
-  auto part_of = [&](int w) {
-    const int mw = stages_of(w);
-    const int slot = mw == 0 ? 0 : (mw - 1) % kRingSlots;
-    return reinterpret_cast<float*>(smem + (w * kRingSlots + slot) * kSlotBytes);
-  };
-  float* part = part_of(warp);
-#pragma unroll
-  for (int r = 0; r < kRT; ++r)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) part[(16 * r + g + 8 * (e / 2)) * kTokens + 8 * nt + 2 * t + e % 2] = acc[r][nt][e];
-  __syncthreads();
-  for (int o = threadIdx.x; o < kRows * kTokens; o += kThreads) {
-    const int64_t row = row0 + o / kTokens;
-    const int col = o % kTokens;
-    if (row >= p.m || col >= n) continue;
-    float v = part_of(0)[o];
-#pragma unroll
-    for (int w = 1; w < kW; ++w) v += part_of(w)[o];
-    epilogue_store(ep, row, col, v);
-  }
+  add_partials_in_warp_order<kRT, kNT, kW, kRingSlots, kSlotBytes>(
+      acc, smem, warp, lane, stages_of, row0, p.m, n,
+      [&](int64_t row, int col, float v) { epilogue_store(ep, row, col, v); });
 }
 
 template <int kNT, int kRT, int kW, int kCtas, bool kBf16, bool kZP>
