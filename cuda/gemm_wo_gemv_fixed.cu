@@ -62,6 +62,12 @@
 // 4096 x 28672 than one commit group of cp.async pieces for all of x,
 // whose wait was also a wait for the ring's first stages of W).
 //
+// The first kernel of a call (the pass, or the GEMV where there is none) is
+// launched early behind whatever the stream ran before and waits for it
+// before its first read, so that in a chain of calls each is launched
+// before the one in front of it ends (docs/architecture.md, "The N = 1
+// decode launched early too").
+//
 // A block whose x holds Inf or NaN has no fixed-point form: the conversion
 // marks it (2^e stored as NaN) and the GEMV sums that block in fp32 from x
 // as it is, so non-finite values propagate as in the float reference.
