@@ -226,6 +226,7 @@ __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const Epilog
     cp_async_commit();
   }
   wait_prerequisite();  // A may be the previous kernel's output (linear_q4_0's quantizer)
+  launch_dependents();  // the next call's quantizer may launch: it waits for this grid
 #pragma unroll
   for (int i = 0; i < kSlots - 1; ++i) issue_x(i);
   cp_async_commit();

@@ -305,6 +305,7 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) gemm_ring_kernel(Params p,
 #pragma unroll
     for (int k = 0; k < kStages - 1; ++k) issue_next();
     wait_prerequisite();  // A may be the previous kernel's output (linear_q4_0's quantizer)
+    launch_dependents();  // the next call's quantizer may launch: it waits for this grid
     copy_activations<kCols>(p, act);
     cp_async_wait<0>();  // the activations (and the first steps, requested before them)
     __syncthreads();     // every thread's copies of the activations; no CTA barrier below
@@ -338,6 +339,7 @@ __global__ void __launch_bounds__(32 * kWarps, kCtas) gemm_ring_kernel(Params p,
     };
     prologue();
     wait_prerequisite();  // A may be the previous kernel's output (linear_q4_0's quantizer)
+    launch_dependents();  // the next call's quantizer may launch: it waits for this grid
     copy_activations<kCols>(p, act);
     cp_async_wait<0>();  // the activations (and the first stages, requested before them)
     __syncthreads();     // every thread's copies of the activations; no CTA barrier below

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -236,8 +237,9 @@ Case biased_layer(int64_t n) {
 // stream) are the weights it reads. On sm_90a up to 512 tokens the
 // warpgroup GEMM, and on sm_90 the ring GEMV (N = 1 and 3 here), request
 // their first stages of W before they wait for the quantizer (programmatic
-// dependent launch), which is right only because the quantizer starts after
-// everything before it on the stream.
+// dependent launch), which is right only because the quantizer lets them
+// launch once it has waited for everything before it on the stream (it is
+// launched early itself, behind the stream's previous kernel).
 TEST_F(CudaLinear, WeightsWrittenJustBeforeTheCall) {
   QG_SEEDED_RNG(rng, 7);
   for (int64_t n : {1, 3, 16, 128, 512}) {
@@ -266,6 +268,58 @@ TEST_F(CudaLinear, WeightsWrittenJustBeforeTheCall) {
     mem_.synchronize(stream_);
     const int64_t at = qgtest::linear::first_difference(y2.read(), b.y_ref.read());
     EXPECT_EQ(at, -1) << "the call after the copy differs from quantize + gemm on the copied weights at byte " << at;
+    EXPECT_NE(qgtest::linear::first_difference(y1.read(), y2.read()), -1) << "both calls gave the same y";
+  }
+}
+
+// The same with the weights written by a kernel: qg's own quantize_q4_0 of
+// new float weights into the layer's weight buffer between two calls. The
+// second call's quantizer is launched early behind that kernel and its GEMM
+// behind the quantizer; the GEMM must still read only the new weights.
+TEST_F(CudaLinear, WeightsQuantizedByTheKernelJustBefore) {
+  QG_SEEDED_RNG(rng, 8);
+  for (int64_t n : {1, 3, 8, 16}) {
+    const Case c = biased_layer(n);
+    SCOPED_TRACE(c.describe());
+    qgtest::linear::HostData first = qgtest::linear::make_data(c, rng);
+    first.x = qgtest::linear::random_x(c, rng, false);  // finite: the two calls' y must differ
+    qgtest::linear::Buffers b(mem_, c, first);
+    std::vector<float> wf(static_cast<size_t>(c.m * c.k));
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    for (float& v : wf) v = normal(rng);
+    std::vector<uint8_t> wf_bytes(wf.size() * 4);
+    std::memcpy(wf_bytes.data(), wf.data(), wf_bytes.size());
+    qgtest::MemBytes w_float(mem_, wf_bytes, 0);
+    qgtest::MemBytes y1(mem_, first.y, 0), y2(mem_, first.y, 0);
+    const qg::Device d = mem_.device();
+    auto call = [&](void* y) {
+      return qg::linear_q4_0(qgtest::linear::linear_args(c, b.x.ptr(), b.ws.ptr(), b.w.ptr(), y, b.bias.ptr(), d),
+                             stream_);
+    };
+    const qg::Status s1 = call(y1.ptr());
+    ASSERT_TRUE(s1.ok()) << s1.message();
+    qg::QuantizeArgs q;
+    q.format = qg::Format::q4_0;
+    q.x = w_float.ptr();
+    q.x_dtype = qg::DType::f32;
+    q.rows = c.m;
+    q.k = c.k;
+    q.x_row_stride = c.k;
+    q.y = b.w.ptr();
+    q.y_row_stride = c.w_row();
+    q.device = d;
+    const qg::Status sq = qg::quantize(q, stream_);
+    ASSERT_TRUE(sq.ok()) << sq.message();
+    const qg::Status s2 = call(y2.ptr());
+    ASSERT_TRUE(s2.ok()) << s2.message();
+    mem_.synchronize(stream_);
+    // The reference reads the same buffer, now holding the new weights.
+    const qg::Status r = qgtest::linear::quantize_then_gemm(c, b.x.ptr(), b.ws_ref.ptr(), b.w.ptr(), nullptr,
+                                                            b.y_ref.ptr(), b.bias.ptr(), d, stream_);
+    ASSERT_TRUE(r.ok()) << r.message();
+    mem_.synchronize(stream_);
+    const int64_t at = qgtest::linear::first_difference(y2.read(), b.y_ref.read());
+    EXPECT_EQ(at, -1) << "the call after quantize_q4_0 differs from quantize + gemm on its weights at byte " << at;
     EXPECT_NE(qgtest::linear::first_difference(y1.read(), y2.read()), -1) << "both calls gave the same y";
   }
 }
