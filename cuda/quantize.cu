@@ -359,7 +359,7 @@ void launch_quantize_from(const QuantizeArgs& a, cudaStream_t stream) {
   // input): the kernel waits for it before reading x, and a loop of calls
   // from Python no longer pays this launch between the two. Not while the
   // stream is captured: in a CUDA graph the launch costs little already, and
-  // there the early quantizer made linear_q4_0 1-5 % slower at 4096 x 14336
+  // there the early quantizer made linear_q4_0 1-6 % slower at 4096 x 14336
   // on an H200 (2-4 % faster at 14336 x 4096; bench/RESULTS.md).
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   const bool early = cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusNone;
