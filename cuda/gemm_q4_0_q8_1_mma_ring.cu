@@ -59,6 +59,9 @@
 // linear_q4_0: the quantizer runs first and lets this kernel start early
 // (grid_dependency.cuh); the first stages' W copies, the caller's bytes,
 // are requested before the wait for its output, their activations after.
+// That is right because the quantizer does not write W and lets this kernel
+// launch only once it has itself waited for everything before it on the
+// stream. After its wait this kernel lets the next one launch.
 #include <algorithm>
 #include <iterator>
 #include <limits>

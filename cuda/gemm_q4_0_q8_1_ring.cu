@@ -58,9 +58,11 @@
 //
 // linear_q4_0 (run_quantizing): the quantizer runs first and lets this
 // kernel start early (grid_dependency.cuh); the first kStages - 1 steps of
-// W (stages of one pair or, chained, of several), the caller's bytes, which
-// the quantizer does not write, are requested before the wait for its
-// output.
+// W (stages of one pair or, chained, of several), the caller's bytes, are
+// requested before the wait for its output. That is right because the
+// quantizer does not write W and lets this kernel launch only once it has
+// itself waited for everything before it on the stream. After its wait this
+// kernel lets the next one (the next call's quantizer) launch.
 //
 // Reduction: each lane sums its pairs over K in order; the warp adds its 32
 // lanes by a fixed butterfly, so results are deterministic. Rows past M are

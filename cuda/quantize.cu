@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "device_limits.cuh"
 #include "format_dispatch.h"
 #include "grid_dependency.cuh"
 #include "quantize.cuh"
@@ -360,9 +361,11 @@ void launch_quantize_from(const QuantizeArgs& a, cudaStream_t stream) {
   // from Python no longer pays this launch between the two. Not while the
   // stream is captured: in a CUDA graph the launch costs little already, and
   // there the early quantizer made linear_q4_0 1-6 % slower at 4096 x 14336
-  // on an H200 (2-4 % faster at 14336 x 4096; bench/RESULTS.md).
+  // on an H200 (0-4 % faster at 14336 x 4096; bench/RESULTS.md). Nor before
+  // sm_90, which has no programmatic dependent launch.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  const bool early = cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusNone;
+  const bool early = device_limits(a.device.id).cc_major >= 9 &&
+                     cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusNone;
   launch_maybe_early(kernel, dim3(static_cast<unsigned>(std::max<int64_t>(ctas, 1))), dim3(kQuantizeThreads), 0,
                      stream, early, static_cast<const uint8_t*>(a.x), a.rows, nb, a.x_row_stride,
                      static_cast<uint8_t*>(a.y), a.y_row_stride, a.q8_1_convention, access, y_align);

@@ -18,7 +18,7 @@
 //   cuda_i8_mma      i8 x i8, K-contiguous 16-byte-aligned rows (sm_80+): int8 mma.sync m16n8k32, all epilogues
 //   cuda_i8_dp4a     i8 x i8, K-contiguous 4-byte-aligned rows, pre-Ampere (sm_61+): shared-memory tiles, DP4A, all epilogues
 //   cuda_i8_repacked i8 x i8 with an operand strided along K (sm_61+): repacked into K-contiguous rows, then dispatched again
-//   cuda_wo_gemv_fixed i4 (group scales) x f16 / bf16, N = 1 (sm_90): x in block fixed point by a pass, W through a cp.async ring a warp, DP4A
+//   cuda_wo_gemv_fixed i4 (group scales) x f16 / bf16, N = 1 (sm_90): x in block fixed point (by each CTA to K = 4096, by a pass past it), W through a cp.async ring a warp, DP4A; launched early behind the previous kernel
 //   cuda_wo_gemv_mma   i4 (group scales >= 128) x f16 / bf16, N = 2..16, K % 256 == 0 (sm_90): W and x through a cp.async ring a warp, K sliced over a CTA's warps, mma.sync in fragment order; launched early behind the previous kernel
 //   cuda_wo_gemv_bulk  i4 (group scales >= 128) x f16 / bf16, N = 2..16 (sm_90+; where cuda_wo_gemv_mma refuses): W by bulk copies, mma.sync in fragment order
 //   cuda_wo_gemv_small i4 (group scales) x f16 / bf16, N <= 2 (sm_80+): W streamed to registers, FFMAs

@@ -273,9 +273,11 @@ TEST_F(CudaLinear, WeightsWrittenJustBeforeTheCall) {
 }
 
 // The same with the weights written by a kernel: qg's own quantize_q4_0 of
-// new float weights into the layer's weight buffer between two calls. The
-// second call's quantizer is launched early behind that kernel and its GEMM
-// behind the quantizer; the GEMM must still read only the new weights.
+// new float weights into the layer's weight buffer between two calls. That
+// kernel is launched early behind the first call's GEMM, and must not
+// overwrite W before that GEMM has read it; the second call's quantizer is
+// launched early behind it and its GEMM behind the quantizer, which must
+// still read only the new weights.
 TEST_F(CudaLinear, WeightsQuantizedByTheKernelJustBefore) {
   QG_SEEDED_RNG(rng, 8);
   for (int64_t n : {1, 3, 8, 16}) {
@@ -284,6 +286,7 @@ TEST_F(CudaLinear, WeightsQuantizedByTheKernelJustBefore) {
     qgtest::linear::HostData first = qgtest::linear::make_data(c, rng);
     first.x = qgtest::linear::random_x(c, rng, false);  // finite: the two calls' y must differ
     qgtest::linear::Buffers b(mem_, c, first);
+    qgtest::MemBytes w1(mem_, first.w, c.w_offset);  // the first weights, for the first call's reference
     std::vector<float> wf(static_cast<size_t>(c.m * c.k));
     std::normal_distribution<float> normal(0.0f, 0.5f);
     for (float& v : wf) v = normal(rng);
@@ -320,6 +323,15 @@ TEST_F(CudaLinear, WeightsQuantizedByTheKernelJustBefore) {
     mem_.synchronize(stream_);
     const int64_t at = qgtest::linear::first_difference(y2.read(), b.y_ref.read());
     EXPECT_EQ(at, -1) << "the call after quantize_q4_0 differs from quantize + gemm on its weights at byte " << at;
+    // The first call's GEMM lets quantize_q4_0 launch early behind it: that
+    // kernel must not overwrite W before the first call has read it.
+    const qg::Status r1 = qgtest::linear::quantize_then_gemm(c, b.x.ptr(), b.ws_ref.ptr(), w1.ptr(), nullptr,
+                                                             b.y_ref.ptr(), b.bias.ptr(), d, stream_);
+    ASSERT_TRUE(r1.ok()) << r1.message();
+    mem_.synchronize(stream_);
+    const int64_t at1 = qgtest::linear::first_difference(y1.read(), b.y_ref.read());
+    EXPECT_EQ(at1, -1) << "the call before quantize_q4_0 differs from quantize + gemm on the first weights at byte "
+                       << at1;
     EXPECT_NE(qgtest::linear::first_difference(y1.read(), y2.read()), -1) << "both calls gave the same y";
   }
 }

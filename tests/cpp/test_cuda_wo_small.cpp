@@ -668,13 +668,15 @@ TEST_P(CudaWoGemv, ChainedCallsOnOneStream) {
     }
     std::string why;
     ASSERT_TRUE(qgtest::gemm_kernel_admits(*bf16_, g1, &why)) << why;
-    // Each round starts from the first call's x and a NaN-poisoned y
-    // (0xFFFF is a bf16 NaN), so the second call can only read what the
-    // first wrote.
+    // Each round starts from the first call's x and a poisoned y, so the
+    // second call can only read what the first wrote. The poison is finite
+    // (0x4747, about 5.1e4 as a bf16): a NaN read too early would be marked
+    // non-finite by cuda_wo_gemv_fixed's conversion and its block summed
+    // again from x after the wait, hiding the early read.
     for (int rep = 0; rep < 3 && !HasFailure(); ++rep) {
       SCOPED_TRACE("round " + std::to_string(rep));
       CUDA_OK(cudaMemcpyAsync(x.ptr(), c1.x.data(), c1.x.size(), cudaMemcpyHostToDevice, stream));
-      CUDA_OK(cudaMemsetAsync(y.ptr(), 0xFF, c1.c_init.size(), stream));
+      CUDA_OK(cudaMemsetAsync(y.ptr(), 0x47, c1.c_init.size(), stream));
       const qg::Status a = bf16_->run(g1, stream);
       const qg::Status b = bf16_->run(g2, stream);
       EXPECT_TRUE(a.ok() && b.ok()) << a.message() << " / " << b.message();
@@ -684,6 +686,67 @@ TEST_P(CudaWoGemv, ChainedCallsOnOneStream) {
       c2.x = c1.c_out;  // the first call's bf16 output, as the second read it
       c2.c_out = x.read();
       check(c2);
+      ++ran_;
+    }
+    if (HasFailure()) break;
+  }
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  if (ran_ == 0) GTEST_SKIP() << GetParam().name << " takes none of:" << refused;
+}
+
+// W written by a kernel just before the call, one that lets the next
+// kernel launch early: qg's quantizer (quantize_q8_0 of floats into W's
+// bytes, which the GEMV then reads as codes). A kernel that requests W
+// before its own wait (cuda_wo_gemv_fixed behind its pass, K = 4608 here)
+// must still read only what the quantizer wrote: the kernel in front of it
+// waits for the quantizer before it lets it launch.
+TEST_P(CudaWoGemv, WeightsWrittenByAKernelJustBefore) {
+  QG_SEEDED_RNG(rng, 55);
+  const int64_t n = std::clamp<int64_t>(1, GetParam().min_n, GetParam().max_n);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  std::string refused;
+  for (int64_t k : {512, 4608}) {
+    Case c = make_case(rng, 1024, n, k, 128, DType::bf16, DType::bf16, false);
+    SCOPED_TRACE(c.describe());
+    if (!takes(c)) {
+      refused += " " + c.describe();
+      continue;
+    }
+    DevBytes w(c.w, 0, kSlack), s(c.scales, 0, kSlack), x(c.x, 0, kSlack), y(c.c_init, 0, kSlack);
+    const qg::GemmArgs g = gemm_args(c, w.ptr(), s.ptr(), nullptr, x.ptr(), y.ptr(), nullptr);
+    const qg::Status v = qg::detail::check_gemm_args(g);
+    ASSERT_TRUE(v.ok()) << "the test built arguments qg rejects: " << v.message();
+    std::string why;
+    ASSERT_TRUE(qgtest::gemm_kernel_admits(*bf16_, g, &why)) << why;
+    // As many Q8_0 blocks (34 bytes) as fit in a row of W's bytes.
+    const int64_t kq = c.w_stride / 34 * 32;
+    std::vector<uint8_t> wf(static_cast<size_t>(c.m * kq * 4));
+    for (int64_t i = 0; i < c.m * kq; ++i) qgtest::encode_float(&wf[4 * i], DType::f32, qgtest::uniform(rng, -2, 2));
+    DevBytes w_float(wf, 0, kSlack);
+    qg::QuantizeArgs q;
+    q.format = Format::q8_0;
+    q.x = w_float.ptr();
+    q.x_dtype = DType::f32;
+    q.rows = c.m;
+    q.k = kq;
+    q.x_row_stride = kq;
+    q.y = w.ptr();
+    q.y_row_stride = c.w_stride;
+    q.device = qg::Device::cuda(0);
+    for (int rep = 0; rep < 3 && !HasFailure(); ++rep) {
+      SCOPED_TRACE("round " + std::to_string(rep));
+      CUDA_OK(cudaMemcpyAsync(w.ptr(), c.w.data(), c.w.size(), cudaMemcpyHostToDevice, stream));  // the old codes
+      CUDA_OK(cudaMemsetAsync(y.ptr(), 0xFF, c.c_init.size(), stream));
+      const qg::Status a = qg::quantize(q, stream);
+      const qg::Status b = bf16_->run(g, stream);
+      EXPECT_TRUE(a.ok() && b.ok()) << a.message() << " / " << b.message();
+      EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      Case now = c;
+      now.w = w.read();
+      ASSERT_NE(now.w, c.w) << "the quantizer wrote no byte of W";
+      now.c_out = y.read();
+      check(now);
       ++ran_;
     }
     if (HasFailure()) break;
