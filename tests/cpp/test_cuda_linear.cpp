@@ -233,6 +233,47 @@ Case biased_layer(int64_t n) {
   return c;
 }
 
+// Two linear_q4_0 calls on one stream with the layer's weights replaced
+// between them by `replace(w)`, which enqueues the write into W on the
+// stream; then each call's y against quantize + gemm on the weights it had
+// to read: the first ones, and the bytes W holds at the end.
+template <class Replace>
+void weights_replaced_between_calls(CudaMemory& mem, const Case& c, qg::Stream stream, std::mt19937_64& rng,
+                                    Replace&& replace) {
+  SCOPED_TRACE(c.describe());
+  qgtest::linear::HostData first = qgtest::linear::make_data(c, rng);
+  first.x = qgtest::linear::random_x(c, rng, false);  // finite: the two calls' y must differ
+  qgtest::linear::Buffers b(mem, c, first);           // b.w: the first weights, then the new ones
+  qgtest::MemBytes w1(mem, first.w, c.w_offset);      // the first weights, for the first call's reference
+  qgtest::MemBytes y1(mem, first.y, 0), y2(mem, first.y, 0);
+  const qg::Device d = mem.device();
+  auto call = [&](void* y) {
+    return qg::linear_q4_0(qgtest::linear::linear_args(c, b.x.ptr(), b.ws.ptr(), b.w.ptr(), y, b.bias.ptr(), d),
+                           stream);
+  };
+  const qg::Status s1 = call(y1.ptr());
+  ASSERT_TRUE(s1.ok()) << s1.message();
+  replace(b.w.ptr());
+  if (::testing::Test::HasFatalFailure()) return;
+  const qg::Status s2 = call(y2.ptr());
+  ASSERT_TRUE(s2.ok()) << s2.message();
+  mem.synchronize(stream);
+  const struct {
+    qgtest::MemBytes* y;
+    const void* w;
+    const char* which;
+  } calls[] = {{&y1, w1.ptr(), "first"}, {&y2, b.w.ptr(), "second"}};
+  for (const auto& k : calls) {
+    const qg::Status r = qgtest::linear::quantize_then_gemm(c, b.x.ptr(), b.ws_ref.ptr(), k.w, nullptr,
+                                                            b.y_ref.ptr(), b.bias.ptr(), d, stream);
+    ASSERT_TRUE(r.ok()) << r.message();
+    mem.synchronize(stream);
+    const int64_t at = qgtest::linear::first_difference(k.y->read(), b.y_ref.read());
+    EXPECT_EQ(at, -1) << "the " << k.which << " call differs from quantize + gemm on its weights at byte " << at;
+  }
+  EXPECT_NE(qgtest::linear::first_difference(y1.read(), y2.read()), -1) << "both calls gave the same y";
+}
+
 // Weights written by the work just before a call (a copy on the same
 // stream) are the weights it reads. On sm_90a up to 512 tokens the
 // warpgroup GEMM, and on sm_90 the ring GEMV (N = 1 and 3 here), request
@@ -244,95 +285,44 @@ TEST_F(CudaLinear, WeightsWrittenJustBeforeTheCall) {
   QG_SEEDED_RNG(rng, 7);
   for (int64_t n : {1, 3, 16, 128, 512}) {
     const Case c = biased_layer(n);
-    SCOPED_TRACE(c.describe());
-    qgtest::linear::HostData first = qgtest::linear::make_data(c, rng);
-    first.x = qgtest::linear::random_x(c, rng, false);  // finite: the two calls' y must differ
     const qgtest::linear::HostData second = qgtest::linear::make_data(c, rng);
-    qgtest::linear::Buffers b(mem_, c, first);   // b.w: the first weights, then the second copied over them
     qgtest::MemBytes w2(mem_, second.w, c.w_offset);
-    qgtest::MemBytes y1(mem_, first.y, 0), y2(mem_, first.y, 0);
-    const qg::Device d = mem_.device();
-    auto call = [&](void* y) {
-      return qg::linear_q4_0(qgtest::linear::linear_args(c, b.x.ptr(), b.ws.ptr(), b.w.ptr(), y, b.bias.ptr(), d),
-                             stream_);
-    };
-    const qg::Status s1 = call(y1.ptr());
-    ASSERT_TRUE(s1.ok()) << s1.message();
-    ASSERT_EQ(cudaMemcpyAsync(b.w.ptr(), w2.ptr(), second.w.size(), cudaMemcpyDeviceToDevice, stream_), cudaSuccess);
-    const qg::Status s2 = call(y2.ptr());
-    ASSERT_TRUE(s2.ok()) << s2.message();
-    mem_.synchronize(stream_);
-    const qg::Status r = qgtest::linear::quantize_then_gemm(c, b.x.ptr(), b.ws_ref.ptr(), w2.ptr(), nullptr,
-                                                            b.y_ref.ptr(), b.bias.ptr(), d, stream_);
-    ASSERT_TRUE(r.ok()) << r.message();
-    mem_.synchronize(stream_);
-    const int64_t at = qgtest::linear::first_difference(y2.read(), b.y_ref.read());
-    EXPECT_EQ(at, -1) << "the call after the copy differs from quantize + gemm on the copied weights at byte " << at;
-    EXPECT_NE(qgtest::linear::first_difference(y1.read(), y2.read()), -1) << "both calls gave the same y";
+    weights_replaced_between_calls(mem_, c, stream_, rng, [&](void* w) {
+      ASSERT_EQ(cudaMemcpyAsync(w, w2.ptr(), second.w.size(), cudaMemcpyDeviceToDevice, stream_), cudaSuccess);
+    });
+    if (HasFatalFailure() || HasNonfatalFailure()) return;
   }
 }
 
 // The same with the weights written by a kernel: qg's own quantize_q4_0 of
-// new float weights into the layer's weight buffer between two calls. That
-// kernel is launched early behind the first call's GEMM, and must not
-// overwrite W before that GEMM has read it; the second call's quantizer is
-// launched early behind it and its GEMM behind the quantizer, which must
-// still read only the new weights.
+// new float weights into the layer's weight buffer. That kernel is
+// launched early behind the first call's GEMM and must not overwrite W
+// before that GEMM has read it; the second call's quantizer is launched
+// early behind it and its GEMM behind the quantizer, which must still read
+// only the new weights.
 TEST_F(CudaLinear, WeightsQuantizedByTheKernelJustBefore) {
   QG_SEEDED_RNG(rng, 8);
   for (int64_t n : {1, 3, 8, 16}) {
     const Case c = biased_layer(n);
-    SCOPED_TRACE(c.describe());
-    qgtest::linear::HostData first = qgtest::linear::make_data(c, rng);
-    first.x = qgtest::linear::random_x(c, rng, false);  // finite: the two calls' y must differ
-    qgtest::linear::Buffers b(mem_, c, first);
-    qgtest::MemBytes w1(mem_, first.w, c.w_offset);  // the first weights, for the first call's reference
-    std::vector<float> wf(static_cast<size_t>(c.m * c.k));
-    std::normal_distribution<float> normal(0.0f, 0.5f);
-    for (float& v : wf) v = normal(rng);
-    std::vector<uint8_t> wf_bytes(wf.size() * 4);
-    std::memcpy(wf_bytes.data(), wf.data(), wf_bytes.size());
-    qgtest::MemBytes w_float(mem_, wf_bytes, 0);
-    qgtest::MemBytes y1(mem_, first.y, 0), y2(mem_, first.y, 0);
-    const qg::Device d = mem_.device();
-    auto call = [&](void* y) {
-      return qg::linear_q4_0(qgtest::linear::linear_args(c, b.x.ptr(), b.ws.ptr(), b.w.ptr(), y, b.bias.ptr(), d),
-                             stream_);
-    };
-    const qg::Status s1 = call(y1.ptr());
-    ASSERT_TRUE(s1.ok()) << s1.message();
-    qg::QuantizeArgs q;
-    q.format = qg::Format::q4_0;
-    q.x = w_float.ptr();
-    q.x_dtype = qg::DType::f32;
-    q.rows = c.m;
-    q.k = c.k;
-    q.x_row_stride = c.k;
-    q.y = b.w.ptr();
-    q.y_row_stride = c.w_row();
-    q.device = d;
-    const qg::Status sq = qg::quantize(q, stream_);
-    ASSERT_TRUE(sq.ok()) << sq.message();
-    const qg::Status s2 = call(y2.ptr());
-    ASSERT_TRUE(s2.ok()) << s2.message();
-    mem_.synchronize(stream_);
-    // The reference reads the same buffer, now holding the new weights.
-    const qg::Status r = qgtest::linear::quantize_then_gemm(c, b.x.ptr(), b.ws_ref.ptr(), b.w.ptr(), nullptr,
-                                                            b.y_ref.ptr(), b.bias.ptr(), d, stream_);
-    ASSERT_TRUE(r.ok()) << r.message();
-    mem_.synchronize(stream_);
-    const int64_t at = qgtest::linear::first_difference(y2.read(), b.y_ref.read());
-    EXPECT_EQ(at, -1) << "the call after quantize_q4_0 differs from quantize + gemm on its weights at byte " << at;
-    // The first call's GEMM lets quantize_q4_0 launch early behind it: that
-    // kernel must not overwrite W before the first call has read it.
-    const qg::Status r1 = qgtest::linear::quantize_then_gemm(c, b.x.ptr(), b.ws_ref.ptr(), w1.ptr(), nullptr,
-                                                             b.y_ref.ptr(), b.bias.ptr(), d, stream_);
-    ASSERT_TRUE(r1.ok()) << r1.message();
-    mem_.synchronize(stream_);
-    const int64_t at1 = qgtest::linear::first_difference(y1.read(), b.y_ref.read());
-    EXPECT_EQ(at1, -1) << "the call before quantize_q4_0 differs from quantize + gemm on the first weights at byte "
-                       << at1;
-    EXPECT_NE(qgtest::linear::first_difference(y1.read(), y2.read()), -1) << "both calls gave the same y";
+    std::vector<uint8_t> wf(static_cast<size_t>(c.m * c.k * 4));
+    for (int64_t i = 0; i < c.m * c.k; ++i)
+      qgtest::encode_float(&wf[4 * i], qg::DType::f32, qgtest::uniform(rng, -1, 1));
+    qgtest::MemBytes w_float(mem_, wf, 0);
+    weights_replaced_between_calls(mem_, c, stream_, rng, [&](void* w) {
+      qg::QuantizeArgs q;
+      q.format = qg::Format::q4_0;
+      q.x = w_float.ptr();
+      q.x_dtype = qg::DType::f32;
+      q.rows = c.m;
+      q.k = c.k;
+      q.x_row_stride = c.k;
+      q.y = w;
+      q.y_row_stride = c.w_row();
+      q.device = mem_.device();
+      const qg::Status sq = qg::quantize(q, stream_);
+      ASSERT_TRUE(sq.ok()) << sq.message();
+    });
+    if (HasFatalFailure() || HasNonfatalFailure()) return;
   }
 }
 
