@@ -30,6 +30,9 @@
 //   cuda_wo_gemv_fixed  the same operands, N = 1 (sm_90): x made block fixed
 //                 point by a pass, DP4A on the codes, W through a cp.async
 //                 ring a warp
+//   cuda_wo_mma   the same operands with groups >= 128, N >= 17 (sm_80+):
+//                 128-row x 32..128-token tiles through a cp.async pipeline,
+//                 the same mma and rescale, K split over sm_90 clusters
 // And the host-side helpers both share: device limits and what a kernel can
 // do on a device (resident CTAs, clusters: cluster_split.cuh), asked once per
 // device.
@@ -68,6 +71,8 @@ bool gemm_wo_gemv_small_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_small_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_gemv_fixed_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream);
+bool gemm_wo_mma_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_wo_mma_run(const GemmArgs& args, Stream stream);
 
 namespace intfast {
 

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // test_cuda_wo_small.cpp: the weight-only GEMVs on CUDA cores, on bulk
-// copies and on cp.async rings (i4 weights with group scales and zero points x f16 / bf16
-// activations): cuda_wo_gemv_small (N = 1..2, groups >= 32),
+// copies and on cp.async rings, and the tiled prefill GEMM (i4 weights with
+// group scales and zero points x f16 / bf16 activations): cuda_wo_gemv_small (N = 1..2, groups >= 32),
 // cuda_wo_gemv_bulk (N = 2..16, groups >= 128, sm_90), cuda_wo_gemv_mma
 // (N = 2..16, groups >= 128, K % 256 = 0, sm_90) and cuda_wo_gemv_fixed
-// (N = 1, groups >= 32, sm_90), each forced by name
+// (N = 1, groups >= 32, sm_90), cuda_wo_mma (N >= 17, groups >= 128,
+// sm_80+), each forced by name
 // through the registry after the dispatcher's admission, against a float64
 // evaluation of the same codes, scales and activations: NMSE <= 1e-6 (bf16
 // C: 2e-5, its own rounding). C starts NaN-poisoned, so an element left
@@ -46,6 +47,9 @@ constexpr KernelScope kSmall{"cuda_wo_gemv_small", 1, 2, 32, 32, false};
 constexpr KernelScope kBulk{"cuda_wo_gemv_bulk", 2, 16, 128, 128, true};
 constexpr KernelScope kFixed{"cuda_wo_gemv_fixed", 1, 1, 32, 32, false};
 constexpr KernelScope kMmaRing{"cuda_wo_gemv_mma", 2, 16, 128, 256, true};
+// Takes any N from 17: no upper limit to test.
+constexpr int64_t kAnyN = int64_t{1} << 40;
+constexpr KernelScope kTiled{"cuda_wo_mma", 17, kAnyN, 128, 128, true};
 
 // Every device buffer gets 16 bytes allocated past its end.
 constexpr size_t kSlack = 16;
@@ -252,7 +256,7 @@ TEST_P(CudaWoGemv, NonFiniteActivations) {
   QG_SEEDED_RNG(rng, 46);
   const KernelScope& k = GetParam();
   int idx = 0;
-  for (int64_t n : {1, 2, 4})
+  for (int64_t n : {1, 2, 4, 24})
     for (DType xd : {DType::f16, DType::bf16})
       for (bool with_nan : {false, true}) {
         if (n < k.min_n || n > k.max_n) continue;
@@ -319,7 +323,7 @@ TEST_P(CudaWoGemv, NonFiniteActivations) {
 TEST_P(CudaWoGemv, WideRangeActivations) {
   QG_SEEDED_RNG(rng, 47);
   const KernelScope& k = GetParam();
-  for (int64_t n : {1, 2, 3}) {
+  for (int64_t n : {1, 2, 3, 20}) {
     if (n < k.min_n || n > k.max_n) continue;
     for (DType xd : {DType::f16, DType::bf16}) {
       const int64_t kk = 2048;
@@ -504,7 +508,7 @@ TEST_P(CudaWoGemv, LongK) {
   QG_SEEDED_RNG(rng, 48);
   int idx = 0;
   for (int64_t k : {24576, 32768})
-    for (int64_t n : {1, 2}) {
+    for (int64_t n : {1, 2, 17}) {
       ++idx;
       Case c = make_case(rng, 301, n, k, 128, idx % 2 ? DType::bf16 : DType::f16, DType::bf16, idx % 2 == 0);
       run_checked(c);
@@ -569,6 +573,7 @@ TEST_P(CudaWoGemv, EveryNShapeGroupAndDtype) {
 
 // The decode shape: M = 4096, K = 14336, each group size, N = 1, 2, 8, 16.
 TEST_P(CudaWoGemv, DecodeShape) {
+  if (GetParam().min_n > 16) GTEST_SKIP() << GetParam().name << " is a prefill kernel (PrefillShapes)";
   QG_SEEDED_RNG(rng, 41);
   int idx = 0;
   for (int64_t group : {32, 64, 128, 256})
@@ -595,7 +600,7 @@ TEST_P(CudaWoGemv, SeveralRowGroupsPerCta) {
   QG_SEEDED_RNG(rng, 45);
   int idx = 0;
   for (int64_t k : {384, 4096, 4096 + 128})
-    for (int64_t n : {1, 2, 8, 9}) {
+    for (int64_t n : {1, 2, 8, 9, 24}) {
       ++idx;
       for (bool zp : n == 1 ? std::vector<bool>{false, true} : std::vector<bool>{idx % 3 == 0}) {
         Case c = make_case(rng, 9607, n, k, 128, idx % 2 ? DType::bf16 : DType::f16, DType::f16, zp);
@@ -759,7 +764,7 @@ TEST_P(CudaWoGemv, WeightsWrittenByAKernelJustBefore) {
 TEST_P(CudaWoGemv, TransposedCBiasRelu) {
   QG_SEEDED_RNG(rng, 42);
   int idx = 0;
-  for (int64_t n : {1, 2, 1, 2, 5, 16})
+  for (int64_t n : {1, 2, 1, 2, 5, 16, 40, 70})
     for (DType cd : {DType::f32, DType::f16, DType::bf16}) {
       ++idx;
       Case c = make_case(rng, 77, n, 512, idx % 2 ? 64 : 128, idx % 2 ? DType::f16 : DType::bf16, DType::f16,
@@ -791,7 +796,7 @@ TEST_P(CudaWoGemv, RefusesWhatItCannotRead) {
   const KernelScope& k = GetParam();
   const int64_t n_in = std::min<int64_t>(std::max<int64_t>(2, k.min_n), k.max_n);  // an N it takes
   std::string why;
-  {
+  if (k.max_n < kAnyN) {
     const int64_t n = k.max_n + 1;
     Case c = make_case(rng, 8, n, 256, 128, DType::f16, DType::f16, false);
     EXPECT_FALSE(run(c, &why));
@@ -822,8 +827,56 @@ TEST_P(CudaWoGemv, RefusesWhatItCannotRead) {
   }
 }
 
+// Prefill: N on either side of each token tile (32, 64, 128) and of two and
+// three of them; M of one row, of a 128-row tile and one row past it; K of
+// one stage, of nine and of 32, where the tiles are few enough that an
+// sm_90 cluster splits K; group 128 and
+// 256, every scale and zero-point dtype, plain and transposed C in every
+// dtype, bias and relu.
+TEST_P(CudaWoGemv, PrefillShapes) {
+  if (GetParam().max_n < 17) GTEST_SKIP() << GetParam().name << " is a decode kernel (N <= " << GetParam().max_n << ")";
+  QG_SEEDED_RNG(rng, 56);
+  int idx = 0;
+  for (int64_t n : {17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 300})
+    for (int64_t m : {1, 128, 129, 520}) {
+      ++idx;
+      const int64_t k = idx % 3 == 0 ? 128 : (idx % 3 == 1 ? 1024 + 128 : 4096);
+      const int64_t group = idx % 4 == 3 && k % 256 == 0 ? 256 : 128;
+      const DType sd = idx % 3 == 0 ? DType::f32 : (idx % 3 == 1 ? DType::f16 : DType::bf16);
+      const int zsel = (idx / 2) % 3;  // none, int8, int32
+      Case c = make_case(rng, m, n, k, group, idx % 2 ? DType::f16 : DType::bf16, sd, zsel != 0,
+                         zsel == 2 ? DType::i32 : DType::i8, idx % 4 == 1);
+      // int32 zero points (+-3000) make sums past fp16's range: bf16 C for those.
+      const DType cd = idx % 5 == 0 ? DType::bf16 : (idx % 5 == 1 ? DType::f16 : DType::f32);
+      c.set_c(cd == DType::f16 && zsel == 2 ? DType::bf16 : cd, idx % 2 == 0);
+      if (idx % 7 == 0) {
+        c.bias.resize(static_cast<size_t>(4 * c.m));
+        for (int64_t r = 0; r < c.m; ++r) qgtest::encode_float(&c.bias[4 * r], DType::f32, qgtest::uniform(rng, -1, 1));
+        c.relu = idx % 2 == 0;
+      }
+      run_checked(c);
+      if (HasFailure()) return;
+    }
+  EXPECT_GT(ran_, 0);
+}
+
+// An LLM layer's K (14336 = 112 stages) at M = 1024: eight row tiles, so an
+// sm_90 cluster splits K eight ways (14 stages a CTA), at N = 64 and 128.
+TEST_P(CudaWoGemv, PrefillLongKSplit) {
+  if (GetParam().max_n < 17) GTEST_SKIP() << GetParam().name << " is a decode kernel (N <= " << GetParam().max_n << ")";
+  QG_SEEDED_RNG(rng, 57);
+  int idx = 0;
+  for (int64_t n : {64, 128}) {
+    ++idx;
+    Case c = make_case(rng, 1024, n, 14336, 128, idx % 2 ? DType::bf16 : DType::f16, DType::bf16, idx == 1);
+    run_checked(c);
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(ran_, 0);
+}
+
 std::string scope_name(const ::testing::TestParamInfo<KernelScope>& info) { return info.param.name; }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, CudaWoGemv, ::testing::Values(kSmall, kBulk, kFixed, kMmaRing), scope_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaWoGemv, ::testing::Values(kSmall, kBulk, kFixed, kMmaRing, kTiled), scope_name);
 
 }  // namespace
