@@ -12,7 +12,7 @@
 // C is fp32 row-major (int32 for integer x integer pairs), no epilogue;
 // operands are contiguous gaussian rows quantized by qg (integer formats: per
 // row), float activations are fp16 (or bf16) rows, and weight-only weights
-// carry group scales of the activations' dtype (group 128). Of the integer
+// carry group scales of the activations' dtype (group 128; --qg_wo_group). Of the integer
 // family the bench times the pairs that have a fast kernel (i8 x i8, i4 x f16,
 // and i4 x bf16, the pair torch's tinygemm takes); their reference kernels
 // are left out of the per-kernel cases (seconds per call at these shapes).
@@ -39,7 +39,6 @@ std::string op_name(qg::Format a, qg::Format b) {
   return std::string(qg::format_traits(a).name) + "_" + qg::format_traits(b).name;
 }
 
-constexpr int64_t kGroup = 128;  // weight-only group size
 
 bool weight_only(qg::Format fa, qg::Format fb) { return qg::is_integer_format(fa) && qg::is_float_format(fb); }
 
@@ -57,7 +56,7 @@ bool slow_reference(const GemmKernel& k, qg::Format fa) {
 }
 
 Work gemm_work(qg::Format fa, qg::Format fb, int64_t m, int64_t n, int64_t k) {
-  const double scales = weight_only(fa, fb) ? 2.0 * m * (k / kGroup) : 0.0;
+  const double scales = weight_only(fa, fb) ? 2.0 * m * (k / g_opt.wo_group) : 0.0;
   return {2.0 * m * n * k, double(m * qg::row_bytes(qg::format_traits(fa), k)) +
                                double(n * qg::row_bytes(qg::format_traits(fb), k)) + 4.0 * m * n + scales};
 }
@@ -72,7 +71,7 @@ qg::GemmArgs gemm_args(Backend be, qg::Format fa, qg::Format fb, int64_t m, int6
   g.b = qg::packed_operand(a, fb, n, k);
   if (weight_only(fa, fb))
     g.a.scales = {scales ? scales : w, fb == qg::Format::bf16 ? qg::DType::bf16 : qg::DType::f16,
-                  qg::Granularity::group, kGroup, k / kGroup};
+                  qg::Granularity::group, g_opt.wo_group, k / g_opt.wo_group};
   g.c = c;
   g.c_dtype = qg::is_integer_format(fa) && qg::is_integer_format(fb) ? qg::DType::i32 : qg::DType::f32;
   g.ldc = n;
@@ -91,7 +90,7 @@ void bm_gemm(benchmark::State& st, Backend be, qg::Format fa, qg::Format fb, con
   const auto activation_rows = fb == qg::Format::bf16 ? bf16_rows : f16_rows;
   std::string err = packed_rows(be, "w", fa, m, k, &w);
   if (err.empty()) err = qg::is_float_format(fb) ? activation_rows(be, "a", n, k, &a) : packed_rows(be, "a", fb, n, k, &a);
-  if (err.empty() && wo) err = activation_rows(be, "s", m, k / kGroup, &s);
+  if (err.empty() && wo) err = activation_rows(be, "s", m, k / g_opt.wo_group, &s);
   if (err.empty()) err = output_buffer(be, m * n * 4, &c);
   if (err.empty()) err = w->prepare(cold);
   if (err.empty()) err = a->prepare(cold);

@@ -74,6 +74,8 @@ const OptionSpec kOptionSpecs[] = {
                 "so host launch latency stays out of the events (default 1)"},
     {"device", "CUDA device ordinal (default 0)"},
     {"cpu_cold_bytes", "cap on the CPU cold rotation per buffer set (default 1 GiB)"},
+    {"wo_group", "group size of the weight-only (i4 x f16/bf16) cases' scales: a power of two "
+                 "from 32 dividing every shape's K (default 128, the GPTQ/AWQ shape)"},
 };
 
 std::map<std::string, std::string> g_flags;  // --qg_<name>=value
@@ -146,6 +148,14 @@ void load_options() {
   g_opt.blocker = option_int("blocker", 1) != 0;
   g_opt.device = static_cast<int>(option_int("device", 0));
   g_opt.cpu_cold_bytes = std::max<int64_t>(kMiB, option_int("cpu_cold_bytes", kGiB));
+  const int64_t wo_group = option_int("wo_group", 128);
+  bool group_fits = wo_group >= 32 && (wo_group & (wo_group - 1)) == 0;
+  for (const Shape& s : g_opt.shapes) group_fits = group_fits && s.k % wo_group == 0;
+  if (group_fits)
+    g_opt.wo_group = wo_group;
+  else
+    std::fprintf(stderr, "bench_gemm: ignoring wo_group=%lld (want a power of two from 32 dividing every K); using 128\n",
+                 static_cast<long long>(wo_group));
 }
 
 // Whether Google Benchmark's --benchmark_filter selects a case name: used only
@@ -1261,6 +1271,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("qg_version", info.version);
   benchmark::AddCustomContext("qg_commit", QG_GIT_COMMIT);
   benchmark::AddCustomContext("qg_cuda_built", info.cuda_built ? "yes" : "no");
+  benchmark::AddCustomContext("qg_wo_group", std::to_string(g_opt.wo_group));
   {
     std::string feats;
     for (const std::string& f : info.cpu_features) feats += (feats.empty() ? "" : ",") + f;

@@ -62,6 +62,7 @@ struct Options {
   bool blocker = true;
   int device = 0;
   int64_t cpu_cold_bytes = kGiB;
+  int64_t wo_group = 128;        // group size of the weight-only (int4 x float) cases' scales
 };
 extern Options g_opt;
 

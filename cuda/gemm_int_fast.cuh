@@ -30,7 +30,7 @@
 //   cuda_wo_gemv_fixed  the same operands, N = 1 (sm_90): x made block fixed
 //                 point by a pass, DP4A on the codes, W through a cp.async
 //                 ring a warp
-//   cuda_wo_mma   the same operands with groups >= 128, N >= 17 (sm_80+):
+//   cuda_wo_mma   the same operands, N >= 17, K % 128 == 0 (sm_80+):
 //                 128-row x 32..128-token tiles through a cp.async pipeline,
 //                 the same mma and rescale, K split over sm_90 clusters
 // And the host-side helpers both share: device limits and what a kernel can

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// cuda/gemm_wo_mma.cu: weight-only GEMM for prefill (N >= 17; sm_80+):
+// cuda/gemm_wo_mma.cu: weight-only GEMM for prefill (N >= 17, K % 128 = 0; sm_80+):
 // i4 weights with group scales (and zero points) x f16 / bf16 activations,
 // tiled so that each weight byte read from memory serves up to 128 tokens.
 //
@@ -16,10 +16,11 @@
 //
 // The arithmetic is cuda_wo_gemv's, exactly: a code (and every activation)
 // is an exact fp16 / bf16 number, so mma.m16n8k16 with fp32 accumulation
-// gives each stage's integer-weighted sums up to fp32 rounding. A stage lies
-// inside one group (groups are powers of two >= 128), so its sums are scaled
-// once, in fp32, one FMA an output a stage (1 per 128 MACs):
-//   out += s * (D - z * S)     S = sum of the stage's x (an mma against ones)
+// gives each stage's integer-weighted sums up to fp32 rounding. Groups are
+// powers of two >= 32, so every window of min(group, 128) values lies inside
+// one group and its sums are scaled once, in fp32: one FMA an output per 128
+// MACs for groups >= 128, per 64 or 32 for the smaller ones:
+//   out += s * (D - z * S)     S = sum of the window's x (an mma against ones)
 // K is permuted inside each 32-value segment as cuda_wo_gemv permutes it
 // (wo_mma.cuh: nibble pairs (i, i + 4) of a word, the activations' halves
 // matched by two PRMTs); the same permutation on both operands leaves the sums
@@ -31,7 +32,9 @@
 // fall in 16-byte slots 20 g + 4 j + t mod 8, all distinct).
 //
 // Scales (and zero points) of a stage are loaded a stage ahead into
-// registers and converted where used (wo_params.cuh says why). Where the
+// registers and converted where used (wo_params.cuh says why); groups under
+// 128 need two or four a row and stage, so those instances take smaller
+// token tiles (tile_nt). Where the
 // tiles are fewer than the SMs, an sm_90 cluster splits K between CTAs,
 // which add their partial tiles through distributed shared memory in rank
 // order: results are deterministic.
@@ -67,7 +70,7 @@ constexpr int kRT = 2;                   // m16 tiles a warp: 32 rows
 constexpr int kBM = kWarpsM * 16 * kRT;  // 128 rows a CTA
 constexpr int kStageK = 128;             // values of K a stage: 4 segments of 32
 constexpr int kStages = 3;
-constexpr int kMinGroup = kStageK;       // a stage inside one group
+constexpr int kMinGroup = 32;            // a 32-value segment inside one group
 constexpr int kWPitch = kStageK / 2 + 16;  // 80
 constexpr int kXPitch = 2 * kStageK + 64;  // 320
 constexpr int kMinCols = 17;             // N <= 16 runs on the decode GEMVs
@@ -83,9 +86,18 @@ struct Tile {
   static constexpr int kSmemBytes = kRingBytes > kPartialBytes ? kRingBytes : kPartialBytes;
 };
 
-template <int kNT, bool kBf16, bool kZP>
+// The instances that exist: kWin, the 32-value segments between two
+// rescales (4: groups >= 128, a stage; 2: groups of 64; 1: groups of 32),
+// and the token tile that fits beside that many scales and zero points in
+// registers.
+constexpr bool instance_exists(int nt, bool zp, int win) {
+  return win == 4 ? !(zp && nt == 8) : (nt == 2 || (nt == 4 && !zp));
+}
+
+template <int kNT, bool kBf16, bool kZP, int kWin>
 __global__ void __launch_bounds__(kThreads, 1) gemm_wo_mma_kernel(Params p, EpilogueParams ep) {
   using T = Tile<kNT>;
+  constexpr int kWins = kStageK / 32 / kWin;  // rescales a stage
   extern __shared__ __align__(128) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -138,17 +150,20 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wo_mma_kernel(Params p, Epil
       srow[r][h] = p.scales + row * p.s_stride;
       zrow[r][h] = kZP ? p.zeros + row * p.z_stride : p.zeros;
     }
-  uint32_t sb[kRT][2];
-  int zb[kRT][2];
-  auto load_scales = [&](int64_t i, uint32_t (&s)[kRT][2], int (&z)[kRT][2]) {
-    const int64_t k0 = (step_lo + i) * kStageK;
+  uint32_t sb[kWins][kRT][2];
+  int zb[kWins][kRT][2];
+  auto load_scales = [&](int64_t i, uint32_t (&s)[kWins][kRT][2], int (&z)[kWins][kRT][2]) {
 #pragma unroll
-    for (int r = 0; r < kRT; ++r)
+    for (int w = 0; w < kWins; ++w) {
+      const int64_t kw = (step_lo + i) * kStageK + 32 * kWin * w;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        s[r][h] = load_scale_bits(p, srow[r][h], k0 >> p.s_shift);
-        if constexpr (kZP) z[r][h] = load_zero_int(p, zrow[r][h], k0 >> p.z_shift);
-      }
+      for (int r = 0; r < kRT; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          s[w][r][h] = load_scale_bits(p, srow[r][h], kw >> p.s_shift);
+          if constexpr (kZP) z[w][r][h] = load_zero_int(p, zrow[r][h], kw >> p.z_shift);
+        }
+    }
   };
 
   float out[kRT][kNT][4];
@@ -173,8 +188,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wo_mma_kernel(Params p, Epil
     __syncthreads();  // stage i has landed for every thread; every warp is done with slot (i - 1) % kStages
     if (i + kStages - 1 < my_steps) copy(i + kStages - 1);
     cp_async_commit();
-    uint32_t nsb[kRT][2];
-    int nzb[kRT][2];
+    uint32_t nsb[kWins][kRT][2];
+    int nzb[kWins][kRT][2];
     if (i + 1 < my_steps) load_scales(i + 1, nsb, nzb);
 
     const uint8_t* slot = smem + (i % kStages) * T::kStageBytes;
@@ -225,31 +240,43 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wo_mma_kernel(Params p, Epil
           mma_16816<kBf16>(d[r][nt], a1, b[nt][2], b[nt][3]);
         }
       }
-    }
-    // The stage's group scale (and zero point), once an output.
-#pragma unroll
-    for (int r = 0; r < kRT; ++r)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float s = scale_from_bits(p, sb[r][h]);
-        const float z = kZP ? -static_cast<float>(zb[r][h]) : 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            float v = d[r][nt][e];
-            if constexpr (kZP) v = fmaf(z, sx[nt][e], v);
-            out[r][nt][e] = fmaf(s, v, out[r][nt][e]);
-          }
-      }
-    if (i + 1 < my_steps) {
+      if ((j + 1) % kWin != 0) continue;
+      // The window's group scale (and zero point), once an output; the
+      // window's sums start again from zero.
+      const int w = j / kWin;
 #pragma unroll
       for (int r = 0; r < kRT; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          sb[r][h] = nsb[r][h];
-          if constexpr (kZP) zb[r][h] = nzb[r][h];
+          const float s = scale_from_bits(p, sb[w][r][h]);
+          const float z = kZP ? -static_cast<float>(zb[w][r][h]) : 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) {
+              float v = d[r][nt][e];
+              if constexpr (kZP) v = fmaf(z, sx[nt][e], v);
+              out[r][nt][e] = fmaf(s, v, out[r][nt][e]);
+              d[r][nt][e] = 0.0f;
+            }
         }
+      if constexpr (kZP) {
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sx[nt][e] = 0.0f;
+      }
+    }
+    if (i + 1 < my_steps) {
+#pragma unroll
+      for (int w = 0; w < kWins; ++w)
+#pragma unroll
+        for (int r = 0; r < kRT; ++r)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            sb[w][r][h] = nsb[w][r][h];
+            if constexpr (kZP) zb[w][r][h] = nzb[w][r][h];
+          }
     }
   }
   cp_async_wait<0>();
@@ -295,44 +322,57 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wo_mma_kernel(Params p, Epil
 #endif
 }
 
-template <int kNT, bool kBf16, bool kZP>
+template <int kNT, bool kBf16, bool kZP, int kWin>
 KernelFit fit_of(int device) {
   static std::once_flag once[kMaxDevices];
   static KernelFit cache[kMaxDevices];
-  return cached_fit(gemm_wo_mma_kernel<kNT, kBf16, kZP>, kThreads, Tile<kNT>::kSmemBytes, device, once, cache);
+  return cached_fit(gemm_wo_mma_kernel<kNT, kBf16, kZP, kWin>, kThreads, Tile<kNT>::kSmemBytes, device, once,
+                    cache);
 }
 
-// Token tiles of 32, 64 or 128 by N (64 at most with zero points, whose
-// sum-x accumulators would not fit beside a 128-token tile's registers).
-// Measured on an H200 (bf16, cold): the 128-token tile against the 64- and
-// 32-token ones at 4096 x 14336, N = 512: 250 against 297 and 369 us; at
-// N = 128 the 64-token tile was faster there (84 against 92 us) and slower
-// at 14336 x 4096 (94 against 87).
-int tile_nt(int64_t n, bool zp) {
-  if (n > 64 && !zp) return 8;
-  return n > 32 ? 4 : 2;
+// Segments between rescales: the smaller group of the scales' and the zero
+// points', up to a stage.
+int window_segments(const GemmArgs& args) {
+  int64_t g = std::min<int64_t>(args.a.scales.group_size, kStageK);
+  if (args.a.zero_points.data) g = std::min<int64_t>(g, args.a.zero_points.group_size);
+  return static_cast<int>(g / 32);
 }
 
-// Calls f with the kernel instance for args (its tile's kNT as a constant).
+// Token tiles of 32, 64 or 128 by N, as registers allow: 64 at most with
+// zero points (the sum-x accumulators) or with groups under 128 (a stage's
+// two or four rescales' scales in registers), 32 with both.
+// Measured on an H200 (bf16, cold, groups of 128): the 128-token tile
+// against the 64- and 32-token ones at 4096 x 14336, N = 512: 250 against
+// 297 and 369 us; at N = 128 the 64-token tile was faster there (84 against
+// 92 us) and slower at 14336 x 4096 (94 against 87).
+int tile_nt(int64_t n, bool zp, int win) {
+  const int nt = n > 64 ? 8 : (n > 32 ? 4 : 2);
+  for (int c = nt; c > 2; c /= 2)
+    if (instance_exists(c, zp, win)) return c;
+  return 2;
+}
+
+// Calls f(kNT, kBf16, kZP, kWin) as integral constants for args' instance.
 template <class F>
 auto with_instance(const GemmArgs& args, F&& f) {
   const bool bf16 = args.b.format == Format::bf16, zp = args.a.zero_points.data != nullptr;
-  auto pick = [&](auto nt) {
-    if (bf16) return zp ? f(nt, std::true_type{}, std::true_type{}) : f(nt, std::true_type{}, std::false_type{});
-    return zp ? f(nt, std::false_type{}, std::true_type{}) : f(nt, std::false_type{}, std::false_type{});
+  const int win = window_segments(args);
+  auto by_dtype = [&](auto nt, auto w) {
+    if (bf16) return zp ? f(nt, std::true_type{}, std::true_type{}, w) : f(nt, std::true_type{}, std::false_type{}, w);
+    return zp ? f(nt, std::false_type{}, std::true_type{}, w) : f(nt, std::false_type{}, std::false_type{}, w);
   };
-  switch (tile_nt(args.b.rows, zp)) {
-    case 8: return pick(std::integral_constant<int, 8>{});
-    case 4: return pick(std::integral_constant<int, 4>{});
-    default: return pick(std::integral_constant<int, 2>{});
+  auto by_tile = [&](auto w) {
+    switch (tile_nt(args.b.rows, zp, decltype(w)::value)) {
+      case 8: return by_dtype(std::integral_constant<int, 8>{}, w);
+      case 4: return by_dtype(std::integral_constant<int, 4>{}, w);
+      default: return by_dtype(std::integral_constant<int, 2>{}, w);
+    }
+  };
+  switch (win) {
+    case 4: return by_tile(std::integral_constant<int, 4>{});
+    case 2: return by_tile(std::integral_constant<int, 2>{});
+    default: return by_tile(std::integral_constant<int, 1>{});
   }
-}
-
-template <int kNT, bool kBf16, bool kZP>
-KernelFit instance_fit(const GemmArgs& args) {
-  // The zero-point instance never runs 128-token tiles; its fit is that of 64.
-  if constexpr (kZP && kNT == 8) return fit_of<4, kBf16, kZP>(args.device.id);
-  else return fit_of<kNT, kBf16, kZP>(args.device.id);
 }
 
 }  // namespace
@@ -348,14 +388,16 @@ bool gemm_wo_mma_can_run(const GemmArgs& args, std::string* why_not) {
   // Formats, K % 32 = 0, K-contiguous 16-byte-aligned rows, scale and
   // zero-point dtypes: as cuda_wo_gemv, whose unpacking and mma it shares.
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;
-  // Groups of at least a stage divide K (the core's validation), so K is whole stages.
   if (args.a.k % kStageK != 0)
     return no("K=" + std::to_string(args.a.k) + " is not a multiple of " + std::to_string(kStageK) + " (a stage)");
   if (!groups_at_least(args, kMinGroup, why_not)) return false;
   DeviceGuard guard(args.device.id);
   if (guard.error() != cudaSuccess) return no("cannot select cuda:" + std::to_string(args.device.id));
-  const KernelFit fit = with_instance(args, [&](auto nt, auto bf16, auto zp) {
-    return instance_fit<decltype(nt)::value, decltype(bf16)::value, decltype(zp)::value>(args);
+  const KernelFit fit = with_instance(args, [&](auto nt, auto bf16, auto zp, auto win) {
+    constexpr int kNT = decltype(nt)::value, kWin = decltype(win)::value;
+    constexpr bool kZP = decltype(zp)::value;
+    if constexpr (instance_exists(kNT, kZP, kWin)) return fit_of<kNT, decltype(bf16)::value, kZP, kWin>(args.device.id);
+    else return KernelFit{};  // tile_nt picks none of these
   });
   return ctas_fit(fit.blocks_per_sm, args.device.id, "sm_80", why_not);
 }
@@ -367,13 +409,13 @@ Status gemm_wo_mma_run(const GemmArgs& args, Stream stream) {
   const cudaStream_t st = to_cuda(stream);
   Params p = gemv_params(args);
   const EpilogueParams ep = epilogue_params(args);
-  return with_instance(args, [&](auto nt, auto bf16, auto zp) {
-    constexpr int kNT = decltype(nt)::value;
+  return with_instance(args, [&](auto nt, auto bf16, auto zp, auto win) {
+    constexpr int kNT = decltype(nt)::value, kWin = decltype(win)::value;
     constexpr bool kBf16 = decltype(bf16)::value, kZP = decltype(zp)::value;
-    if constexpr (kZP && kNT == 8) {
-      return Status(StatusCode::unsupported, std::string(args.fn) + " (cuda_wo_mma): no 128-token tile with zero points");
+    if constexpr (!instance_exists(kNT, kZP, kWin)) {
+      return Status(StatusCode::unsupported, std::string(args.fn) + " (cuda_wo_mma): no such tile");  // tile_nt picks none
     } else {
-      const KernelFit fit = fit_of<kNT, kBf16, kZP>(args.device.id);
+      const KernelFit fit = fit_of<kNT, kBf16, kZP, kWin>(args.device.id);
       if (fit.blocks_per_sm == 0)
         return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_wo_mma): cannot launch on cuda:" +
                                                   std::to_string(args.device.id) + " (" + shape_text(args) + ")");
@@ -382,7 +424,7 @@ Status gemm_wo_mma_run(const GemmArgs& args, Stream stream) {
       // K split over a cluster where the tiles leave SMs idle, each CTA
       // keeping at least 8 stages.
       p.splits = pick_splits(fit, device_limits(args.device.id), tiles, steps, 8);
-      launch_clustered(gemm_wo_mma_kernel<kNT, kBf16, kZP>, tiles * p.splits, kThreads, Tile<kNT>::kSmemBytes,
+      launch_clustered(gemm_wo_mma_kernel<kNT, kBf16, kZP, kWin>, tiles * p.splits, kThreads, Tile<kNT>::kSmemBytes,
                        p.splits, st, p, ep);
       return launch_result(args);
     }

@@ -22,8 +22,8 @@
 //   cuda_wo_gemv_mma   i4 (group scales >= 128) x f16 / bf16, N = 2..16, K % 256 == 0 (sm_90): W and x through a cp.async ring a warp, K sliced over a CTA's warps, mma.sync in fragment order; launched early behind the previous kernel
 //   cuda_wo_gemv_bulk  i4 (group scales >= 128) x f16 / bf16, N = 2..16 (sm_90+; where cuda_wo_gemv_mma refuses): W by bulk copies, mma.sync in fragment order
 //   cuda_wo_gemv_small i4 (group scales) x f16 / bf16, N <= 2 (sm_80+): W streamed to registers, FFMAs
-//   cuda_wo_mma      i4 (group scales >= 128) x f16 / bf16, N >= 17 (sm_80+): tiled prefill GEMM on f16/bf16 mma.sync, 128-row x 32..128-token tiles, K split over sm_90 clusters
-//   cuda_wo_gemv     i4 (group scales) x f16 / bf16 (sm_80+): decode GEMV on f16/bf16 mma.sync, N > 16 in slices of 16 (where cuda_wo_mma refuses: groups of 32 or 64)
+//   cuda_wo_mma      i4 (group scales >= 32) x f16 / bf16, N >= 17, K % 128 == 0 (sm_80+): tiled prefill GEMM on f16/bf16 mma.sync, 128-row x 32..128-token tiles, K split over sm_90 clusters
+//   cuda_wo_gemv     i4 (group scales) x f16 / bf16 (sm_80+): decode GEMV on f16/bf16 mma.sync, N > 16 in slices of 16 (where cuda_wo_mma refuses: K % 128 != 0)
 //   cuda_int_generic any pair of i8 / i4 / i4x8, any strides, zero points, int32 out: byte loads
 //   cuda_wo_generic  i8 / i4 weights with group scales x f16 / bf16 / f32 activations: byte loads
 //   cuda_int_rows    quantize / dequantize of i8 / i4 / i4x8 (tensor, row and group scales)
@@ -103,7 +103,7 @@ Registry make_registry() {
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cuda_wo_gemv_small", Format::i4, fb, kMmaS8, kEpiFloatAll, gemm_wo_gemv_small_can_run,
                       gemm_wo_gemv_small_run});
-  // From N = 17 (groups >= 128): the tiled prefill GEMM, in front of the
+  // From N = 17 (K % 128 = 0): the tiled prefill GEMM, in front of the
   // GEMV that would run N / 16 passes over W.
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cuda_wo_mma", Format::i4, fb, kMmaS8, kEpiFloatAll, gemm_wo_mma_can_run, gemm_wo_mma_run});

@@ -4,8 +4,8 @@
 // group scales and zero points x f16 / bf16 activations): cuda_wo_gemv_small (N = 1..2, groups >= 32),
 // cuda_wo_gemv_bulk (N = 2..16, groups >= 128, sm_90), cuda_wo_gemv_mma
 // (N = 2..16, groups >= 128, K % 256 = 0, sm_90) and cuda_wo_gemv_fixed
-// (N = 1, groups >= 32, sm_90), cuda_wo_mma (N >= 17, groups >= 128,
-// sm_80+), each forced by name
+// (N = 1, groups >= 32, sm_90), cuda_wo_mma (N >= 17, groups >= 32,
+// K % 128 = 0, sm_80+), each forced by name
 // through the registry after the dispatcher's admission, against a float64
 // evaluation of the same codes, scales and activations: NMSE <= 1e-6 (bf16
 // C: 2e-5, its own rounding). C starts NaN-poisoned, so an element left
@@ -49,7 +49,7 @@ constexpr KernelScope kFixed{"cuda_wo_gemv_fixed", 1, 1, 32, 32, false};
 constexpr KernelScope kMmaRing{"cuda_wo_gemv_mma", 2, 16, 128, 256, true};
 // Takes any N from 17: no upper limit to test.
 constexpr int64_t kAnyN = int64_t{1} << 40;
-constexpr KernelScope kTiled{"cuda_wo_mma", 17, kAnyN, 128, 128, true};
+constexpr KernelScope kTiled{"cuda_wo_mma", 17, kAnyN, 32, 128, true};
 
 // Every device buffer gets 16 bytes allocated past its end.
 constexpr size_t kSlack = 16;
@@ -830,9 +830,9 @@ TEST_P(CudaWoGemv, RefusesWhatItCannotRead) {
 // Prefill: N on either side of each token tile (32, 64, 128) and of two and
 // three of them; M of one row, of a 128-row tile and one row past it; K of
 // one stage, of nine and of 32, where the tiles are few enough that an
-// sm_90 cluster splits K; group 128 and
-// 256, every scale and zero-point dtype, plain and transposed C in every
-// dtype, bias and relu.
+// sm_90 cluster splits K; groups of 32, 64, 128 and 256 (a rescale every
+// one, two or four 32-value segments, and once a stage), every scale and
+// zero-point dtype, plain and transposed C in every dtype, bias and relu.
 TEST_P(CudaWoGemv, PrefillShapes) {
   if (GetParam().max_n < 17) GTEST_SKIP() << GetParam().name << " is a decode kernel (N <= " << GetParam().max_n << ")";
   QG_SEEDED_RNG(rng, 56);
@@ -841,7 +841,7 @@ TEST_P(CudaWoGemv, PrefillShapes) {
     for (int64_t m : {1, 128, 129, 520}) {
       ++idx;
       const int64_t k = idx % 3 == 0 ? 128 : (idx % 3 == 1 ? 1024 + 128 : 4096);
-      const int64_t group = idx % 4 == 3 && k % 256 == 0 ? 256 : 128;
+      const int64_t group = idx % 4 == 3 && k % 256 == 0 ? 256 : int64_t{32} << ((idx / 3) % 3);
       const DType sd = idx % 3 == 0 ? DType::f32 : (idx % 3 == 1 ? DType::f16 : DType::bf16);
       const int zsel = (idx / 2) % 3;  // none, int8, int32
       Case c = make_case(rng, m, n, k, group, idx % 2 ? DType::f16 : DType::bf16, sd, zsel != 0,
@@ -861,14 +861,19 @@ TEST_P(CudaWoGemv, PrefillShapes) {
 }
 
 // An LLM layer's K (14336 = 112 stages) at M = 1024: eight row tiles, so an
-// sm_90 cluster splits K eight ways (14 stages a CTA), at N = 64 and 128.
+// sm_90 cluster splits K eight ways (14 stages a CTA), at N = 64 and 128
+// with groups of 128, and N = 100 and 80 with groups of 32 and 64.
 TEST_P(CudaWoGemv, PrefillLongKSplit) {
   if (GetParam().max_n < 17) GTEST_SKIP() << GetParam().name << " is a decode kernel (N <= " << GetParam().max_n << ")";
   QG_SEEDED_RNG(rng, 57);
+  struct NG {
+    int64_t n, group;
+  };
   int idx = 0;
-  for (int64_t n : {64, 128}) {
+  for (const NG& ng : {NG{64, 128}, NG{128, 128}, NG{100, 32}, NG{80, 64}}) {
     ++idx;
-    Case c = make_case(rng, 1024, n, 14336, 128, idx % 2 ? DType::bf16 : DType::f16, DType::bf16, idx == 1);
+    Case c = make_case(rng, 1024, ng.n, 14336, ng.group, idx % 2 ? DType::bf16 : DType::f16, DType::bf16,
+                       idx % 2 == 1);
     run_checked(c);
     if (HasFailure()) return;
   }
