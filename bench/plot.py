@@ -258,9 +258,12 @@ def speedup_kernels(context, cases, mode, outdir):
 def time_vs_n(context, cases, dev, mode, outdir):
     """One panel per (M, K): time against N for each series, log-log."""
     sel = [c for c in cases if c["dev"] == dev and c["mode"] == mode and c["M"] is not None]
-    shapes = sorted({(c["M"], c["K"]) for c in sel if c["op"] == "q4_0_q8_1"})
+    # Every (M, K) a GEMM case has; the Q4_0 floors are drawn only where the
+    # run has Q4_0 cases (a run of the integer family alone has other bytes).
+    shapes = sorted({(c["M"], c["K"]) for c in sel if c["op"] != "cublas_fp16"})
     if not shapes:
         return None
+    has_q4_0 = any(c["op"] == "q4_0_q8_1" for c in sel)
     series = sorted({(c["op"], c["kernel"] or "") for c in sel}, key=lambda s: (s[0] != "q4_0_q8_1", s[1] != "", s))
     palette = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
     colors, i = {}, 0
@@ -285,7 +288,7 @@ def time_vs_n(context, cases, dev, mode, outdir):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
                     linewidth=2.2 if not kernel else 1, linestyle="-" if not kernel else "--",
                     color=colors[(op, kernel)], label=label)
-        if bw:
+        if bw and has_q4_0:
             ns = sorted({c["N"] for c in sel if (c["M"], c["K"]) == (m, k)})
             # Compulsory bytes of the Q4_0 weights alone: 18 bytes per 32 values.
             floor_us = m * k / 32 * 18 / (bw * 1e9) * 1e6
