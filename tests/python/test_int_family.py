@@ -512,6 +512,26 @@ def test_linear_int4_half_activations(fw, dtype, scale_dtype, rng):
     assert R.nmse(_np(y), want) <= (TIER_BF16 if dtype == "bfloat16" else TIER_A)
 
 
+# A prompt's worth of tokens (33: past one 32-token tile) of half-precision
+# activations, K a multiple of 128: on CUDA the tiled prefill GEMM
+# (cuda_wo_mma) takes it, with each group size and with zero points.
+@pytest.mark.parametrize("gs", [32, 64, 128])
+@pytest.mark.parametrize("asym", [False, True])
+def test_linear_int4_prefill_tokens(fw, gs, asym, rng):
+    dtype = "bfloat16" if fw.kind == "torch" else "float16"
+    k, n_out, tokens = 384, 72, 33
+    q, s, zp, _ = _weight_int4(rng, n_out, k, gs, asym)
+    s_h = s.astype(np.float16)
+    w_deq = R.dequantize(R.unpack_i4(q, k), R.expand_groups(s_h.astype(np.float32), gs),
+                         0 if zp is None else R.expand_groups(zp, gs))
+    x = rng.standard_normal((tokens, k)).astype(np.float32)
+    y = qg.linear_int4(_to_dtype(fw, x, dtype), fw.to(q), fw.to(s_h), None if zp is None else fw.to(zp),
+                       group_size=gs)
+    assert str(y.dtype).endswith(dtype) and tuple(y.shape) == (tokens, n_out)
+    want = _rounded_f32(x, dtype).astype(np.float64) @ w_deq.T
+    assert R.nmse(_np(y), want) <= (TIER_BF16 if dtype == "bfloat16" else TIER_A)
+
+
 # ===================================================================== errors
 def test_errors_int8_matmul():
     A, B = np.zeros((4, 8), np.int8), np.zeros((8, 3), np.int8)
