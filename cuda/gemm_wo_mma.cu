@@ -17,8 +17,8 @@
 // The arithmetic is cuda_wo_gemv's, exactly: a code (and every activation)
 // is an exact fp16 / bf16 number, so mma.m16n8k16 with fp32 accumulation
 // gives each stage's integer-weighted sums up to fp32 rounding. Groups are
-// powers of two >= 32, so every window of min(group, 128) values lies inside
-// one group and its sums are scaled once, in fp32: one FMA an output per 128
+// powers of two >= 32, so every window of min(scale group, zero-point group,
+// 128) values lies inside one group of each and its sums are scaled once, in fp32: one FMA an output per 128
 // MACs for groups >= 128, per 64 or 32 for the smaller ones:
 //   out += s * (D - z * S)     S = sum of the window's x (an mma against ones)
 // K is permuted inside each 32-value segment as cuda_wo_gemv permutes it
@@ -40,8 +40,8 @@
 // order: results are deterministic.
 //
 // Rows past M and tokens past N are not copied (their shared-memory slots
-// feed only outputs that are never stored). K is whole stages: a group
-// (>= 128, a power of two) divides it.
+// feed only outputs that are never stored). K is whole stages (can_run
+// asks K % 128 = 0).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -362,7 +362,13 @@ auto with_instance(const GemmArgs& args, F&& f) {
     return zp ? f(nt, std::false_type{}, std::true_type{}, w) : f(nt, std::false_type{}, std::false_type{}, w);
   };
   auto by_tile = [&](auto w) {
-    switch (tile_nt(args.b.rows, zp, decltype(w)::value)) {
+    int nt = tile_nt(args.b.rows, zp, decltype(w)::value);
+    // The 128-token tile's 150 KB of shared memory is more than some GPUs
+    // give a CTA (sm_86 / sm_89: 99 KB); the 64-token tile (90 KB) fits them.
+    if (nt == 8 && (bf16 ? fit_of<8, true, false, 4>(args.device.id) : fit_of<8, false, false, 4>(args.device.id))
+                           .blocks_per_sm == 0)
+      nt = 4;
+    switch (nt) {
       case 8: return by_dtype(std::integral_constant<int, 8>{}, w);
       case 4: return by_dtype(std::integral_constant<int, 4>{}, w);
       default: return by_dtype(std::integral_constant<int, 2>{}, w);
@@ -390,6 +396,9 @@ bool gemm_wo_mma_can_run(const GemmArgs& args, std::string* why_not) {
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;
   if (args.a.k % kStageK != 0)
     return no("K=" + std::to_string(args.a.k) + " is not a multiple of " + std::to_string(kStageK) + " (a stage)");
+  // The grid: at most (M / 128) x (N / 32) tiles, each split up to 8 ways.
+  if ((args.a.rows + kBM - 1) / kBM * ((args.b.rows + 31) / 32) > 0x7FFFFFFF / kMaxSplits)
+    return no("M x N is past the largest grid (" + shape_text(args) + ")");
   if (!groups_at_least(args, kMinGroup, why_not)) return false;
   DeviceGuard guard(args.device.id);
   if (guard.error() != cudaSuccess) return no("cannot select cuda:" + std::to_string(args.device.id));

@@ -846,7 +846,15 @@ TEST_P(CudaWoGemv, PrefillShapes) {
       const int zsel = (idx / 2) % 3;  // none, int8, int32
       Case c = make_case(rng, m, n, k, group, idx % 2 ? DType::f16 : DType::bf16, sd, zsel != 0,
                          zsel == 2 ? DType::i32 : DType::i8, idx % 4 == 1);
-      // int32 zero points (+-3000) make sums past fp16's range: bf16 C for those.
+      // int32 zero points within +-100 here: at make_case's +-3000 the z sum x
+      // term would dwarf the codes' (an output with W's term dropped would
+      // still pass the bf16 C bound). Such cases keep bf16 C rather than fp16
+      // (at +-3000 their sums passed fp16's range).
+      if (zsel == 2)
+        for (size_t i = 0; i + 4 <= c.zps.size(); i += 4) {
+          const int32_t v = std::uniform_int_distribution<int32_t>(-100, 100)(rng);
+          std::memcpy(&c.zps[i], &v, 4);
+        }
       const DType cd = idx % 5 == 0 ? DType::bf16 : (idx % 5 == 1 ? DType::f16 : DType::f32);
       c.set_c(cd == DType::f16 && zsel == 2 ? DType::bf16 : cd, idx % 2 == 0);
       if (idx % 7 == 0) {
