@@ -47,7 +47,11 @@ KernelFit query_fit(Kernel* kernel, int threads, int smem, int cc_major) {
     cudaGetLastError();
     return KernelFit{};
   }
-  fit.clusters = cc_major >= 9 && attr.binaryVersion >= 90;
+  // The image that runs must be sm_90 code compiled as such: on a GPU past
+  // sm_90a, code JIT-compiled from the compute_80 PTX of a multi-arch build
+  // reports binaryVersion >= 90 but has its cluster paths compiled out
+  // (ptxVersion 80). An H200 running the sm_90a image reports 90 for both.
+  fit.clusters = cc_major >= 9 && attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
   for (int c = 2; fit.clusters && c <= kMaxSplits; ++c) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(c);

@@ -33,6 +33,9 @@
 //   cuda_wo_mma   the same operands, N >= 17, K % 128 == 0 (sm_80+):
 //                 128-row x 32..128-token tiles through a cp.async pipeline,
 //                 the same mma and rescale, K split over sm_90 clusters
+//   cuda_wo_wgmma the same operands with groups >= 128 and int8 zero points
+//                 (or none), N >= 33, K % 128 == 0 (sm_90a): W decoded once a
+//                 CTA into shared memory, wgmma with both operands there
 // And the host-side helpers both share: device limits and what a kernel can
 // do on a device (resident CTAs, clusters: cluster_split.cuh), asked once per
 // device.
@@ -73,6 +76,8 @@ bool gemm_wo_gemv_fixed_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_mma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_mma_run(const GemmArgs& args, Stream stream);
+bool gemm_wo_wgmma_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_wo_wgmma_run(const GemmArgs& args, Stream stream);
 
 namespace intfast {
 
@@ -141,6 +146,30 @@ inline bool int8_rows_ok(const Operand& o, const char* name, int align, const ch
     if (why_not) *why_not = std::string(name) + " has group-wise scales or zero points (not an int8 x int8 product)";
     return false;
   }
+  return true;
+}
+
+// What both tiled prefill GEMMs (cuda_wo_mma, cuda_wo_wgmma) ask of a call
+// before their own checks: N >= min_n (below_why: who takes fewer), the
+// operands cuda_wo_gemv reads, K a multiple of k_multiple (k_what: why), and
+// a grid of ceil(M / 128) x ceil(N / min_tile_n) tiles, each split up to 8
+// ways, within the launch limit.
+inline bool tiled_wo_admits(const GemmArgs& args, int64_t min_n, const char* below_why, int64_t k_multiple,
+                            const char* k_what, int64_t min_tile_n, std::string* why_not) {
+  auto no = [&](std::string why) {
+    if (why_not) *why_not = std::move(why);
+    return false;
+  };
+  if (args.b.rows < min_n)
+    return no("N=" + std::to_string(args.b.rows) + " is below " + std::to_string(min_n) + " (" + below_why + ")");
+  // Formats, K % 32 = 0, K-contiguous 16-byte-aligned rows, scale and
+  // zero-point dtypes: as cuda_wo_gemv, whose unpacking both share.
+  if (!gemm_wo_gemv_can_run(args, why_not)) return false;
+  if (args.a.k % k_multiple != 0)
+    return no("K=" + std::to_string(args.a.k) + " is not a multiple of " + std::to_string(k_multiple) + " (" +
+              k_what + ")");
+  if ((args.a.rows + 127) / 128 * ((args.b.rows + min_tile_n - 1) / min_tile_n) > 0x7FFFFFFF / kMaxSplits)
+    return no("M x N is past the largest grid (" + shape_text(args) + ")");
   return true;
 }
 

@@ -49,13 +49,10 @@
 #include <mutex>
 #include <type_traits>
 
-#include <cooperative_groups.h>
-
+#include "cluster_tile_sum.cuh"
 #include "gemm_int_fast.cuh"
 #include "wo_mma.cuh"
 #include "wo_params.cuh"
-
-namespace cg = cooperative_groups;
 
 namespace qg::detail::cuda {
 namespace {
@@ -296,7 +293,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wo_mma_kernel(Params p, Epil
         }
     return;
   }
-#if __CUDA_ARCH__ >= 900
   __syncthreads();  // every warp is done with the ring: it becomes this CTA's tile of sums
   float* own = reinterpret_cast<float*>(smem);  // [row][column]
 #pragma unroll
@@ -307,19 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wo_mma_kernel(Params p, Epil
       for (int e = 0; e < 4; ++e)
         own[(wm * 32 + r * 16 + g + 8 * (e >> 1)) * T::kBN + wn * 8 * kNT + nt * 8 + 2 * t + (e & 1)] =
             out[r][nt][e];
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every CTA's sums are in its shared memory
-  for (int o = rank * kThreads + static_cast<int>(threadIdx.x); o < kBM * T::kBN; o += splits * kThreads) {
-    const int64_t row = row0 + o / T::kBN, col = col0 + o % T::kBN;
-    if (row >= p.m || col >= p.n) continue;
-    float v = 0.0f;
-    for (int q = 0; q < splits; ++q) v += cluster.map_shared_rank(own, q)[o];
-    epilogue_store(ep, row, col, v);
-  }
-  cluster.sync();  // no CTA leaves while others read its shared memory
-#else
-  __trap();  // the host launches clusters only where the sm_90 image runs
-#endif
+  store_cluster_sum<kBM, T::kBN, kThreads>(own, splits, rank, row0, col0, p.m, p.n, ep);
 }
 
 template <int kNT, bool kBf16, bool kZP, int kWin>
@@ -388,17 +372,9 @@ bool gemm_wo_mma_can_run(const GemmArgs& args, std::string* why_not) {
     if (why_not) *why_not = std::move(why);
     return false;
   };
-  if (args.b.rows < kMinCols)
-    return no("N=" + std::to_string(args.b.rows) + " is below " + std::to_string(kMinCols) +
-              " (the decode GEMVs take N <= 16)");
-  // Formats, K % 32 = 0, K-contiguous 16-byte-aligned rows, scale and
-  // zero-point dtypes: as cuda_wo_gemv, whose unpacking and mma it shares.
-  if (!gemm_wo_gemv_can_run(args, why_not)) return false;
-  if (args.a.k % kStageK != 0)
-    return no("K=" + std::to_string(args.a.k) + " is not a multiple of " + std::to_string(kStageK) + " (a stage)");
-  // The grid: at most (M / 128) x (N / 32) tiles, each split up to 8 ways.
-  if ((args.a.rows + kBM - 1) / kBM * ((args.b.rows + 31) / 32) > 0x7FFFFFFF / kMaxSplits)
-    return no("M x N is past the largest grid (" + shape_text(args) + ")");
+  static_assert(kBM == 128, "tiled_wo_admits counts 128-row tiles");
+  if (!tiled_wo_admits(args, kMinCols, "the decode GEMVs take N <= 16", kStageK, "a stage", 32, why_not))
+    return false;
   if (!groups_at_least(args, kMinGroup, why_not)) return false;
   DeviceGuard guard(args.device.id);
   if (guard.error() != cudaSuccess) return no("cannot select cuda:" + std::to_string(args.device.id));

@@ -76,6 +76,16 @@ __device__ __forceinline__ void wait_group() {
 #endif
 }
 
+// Makes this thread's ordinary writes to shared memory (st.shared and the
+// cp.async copies) visible to the async proxy, through which wgmma reads
+// its operands from shared memory; a CTA barrier after it extends that to
+// every warpgroup's MMAs.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if QG_WGMMA_ENABLED
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
 // Moves this warpgroup's register allotment to kRegs a thread (a multiple of
 // 8 in 24..256): producers give registers back, consumers take them, within
 // what the CTA was launched with.
@@ -274,6 +284,60 @@ __device__ __forceinline__ void mma_f16_rs_n64(float (&d)[2][16], uint32_t (&a)[
 
 #undef QG_FACC16
 #undef QG_DESC_PROLOGUE
+
+// d = A (64 x 16 at descriptor a) * B^T (N x 16 at descriptor b) [+ d where
+// scale_d != 0], f16 x f16 or bf16 x bf16 -> f32: wgmma.m64nNk16 with both
+// operands in shared memory (SS), each K-major in the 128-byte swizzle as
+// desc_k128_swizzled describes (64 values a row, a K step of 16 is 32 bytes
+// further on). N / 2 sums a thread, laid out as mma_f16_rs_n32's, one n8
+// block j after another: d[4 j + e] is row 16 w + g + 8 (e / 2), column
+// 8 j + 2 t + e % 2 of the 64 x N tile. scale_d = 0 starts the sums afresh
+// (d's old values are not read). N = 64 or 128.
+#define QG_FACC8(d, i)                                                                                          \
+  "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]), \
+      "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+template <int N, bool kBf16>
+__device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {
+#if QG_WGMMA_ENABLED
+  static_assert(N == 64 || N == 128, "m64n64k16 or m64n128k16");
+  if constexpr (N == 64 && !kBf16)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : QG_FACC8(d, 0), QG_FACC8(d, 8), QG_FACC8(d, 16), QG_FACC8(d, 24)
+        : "l"(a), "l"(b), "r"(scale_d));
+  if constexpr (N == 64 && kBf16)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : QG_FACC8(d, 0), QG_FACC8(d, 8), QG_FACC8(d, 16), QG_FACC8(d, 24)
+        : "l"(a), "l"(b), "r"(scale_d));
+  if constexpr (N == 128 && !kBf16)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : QG_FACC8(d, 0), QG_FACC8(d, 8), QG_FACC8(d, 16), QG_FACC8(d, 24), QG_FACC8(d, 32), QG_FACC8(d, 40), QG_FACC8(d, 48), QG_FACC8(d, 56)
+        : "l"(a), "l"(b), "r"(scale_d));
+  if constexpr (N == 128 && kBf16)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : QG_FACC8(d, 0), QG_FACC8(d, 8), QG_FACC8(d, 16), QG_FACC8(d, 24), QG_FACC8(d, 32), QG_FACC8(d, 40), QG_FACC8(d, 48), QG_FACC8(d, 56)
+        : "l"(a), "l"(b), "r"(scale_d));
+#else
+  __trap();
+#endif
+}
+#undef QG_FACC8
+
 
 // fence_operands for fp32 sums.
 template <int kRegs>

@@ -5,7 +5,8 @@
 // cuda_wo_gemv_bulk (N = 2..16, groups >= 128, sm_90), cuda_wo_gemv_mma
 // (N = 2..16, groups >= 128, K % 256 = 0, sm_90) and cuda_wo_gemv_fixed
 // (N = 1, groups >= 32, sm_90), cuda_wo_mma (N >= 17, groups >= 32,
-// K % 128 = 0, sm_80+), each forced by name
+// K % 128 = 0, sm_80+), cuda_wo_wgmma (N >= 33, groups >= 128, int8 zero
+// points, K % 128 = 0, sm_90a), each forced by name
 // through the registry after the dispatcher's admission, against a float64
 // evaluation of the same codes, scales and activations: NMSE <= 1e-6 (bf16
 // C: 2e-5, its own rounding). C starts NaN-poisoned, so an element left
@@ -41,6 +42,9 @@ struct KernelScope {
   // x that can be Inf - Inf, so such an output may be NaN where the
   // reference's sum (q - z) x is +-Inf (docs/numerics.md).
   bool zero_points_through_sum_x;
+  // int32 zero points taken (cuda_wo_wgmma decodes q - z into fp16 / bf16
+  // operands, exact for int8 z only, and refuses int32 ones).
+  bool int32_zero_points = true;
 };
 constexpr KernelScope kSmall{"cuda_wo_gemv_small", 1, 2, 32, 32, false};
 // N = 1 is left to the FFMA kernel (faster there).
@@ -50,6 +54,7 @@ constexpr KernelScope kMmaRing{"cuda_wo_gemv_mma", 2, 16, 128, 256, true};
 // Takes any N from 17: no upper limit to test.
 constexpr int64_t kAnyN = int64_t{1} << 40;
 constexpr KernelScope kTiled{"cuda_wo_mma", 17, kAnyN, 32, 128, true};
+constexpr KernelScope kWgmmaTiled{"cuda_wo_wgmma", 33, kAnyN, 128, 128, false, false};
 
 // Every device buffer gets 16 bytes allocated past its end.
 constexpr size_t kSlack = 16;
@@ -196,7 +201,8 @@ class CudaWoGemv : public qgtest::CudaFixture<::testing::TestWithParam<KernelSco
 
   bool takes(const Case& c) const {
     const KernelScope& k = GetParam();
-    return c.n >= k.min_n && c.n <= k.max_n && c.group >= k.min_group && c.k % k.k_multiple == 0;
+    return c.n >= k.min_n && c.n <= k.max_n && c.group >= k.min_group && c.k % k.k_multiple == 0 &&
+           (!c.zero_points || c.zp_dtype == DType::i8 || k.int32_zero_points);
   }
 
   // Runs c if the kernel takes it and checks it; a refusal of a case it
@@ -503,12 +509,13 @@ TEST_P(CudaWoGemv, LargestIntegerSumsAreExact) {
 
 // K long enough that activations held in shared memory leave room for
 // fewer ring stages (cuda_wo_gemv_fixed: three slots a warp at K = 24576,
-// two at K = 32768), N = 1 and 2, with and without zero points.
+// two at K = 32768), N = 1 and 2 (and 17 and 40 for the prefill kernels),
+// with and without zero points.
 TEST_P(CudaWoGemv, LongK) {
   QG_SEEDED_RNG(rng, 48);
   int idx = 0;
   for (int64_t k : {24576, 32768})
-    for (int64_t n : {1, 2, 17}) {
+    for (int64_t n : {1, 2, 17, 40}) {
       ++idx;
       Case c = make_case(rng, 301, n, k, 128, idx % 2 ? DType::bf16 : DType::f16, DType::bf16, idx % 2 == 0);
       run_checked(c);
@@ -545,7 +552,7 @@ TEST_P(CudaWoGemv, EveryScaleTypeGroupAndZeroPoint) {
   EXPECT_GT(ran_, 0);
 }
 
-// Every N up to 16, M in {1, 31, 4096}, K with each group that divides it;
+// Every N up to 17 and 40 (the prefill kernels), M in {1, 31, 4096}, K with each group that divides it;
 // scale, zero point and activation dtypes rotate. Each kernel runs what it
 // takes and refuses the rest.
 TEST_P(CudaWoGemv, EveryNShapeGroupAndDtype) {
@@ -555,7 +562,7 @@ TEST_P(CudaWoGemv, EveryNShapeGroupAndDtype) {
   };
   const KG kgs[] = {{32, 32}, {128, 32}, {128, 64}, {128, 128}, {4096 + 32, 32}, {4096 + 128, 128}, {2048 + 256, 256}};
   int idx = 0;
-  for (int64_t n : {1, 2, 3, 8, 9, 16, 17})
+  for (int64_t n : {1, 2, 3, 8, 9, 16, 17, 40})
     for (int64_t m : {1, 31, 4096})
       for (const KG& kg : kgs) {
         ++idx;
@@ -600,7 +607,7 @@ TEST_P(CudaWoGemv, SeveralRowGroupsPerCta) {
   QG_SEEDED_RNG(rng, 45);
   int idx = 0;
   for (int64_t k : {384, 4096, 4096 + 128})
-    for (int64_t n : {1, 2, 8, 9, 24}) {
+    for (int64_t n : {1, 2, 8, 9, 24, 40}) {
       ++idx;
       for (bool zp : n == 1 ? std::vector<bool>{false, true} : std::vector<bool>{idx % 3 == 0}) {
         Case c = make_case(rng, 9607, n, k, 128, idx % 2 ? DType::bf16 : DType::f16, DType::f16, zp);
@@ -888,8 +895,46 @@ TEST_P(CudaWoGemv, PrefillLongKSplit) {
   EXPECT_GT(ran_, 0);
 }
 
+// int32 zero points: taken by the kernels that apply zero points through
+// sums of x (or to each code), refused, saying so, by cuda_wo_wgmma.
+TEST_P(CudaWoGemv, Int32ZeroPoints) {
+  QG_SEEDED_RNG(rng, 59);
+  const KernelScope& k = GetParam();
+  const int64_t n = std::clamp<int64_t>(24, k.min_n, k.max_n);
+  Case c = make_case(rng, 130, n, 1024, 128, DType::bf16, DType::f32, true, DType::i32);
+  for (size_t i = 0; i + 4 <= c.zps.size(); i += 4) {
+    const int32_t v = std::uniform_int_distribution<int32_t>(-100, 100)(rng);
+    std::memcpy(&c.zps[i], &v, 4);
+  }
+  if (!k.int32_zero_points) {
+    std::string why;
+    EXPECT_FALSE(run(c, &why));
+    EXPECT_NE(why.find("int32 zero points"), std::string::npos) << why;
+    return;
+  }
+  run_checked(c);
+}
+
+// Groups of 256 and 512 at long K (a window of four stages in
+// cuda_wo_wgmma, one rescale a stage in cuda_wo_mma) with and without zero
+// points, N across the token tiles.
+TEST_P(CudaWoGemv, PrefillLargeGroups) {
+  if (GetParam().max_n < 17) GTEST_SKIP() << GetParam().name << " is a decode kernel (N <= " << GetParam().max_n << ")";
+  QG_SEEDED_RNG(rng, 60);
+  int idx = 0;
+  for (int64_t group : {256, 512})
+    for (int64_t n : {40, 130}) {
+      ++idx;
+      Case c = make_case(rng, 300, n, 6144, group, idx % 2 ? DType::bf16 : DType::f16, DType::bf16, idx % 3 != 0);
+      run_checked(c);
+      if (HasFailure()) return;
+    }
+  EXPECT_GT(ran_, 0);
+}
+
 std::string scope_name(const ::testing::TestParamInfo<KernelScope>& info) { return info.param.name; }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, CudaWoGemv, ::testing::Values(kSmall, kBulk, kFixed, kMmaRing, kTiled), scope_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaWoGemv, ::testing::Values(kSmall, kBulk, kFixed, kMmaRing, kTiled, kWgmmaTiled),
+                         scope_name);
 
 }  // namespace

@@ -513,8 +513,9 @@ def test_linear_int4_half_activations(fw, dtype, scale_dtype, rng):
 
 
 # A prompt's worth of tokens (33: past one 32-token tile) of half-precision
-# activations, K a multiple of 128: on CUDA the tiled prefill GEMM
-# (cuda_wo_mma) takes it, with each group size and with zero points.
+# activations, K a multiple of 128: on CUDA a tiled prefill GEMM takes it
+# (cuda_wo_wgmma on sm_90a for groups of 128, cuda_wo_mma otherwise), with
+# each group size and with zero points.
 @pytest.mark.parametrize("gs", [32, 64, 128])
 @pytest.mark.parametrize("asym", [False, True])
 def test_linear_int4_prefill_tokens(fw, gs, asym, rng):
@@ -525,8 +526,12 @@ def test_linear_int4_prefill_tokens(fw, gs, asym, rng):
     w_deq = R.dequantize(R.unpack_i4(q, k), R.expand_groups(s_h.astype(np.float32), gs),
                          0 if zp is None else R.expand_groups(zp, gs))
     x = rng.standard_normal((tokens, k)).astype(np.float32)
-    y = qg.linear_int4(_to_dtype(fw, x, dtype), fw.to(q), fw.to(s_h), None if zp is None else fw.to(zp),
-                       group_size=gs)
+    args = (_to_dtype(fw, x, dtype), fw.to(q), fw.to(s_h), None if zp is None else fw.to(zp))
+    if fw.device == "cuda":  # a tiled GEMM, not the GEMV over slices of 16 tokens
+        chosen = qg.explain(qg.linear_int4, *args, group_size=gs).chosen
+        assert chosen in ("cuda_wo_wgmma", "cuda_wo_mma"), chosen
+        assert gs >= 128 or chosen == "cuda_wo_mma", chosen
+    y = qg.linear_int4(*args, group_size=gs)
     assert str(y.dtype).endswith(dtype) and tuple(y.shape) == (tokens, n_out)
     want = _rounded_f32(x, dtype).astype(np.float64) @ w_deq.T
     assert R.nmse(_np(y), want) <= (TIER_BF16 if dtype == "bfloat16" else TIER_A)
