@@ -22,22 +22,26 @@
 // BN rows x 128 bytes of activations travel through a kStages-deep cp.async
 // ring (one commit group a stage and thread). A stage i, one barrier:
 //   1. its four MMAs a warpgroup are issued (decoded buffer i % 2, ring slot
-//      i % kStages) and committed;
-//   2. while they run, the copies of stage i + kStages - 1 are issued into
-//      stage i - 1's slot and stage i + 1's codes are decoded into the other
-//      buffer (stage i - 1's MMAs were waited for before the last barrier);
-//   3. wgmma.wait_group 0, and at a window's last stage the rescale;
+//      i % kStages) and committed; wgmma.wait_group 1 then means stage
+//      i - 1's MMAs are done, so this warpgroup's rows of the other decoded
+//      buffer are free (each warpgroup decodes the 64 rows its MMAs read);
+//   2. while stage i's MMAs run, the copies of stage i + kStages - 2 are
+//      issued into the slot of stage i - 2 (both warpgroups waited for its
+//      MMAs before the last barrier) and stage i + 1's codes are decoded;
+//   3. at a window's last stage, wgmma.wait_group 0 and the rescale;
 //   4. the wait for stage i + 2's copies, a proxy fence (wgmma reads shared
 //      memory through the async proxy) and the barrier.
-// Windows: a group of 128 or more holds every 128-value window (two stages)
-// whole, so a window's MMAs collect in fresh fp32 sums (scale-d = 0 at its
-// first) and are scaled once: out += s * D, one FMA an output per 128 MACs.
-// (Two sets of sums, one rescaled while the next window's MMAs run, made
-// ptxas serialize every wgmma: it does not track which set a wait_group 1
-// left in flight.) Zero points are decoded into the operand: q - z is an
-// exact fp16 / bf16 number for int8 z (|q - z| <= 136 < 2^8), so the sums
-// are those of (q - z) x with no sum of x; int32 zero points are left to
-// cuda_wo_mma, which applies them through sums of x.
+// Windows: two stages (128 values) for groups of 128, four for larger ones,
+// each inside one group, so a window's MMAs run on across its stages into
+// one set of fp32 sums (scale-d = 0 at its first) that is scaled once:
+// out += s * D, one FMA an output per 128 or 256 MACs. (Two sets of sums,
+// one rescaled while the next window's MMAs run, made ptxas serialize every
+// wgmma, C7514, and a run-time window end in a loop over stages made it
+// inject waits, C7517: a window's stages are unrolled.) Zero points are
+// decoded into the operand: q - z is an exact fp16 / bf16 number for int8 z
+// (|q - z| <= 136 < 2^8), so the sums are those of (q - z) x with no sum of
+// x; int32 zero points are left to cuda_wo_mma, which applies them through
+// sums of x.
 //
 // The sums over K differ from the mma.sync kernels' only in the order in
 // which fp32 adds them (each product is exact), well inside the GEMM
