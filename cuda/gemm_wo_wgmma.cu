@@ -77,7 +77,7 @@ constexpr int kThreads = 256;     // two warpgroups
 constexpr int kBM = 128;          // W rows a CTA: 64 a warpgroup
 constexpr int kStageK = 64;       // values of K a stage: one swizzled 128-byte row of fp16 / bf16
 constexpr int kMinWindowK = 128;  // values of K between two rescales: 128 (groups of 128) or 256
-constexpr int kStages = 6;        // ring depth: a copy is issued five stages before its use
+constexpr int kStages = 6;        // ring depth: a copy is issued four stages before its use
 constexpr int kMinGroup = kMinWindowK;
 constexpr int kMinCols = 33;      // below, cuda_wo_mma (measured: 35.6 against 48.8 us at 4096 x 14336, N = 32)
 // A W row's 32 bytes of codes a stage, padded to 48: the decode's 16-byte
@@ -188,9 +188,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wo_wgmma_kernel(Params p, Ep
   // the row's swizzled 128 bytes. Byte b of a word holds values 2 b (low
   // nibble) and 2 b + 1 (high): PRMT puts byte b of w at byte 0 and byte b of
   // w >> 4 at byte 2, so their low nibbles are the pair in K order.
-  // A warpgroup decodes its own 64 rows (the only ones its MMAs read), so
-  // its own wait for its MMAs frees them.
-  const int dr = wg * 64 + tid % 64, dc = (tid / 64) % 2;
+  // Each warp decodes the 16 rows its own share of the warpgroup's MMAs
+  // reads (rows 16 warp .. 16 warp + 15 of the warpgroup's 64), so the
+  // warpgroup's wait for its MMAs frees them whatever order its warps see.
+  const int dr = wg * 64 + warp * 16 + lane % 16, dc = lane / 16;
   const uint8_t* dsrc = smem + T::kXBytes + dr * kWPitch + 16 * dc;
   const uint8_t* zrow = kZP ? p.zeros + min64(row0 + dr, p.m - 1) * p.z_stride : p.zeros;
   // The slot and decoded buffer of the next stage to decode.
@@ -253,6 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wo_wgmma_kernel(Params p, Ep
   // Copies run kAhead stages ahead, into the slot of stage i - 2, whose
   // MMAs both warpgroups waited for before the last barrier.
   constexpr int kAhead = kStages - 2;
+  static_assert(kAhead <= kStages - 2, "stage i - 1's slot may still be read by the other warpgroup's MMAs");
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
     if (s < steps) copy_next();
@@ -364,6 +366,11 @@ bool gemm_wo_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
                        "a window between rescales", 64, why_not))
     return false;
   if (!groups_at_least(args, kMinGroup, why_not)) return false;
+  // qg's validation asks both of these; the kernel's windows depend on them.
+  if (args.a.k % (window_stages(args) * kStageK) != 0 ||
+      (args.a.zero_points.data && args.a.zero_points.group_size != args.a.scales.group_size))
+    return no("K=" + std::to_string(args.a.k) + " is not a multiple of the group (" +
+              std::to_string(args.a.scales.group_size) + "), or the zero points' group is not the scales'");
   if (args.a.zero_points.data && args.a.zero_points.dtype != DType::i8)
     return no("int32 zero points: q - z may not be an exact fp16 / bf16 number (cuda_wo_mma applies them through "
               "sums of x)");

@@ -107,8 +107,9 @@ Registry make_registry() {
   // From N = 17 (K % 128 = 0): the tiled prefill GEMMs, in front of the
   // GEMV that would run N / 16 passes over W; on sm_90a from N = 33 the
   // warpgroup one first (groups >= 128, int8 zero points or none: against
-  // cuda_wo_mma on an H200, cold, bf16, 4096 x 14336, 49.3 against 58.1 us
-  // at N = 40, 158 against 251 at N = 512; at N = 32 35.6 against 48.8).
+  // cuda_wo_mma on an H200, cold, bf16, 4096 x 14336: 49.3 against 58.1 us
+  // at N = 40, 158 against 251 at N = 512; at N = 32 it would take 48.8
+  // where cuda_wo_mma takes 35.6).
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back(
         {"cuda_wo_wgmma", Format::i4, fb, kWgmma, kEpiFloatAll, gemm_wo_wgmma_can_run, gemm_wo_wgmma_run});

@@ -262,7 +262,7 @@ TEST_P(CudaWoGemv, NonFiniteActivations) {
   QG_SEEDED_RNG(rng, 46);
   const KernelScope& k = GetParam();
   int idx = 0;
-  for (int64_t n : {1, 2, 4, 24})
+  for (int64_t n : {1, 2, 4, 24, 40})
     for (DType xd : {DType::f16, DType::bf16})
       for (bool with_nan : {false, true}) {
         if (n < k.min_n || n > k.max_n) continue;
@@ -284,6 +284,7 @@ TEST_P(CudaWoGemv, NonFiniteActivations) {
           }
           std::string why;
           ASSERT_TRUE(run(c, &why)) << c.describe() << ": " << why;
+          ++ran_;
           SCOPED_TRACE(c.describe());
           const int64_t ss = qg::dtype_size(c.scale_dtype);
           int nonfinite = 0;
@@ -318,6 +319,7 @@ TEST_P(CudaWoGemv, NonFiniteActivations) {
           EXPECT_GT(nonfinite, 0);
         }
       }
+  EXPECT_GT(ran_, 0);  // every kernel takes one of these N
 }
 
 // Activations spanning 2^-12..2^3 inside each block of 32, and one block
@@ -329,7 +331,7 @@ TEST_P(CudaWoGemv, NonFiniteActivations) {
 TEST_P(CudaWoGemv, WideRangeActivations) {
   QG_SEEDED_RNG(rng, 47);
   const KernelScope& k = GetParam();
-  for (int64_t n : {1, 2, 3, 20}) {
+  for (int64_t n : {1, 2, 3, 20, 40}) {
     if (n < k.min_n || n > k.max_n) continue;
     for (DType xd : {DType::f16, DType::bf16}) {
       const int64_t kk = 2048;
@@ -343,6 +345,7 @@ TEST_P(CudaWoGemv, WideRangeActivations) {
         }
       std::string why;
       ASSERT_TRUE(run(c, &why)) << c.describe() << ": " << why;
+      ++ran_;
       SCOPED_TRACE(c.describe());
       const int64_t ss = qg::dtype_size(c.scale_dtype);
       for (int64_t r = 0; r < c.m; ++r)
@@ -369,6 +372,7 @@ TEST_P(CudaWoGemv, WideRangeActivations) {
         }
     }
   }
+  EXPECT_GT(ran_, 0);  // every kernel takes one of these N
 }
 
 // Each activation as the kernel carries it, output by output: W row r holds

@@ -513,24 +513,37 @@ def test_linear_int4_half_activations(fw, dtype, scale_dtype, rng):
 
 
 # A prompt's worth of tokens (33: past one 32-token tile) of half-precision
-# activations, K a multiple of 128: on CUDA a tiled prefill GEMM takes it
-# (cuda_wo_wgmma on sm_90a for groups of 128, cuda_wo_mma otherwise), with
-# each group size and with zero points.
+# activations, K a multiple of 128: on CUDA a tiled prefill GEMM takes it,
+# with each group size, without zero points and with int32 (as
+# quantize_tensor gives them) and int8 ones. On an sm_90 GPU (checked
+# through torch) groups of 128 without zero points or with int8 ones run on
+# cuda_wo_wgmma; the rest on cuda_wo_mma.
 @pytest.mark.parametrize("gs", [32, 64, 128])
-@pytest.mark.parametrize("asym", [False, True])
-def test_linear_int4_prefill_tokens(fw, gs, asym, rng):
+@pytest.mark.parametrize("zp_dtype", [None, "int32", "int8"])
+def test_linear_int4_prefill_tokens(fw, gs, zp_dtype, rng):
     dtype = "bfloat16" if fw.kind == "torch" else "float16"
     k, n_out, tokens = 384, 72, 33
-    q, s, zp, _ = _weight_int4(rng, n_out, k, gs, asym)
+    q, s, zp, _ = _weight_int4(rng, n_out, k, gs, zp_dtype is not None)
+    if zp is not None:
+        assert np.abs(zp).max() <= 127
+        zp = zp.astype(zp_dtype)
     s_h = s.astype(np.float16)
     w_deq = R.dequantize(R.unpack_i4(q, k), R.expand_groups(s_h.astype(np.float32), gs),
-                         0 if zp is None else R.expand_groups(zp, gs))
+                         0 if zp is None else R.expand_groups(zp.astype(np.int32), gs))
     x = rng.standard_normal((tokens, k)).astype(np.float32)
     args = (_to_dtype(fw, x, dtype), fw.to(q), fw.to(s_h), None if zp is None else fw.to(zp))
     if fw.device == "cuda":  # a tiled GEMM, not the GEMV over slices of 16 tokens
         chosen = qg.explain(qg.linear_int4, *args, group_size=gs).chosen
-        assert chosen in ("cuda_wo_wgmma", "cuda_wo_mma"), chosen
-        assert gs >= 128 or chosen == "cuda_wo_mma", chosen
+        wgmma = gs >= 128 and zp_dtype != "int32"
+        cap = None
+        if fw.kind == "torch":
+            import torch
+            cap = torch.cuda.get_device_capability()
+        if cap == (9, 0):
+            assert chosen == ("cuda_wo_wgmma" if wgmma else "cuda_wo_mma"), chosen
+        else:
+            assert chosen in ("cuda_wo_wgmma", "cuda_wo_mma"), chosen
+            assert wgmma or chosen == "cuda_wo_mma", chosen
     y = qg.linear_int4(*args, group_size=gs)
     assert str(y.dtype).endswith(dtype) and tuple(y.shape) == (tokens, n_out)
     want = _rounded_f32(x, dtype).astype(np.float64) @ w_deq.T
