@@ -296,46 +296,39 @@ __device__ __forceinline__ void mma_f16_rs_n64(float (&d)[2][16], uint32_t (&a)[
 #define QG_FACC8(d, i)                                                                                          \
   "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]), \
       "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+// One asm body per N; T is the operand type's PTX name ("f16" or "bf16").
+#define QG_MMA_SS_N64(T)                                                                                         \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                   \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {"                                       \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                                                                                         \
+               "}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                                               \
+               : QG_FACC8(d, 0), QG_FACC8(d, 8), QG_FACC8(d, 16), QG_FACC8(d, 24)                               \
+               : "l"(a), "l"(b), "r"(scale_d))
+#define QG_MMA_SS_N128(T)                                                                                        \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                   \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " {"                                      \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"                                                                                         \
+               "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                                               \
+               : QG_FACC8(d, 0), QG_FACC8(d, 8), QG_FACC8(d, 16), QG_FACC8(d, 24), QG_FACC8(d, 32),             \
+                 QG_FACC8(d, 40), QG_FACC8(d, 48), QG_FACC8(d, 56)                                              \
+               : "l"(a), "l"(b), "r"(scale_d))
 template <int N, bool kBf16>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {
 #if QG_WGMMA_ENABLED
   static_assert(N == 64 || N == 128, "m64n64k16 or m64n128k16");
-  if constexpr (N == 64 && !kBf16)
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : QG_FACC8(d, 0), QG_FACC8(d, 8), QG_FACC8(d, 16), QG_FACC8(d, 24)
-        : "l"(a), "l"(b), "r"(scale_d));
-  if constexpr (N == 64 && kBf16)
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : QG_FACC8(d, 0), QG_FACC8(d, 8), QG_FACC8(d, 16), QG_FACC8(d, 24)
-        : "l"(a), "l"(b), "r"(scale_d));
-  if constexpr (N == 128 && !kBf16)
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : QG_FACC8(d, 0), QG_FACC8(d, 8), QG_FACC8(d, 16), QG_FACC8(d, 24), QG_FACC8(d, 32), QG_FACC8(d, 40), QG_FACC8(d, 48), QG_FACC8(d, 56)
-        : "l"(a), "l"(b), "r"(scale_d));
-  if constexpr (N == 128 && kBf16)
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : QG_FACC8(d, 0), QG_FACC8(d, 8), QG_FACC8(d, 16), QG_FACC8(d, 24), QG_FACC8(d, 32), QG_FACC8(d, 40), QG_FACC8(d, 48), QG_FACC8(d, 56)
-        : "l"(a), "l"(b), "r"(scale_d));
+  if constexpr (N == 64) {
+    if constexpr (kBf16) QG_MMA_SS_N64("bf16");
+    else QG_MMA_SS_N64("f16");
+  } else {
+    if constexpr (kBf16) QG_MMA_SS_N128("bf16");
+    else QG_MMA_SS_N128("f16");
+  }
 #else
   __trap();
 #endif
 }
+#undef QG_MMA_SS_N64
+#undef QG_MMA_SS_N128
 #undef QG_FACC8
 
 
