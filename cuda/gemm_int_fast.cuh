@@ -173,5 +173,22 @@ inline bool tiled_wo_admits(const GemmArgs& args, int64_t min_n, const char* bel
   return true;
 }
 
+// How both tiled prefill GEMMs launch once they have their instance's fit:
+// `tiles` tiles of 128 rows, each K split over a cluster of CTAs where the
+// tiles leave SMs idle (pick_splits: `steps` units of K, each CTA keeping
+// at least `min_steps`); p.splits tells the kernel how many. `name` is the
+// kernel's, for the message when it cannot launch at all.
+template <class Kernel, class Params>
+Status launch_tiled_wo(const GemmArgs& args, const char* name, Kernel* kernel, const KernelFit& fit, int threads,
+                       int smem, int64_t tiles, int64_t steps, int64_t min_steps, Params p, cudaStream_t stream,
+                       const EpilogueParams& ep) {
+  if (fit.blocks_per_sm == 0)
+    return Status(StatusCode::cuda_error, std::string(args.fn) + " (" + name + "): cannot launch on cuda:" +
+                                              std::to_string(args.device.id) + " (" + shape_text(args) + ")");
+  p.splits = pick_splits(fit, device_limits(args.device.id), tiles, steps, min_steps);
+  launch_clustered(kernel, tiles * p.splits, threads, smem, p.splits, stream, p, ep);
+  return launch_result(args);
+}
+
 }  // namespace intfast
 }  // namespace qg::detail::cuda

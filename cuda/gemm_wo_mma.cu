@@ -391,8 +391,7 @@ Status gemm_wo_mma_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
-  const cudaStream_t st = to_cuda(stream);
-  Params p = gemv_params(args);
+  const Params p = gemv_params(args);
   const EpilogueParams ep = epilogue_params(args);
   return with_instance(args, [&](auto nt, auto bf16, auto zp, auto win) {
     constexpr int kNT = decltype(nt)::value, kWin = decltype(win)::value;
@@ -400,18 +399,11 @@ Status gemm_wo_mma_run(const GemmArgs& args, Stream stream) {
     if constexpr (!instance_exists(kNT, kZP, kWin)) {
       return Status(StatusCode::unsupported, std::string(args.fn) + " (cuda_wo_mma): no such tile");  // tile_nt picks none
     } else {
-      const KernelFit fit = fit_of<kNT, kBf16, kZP, kWin>(args.device.id);
-      if (fit.blocks_per_sm == 0)
-        return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_wo_mma): cannot launch on cuda:" +
-                                                  std::to_string(args.device.id) + " (" + shape_text(args) + ")");
       const int64_t tiles = (p.m + kBM - 1) / kBM * ((p.n + Tile<kNT>::kBN - 1) / Tile<kNT>::kBN);
-      const int64_t steps = (p.k + kStageK - 1) / kStageK;
-      // K split over a cluster where the tiles leave SMs idle, each CTA
-      // keeping at least 8 stages.
-      p.splits = pick_splits(fit, device_limits(args.device.id), tiles, steps, 8);
-      launch_clustered(gemm_wo_mma_kernel<kNT, kBf16, kZP, kWin>, tiles * p.splits, kThreads, Tile<kNT>::kSmemBytes,
-                       p.splits, st, p, ep);
-      return launch_result(args);
+      // K split where the tiles leave SMs idle, each CTA keeping at least 8 stages.
+      return launch_tiled_wo(args, "cuda_wo_mma", gemm_wo_mma_kernel<kNT, kBf16, kZP, kWin>,
+                             fit_of<kNT, kBf16, kZP, kWin>(args.device.id), kThreads, Tile<kNT>::kSmemBytes, tiles,
+                             (p.k + kStageK - 1) / kStageK, 8, p, to_cuda(stream), ep);
     }
   });
 }

@@ -387,24 +387,18 @@ Status gemm_wo_wgmma_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   DeviceGuard guard(args.device.id);
   if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
-  const cudaStream_t st = to_cuda(stream);
-  Params p = gemv_params(args);
+  const Params p = gemv_params(args);
   const EpilogueParams ep = epilogue_params(args);
   return with_instance(args, [&](auto bn, auto bf16, auto zp, auto win) {
     constexpr int kBN = decltype(bn)::value, kWinStages = decltype(win)::value;
     constexpr bool kBf16 = decltype(bf16)::value, kZP = decltype(zp)::value;
-    const KernelFit fit = fit_of<kBN, kBf16, kZP, kWinStages>(args.device.id);
-    if (fit.blocks_per_sm == 0)
-      return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_wo_wgmma): cannot launch on cuda:" +
-                                                std::to_string(args.device.id) + " (" + shape_text(args) + ")");
     const int64_t tiles = (p.m + kBM - 1) / kBM * ((p.n + kBN - 1) / kBN);
-    // K split over a cluster, by whole windows, where the tiles leave SMs
-    // idle, each CTA keeping at least 1024 values of K.
+    // K split by whole windows where the tiles leave SMs idle, each CTA
+    // keeping at least 1024 values of K.
     constexpr int64_t kWinK = kWinStages * kStageK;
-    p.splits = pick_splits(fit, device_limits(args.device.id), tiles, p.k / kWinK, 1024 / kWinK);
-    launch_clustered(gemm_wo_wgmma_kernel<kBN, kBf16, kZP, kWinStages>, tiles * p.splits, kThreads, Tile<kBN>::kSmemBytes,
-                     p.splits, st, p, ep);
-    return launch_result(args);
+    return launch_tiled_wo(args, "cuda_wo_wgmma", gemm_wo_wgmma_kernel<kBN, kBf16, kZP, kWinStages>,
+                           fit_of<kBN, kBf16, kZP, kWinStages>(args.device.id), kThreads, Tile<kBN>::kSmemBytes, tiles,
+                           p.k / kWinK, 1024 / kWinK, p, to_cuda(stream), ep);
   });
 }
 
