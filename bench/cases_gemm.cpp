@@ -14,8 +14,9 @@
 // row), float activations are fp16 (or bf16) rows, and weight-only weights
 // carry group scales of the activations' dtype (group 128; --qg_wo_group). Of the integer
 // family the bench times the pairs that have a fast kernel (i8 x i8, i4 x f16,
-// and i4 x bf16, the pair torch's tinygemm takes); their reference kernels
-// are left out of the per-kernel cases (seconds per call at these shapes).
+// i4 x bf16, the pair torch's tinygemm takes, and i4 x f32, with fp16 scales);
+// their reference kernels are left out of the per-kernel cases (seconds per
+// call at these shapes).
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,7 +47,7 @@ bool weight_only(qg::Format fa, qg::Format fb) { return qg::is_integer_format(fa
 bool benched(qg::Format fa, qg::Format fb) {
   if (!qg::is_integer_format(fa) && !qg::is_float_format(fa)) return true;
   return (fa == qg::Format::i8 && fb == qg::Format::i8) ||
-         (fa == qg::Format::i4 && (fb == qg::Format::f16 || fb == qg::Format::bf16));
+         (fa == qg::Format::i4 && (fb == qg::Format::f16 || fb == qg::Format::bf16 || fb == qg::Format::f32));
 }
 
 bool slow_reference(const GemmKernel& k, qg::Format fa) {
@@ -82,15 +83,21 @@ qg::GemmArgs gemm_args(Backend be, qg::Format fa, qg::Format fb, int64_t m, int6
 }
 
 
+std::string f32_activation_rows(Backend b, const char*, int64_t rows, int64_t k, RotationPtr* out) {
+  return f32_rows(b, rows, k, out);
+}
+
 // kernel == nullptr: qg::gemm.
 void bm_gemm(benchmark::State& st, Backend be, qg::Format fa, qg::Format fb, const GemmKernel* kernel, int64_t m,
              int64_t k, int64_t n, bool cold) {
   RotationPtr w, a, c, s;
   const bool wo = weight_only(fa, fb);
-  const auto activation_rows = fb == qg::Format::bf16 ? bf16_rows : f16_rows;
+  // Scales in the activations' dtype, fp16 for fp32 activations (gemm_args).
+  const auto scale_rows = fb == qg::Format::bf16 ? bf16_rows : f16_rows;
+  const auto activation_rows = fb == qg::Format::f32 ? f32_activation_rows : scale_rows;
   std::string err = packed_rows(be, "w", fa, m, k, &w);
   if (err.empty()) err = qg::is_float_format(fb) ? activation_rows(be, "a", n, k, &a) : packed_rows(be, "a", fb, n, k, &a);
-  if (err.empty() && wo) err = activation_rows(be, "s", m, k / g_opt.wo_group, &s);
+  if (err.empty() && wo) err = scale_rows(be, "s", m, k / g_opt.wo_group, &s);
   if (err.empty()) err = output_buffer(be, m * n * 4, &c);
   if (err.empty()) err = w->prepare(cold);
   if (err.empty()) err = a->prepare(cold);

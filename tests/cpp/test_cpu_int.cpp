@@ -327,10 +327,10 @@ TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
                                       "dispatch"}));
   for (Format fb : {Format::f16, Format::bf16})
     EXPECT_EQ(order(Format::i4, fb),
-              (std::vector<std::string>{"cpu_wo_avx512_vnni", "cpu_wo_avx2_fixed", "cpu_wo_avx2", "cpu_wo_reference",
-                                        "dispatch"}));
-  EXPECT_EQ(order(Format::i4, Format::f32),
-            (std::vector<std::string>{"cpu_wo_avx512_vnni", "cpu_wo_avx2", "cpu_wo_reference", "dispatch"}));
+              (std::vector<std::string>{"cpu_wo_avx512_vnni", "cpu_wo_avx2_fixed", "cpu_wo_avx2_fixed20", "cpu_wo_avx2",
+                                        "cpu_wo_reference", "dispatch"}));
+  EXPECT_EQ(order(Format::i4, Format::f32), (std::vector<std::string>{"cpu_wo_avx512_vnni", "cpu_wo_avx2_fixed20",
+                                                                      "cpu_wo_avx2", "cpu_wo_reference", "dispatch"}));
   const uint32_t avx2 = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
   for (const qg::detail::GemmKernel& k : r.gemm) {
     const std::string name = k.name;
@@ -816,10 +816,10 @@ std::vector<double> wo_reference(const WoCase& c) {
   return ref;
 }
 
-// cpu_wo_avx2_fixed takes one row of activations only (its can_run says
-// so); every other weight-only kernel takes any N.
+// cpu_wo_avx2_fixed and cpu_wo_avx2_fixed20 take one row of activations
+// only (their can_run says so); every other weight-only kernel takes any N.
 bool one_token_kernel(const qg::detail::GemmKernel* k) {
-  return k && std::string(k->name) == "cpu_wo_avx2_fixed";
+  return k && (std::string(k->name) == "cpu_wo_avx2_fixed" || std::string(k->name) == "cpu_wo_avx2_fixed20");
 }
 
 // Whether kernel k (null: dispatch) is to run call g here: false where this
@@ -1304,7 +1304,8 @@ TEST_P(CpuWoFixedPoint, ScalesStayInTheirRow) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CpuWoFixedPoint,
                          ::testing::Values(FixedPointKernel{"cpu_wo_avx512_vnni", 20, false, true},
-                                           FixedPointKernel{"cpu_wo_avx2_fixed", 14, true, false}),
+                                           FixedPointKernel{"cpu_wo_avx2_fixed", 14, true, false},
+                                           FixedPointKernel{"cpu_wo_avx2_fixed20", 20, true, true}),
                          [](const ::testing::TestParamInfo<FixedPointKernel>& i) { return std::string(i.param.name); });
 
 // ------------------------------------------------------------------ quantize rules

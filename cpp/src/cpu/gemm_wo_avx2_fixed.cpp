@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 // gemm_wo_avx2_fixed.cpp: INT4 weight-only decode (N = 1) with AVX2 integer
-// products (cpu_wo_avx2_fixed), compiled with -mavx2 -mfma -mf16c and
-// registered with an arch window that needs those, ahead of cpu_wo_avx2.
+// products (cpu_wo_avx2_fixed, and cpu_wo_avx2_fixed20 for fp32
+// activations), compiled with -mavx2 -mfma -mf16c and registered with an
+// arch window that needs those, ahead of cpu_wo_avx2.
 // Same operands and result as cpu_wo_avx2 (gemm_wo_avx2.cpp): W int4 rows
 // (two's-complement nibbles, low nibble first) with group scales and
-// optional zero points, one row x of half-precision activations (f16 or
-// bf16: registered for those only, see below),
+// optional zero points, one row x of activations,
 // C[m] = sum_g s[m, g] * sum_{k in g} (q[m, k] - z[m, g]) * x[k], then the
 // float epilogue.
 //
@@ -23,11 +23,20 @@
 // block's largest |x| is m 2^ex (m in [0.5, 1)), so x_int = rint(x 2^-e)
 // has |x_int| <= 2^14 (an int16) and any x is within half a unit of x_int,
 // 2^-14 of that largest; an f16 x of at least 2^-3 of it is exact, a
-// bf16 one of at least 2^-6 (docs/numerics.md). fp32 activations would
-// lose bits the caller gave, so the registry offers this kernel for f16 and
-// bf16 only. vpmaddwd takes x_int whole, where vpmaddubsw would
-// need it split into two signed-byte digits, one of which cannot hold
-// +2^14.
+// bf16 one of at least 2^-6 (docs/numerics.md). vpmaddwd takes x_int whole,
+// where vpmaddubsw would need it split into two signed-byte digits, one of
+// which cannot hold +2^14.
+//
+// fp32 activations would lose bits the caller gave at 14 (one output of a
+// test drifted to an NMSE of 1.3e-5), so they take the 20-bit form
+// (cpu_wo_avx2_fixed20): e = ex - 20, |x_int| <= 2^20, as
+// cpu_wo_avx512_vnni carries x, split into three base-128 digits (0..127,
+// 0..127, -64..64) that vpmaddubsw multiplies by the unsigned codes in two
+// byte planes of 32 codes a load (low and high nibbles: 3 instructions to
+// unpack, against the word planes' 6), each digit's pairs widened by a
+// vpmaddwd by its weight (1, 128, 2^14): 22 vector instructions per 64
+// codes and row against the float kernel's 28, the lane sums exact in
+// int32 and the rest as below.
 //
 // The codes enter as unsigned u = q + 8: a 32-byte load of 64 codes (two
 // 32-blocks) is 16 words of four codes each, one vpxor with 0x88 flips
@@ -37,8 +46,9 @@
 // code 4j + v, block A's words 0-7, block B's 8-15). After the four
 // vpmaddwd and adds, int32 lane i holds codes 8i..8i+7: lanes 0-3 block A,
 // 4-7 block B. The 8 comes back out exactly: T = sum u x_int - 8 sum x_int
-// = sum q x_int, |T| <= 2^20. Then t = float(T) (exact) - z sum x_int (with
-// zero points), and per lane acc += s (2^e t): for groups of 64 or more
+// = sum q x_int, |T| <= 2^20 (2^26 at 20 bits, then rounded once to
+// fp32). Then t = float(T) - z sum x_int (with zero points), and per lane
+// acc += s (2^e t): for groups of 64 or more
 // the exact products 2^e t of a group are summed first and scaled once;
 // for groups of 32 each chunk's. (s 2^e alone could be subnormal for tiny
 // bf16 activations, losing bits; 2^e t is about the size of the
@@ -81,15 +91,27 @@ namespace {
 
 constexpr int64_t kChunk = 64;  // codes per 32-byte load
 constexpr int64_t kChunkBytes = kChunk / 2;
-constexpr int64_t kBlock = 32;      // activations sharing one power of two
-constexpr int kMagnitudeBits = 14;  // |x_int| <= 2^14: an int16
+constexpr int64_t kBlock = 32;  // activations sharing one power of two
 constexpr int kStepRows = 4;
 constexpr int64_t kPrefetchBytes = 768;
 
-// One chunk of x after prepare_x: the words the four vpmaddwd read, and per
-// int32 lane 8 * sum x_int, 2^e and (for zero points) sum x_int as a float.
+// One chunk of x after prepare_x, at kBits (14: |x_int| <= 2^14, an int16;
+// 20: |x_int| <= 2^20, three base-128 digits): what the products read, and
+// per int32 lane 8 * sum x_int, 2^e and (for zero points) sum x_int as a
+// float.
+template <int kBits>
 struct alignas(32) XChunk {
-  int16_t words[4][16];
+  int16_t words[4][16];  // 14 bits: the words the four vpmaddwd read
+  int32_t offset[8];
+  float pow2[8];
+  float sum[8];
+};
+template <>
+struct alignas(32) XChunk<20> {
+  // digits[d][p][b]: digit d (x_int = d0 + 128 d1 + 16384 d2; d0, d1 in
+  // 0..127, d2 in -64..64) of code 2b + p, p = 0 for the codes in the low
+  // nibbles of the chunk's bytes, 1 for those in the high ones.
+  int8_t digits[3][2][32];
   int32_t offset[8];
   float pow2[8];
   float sum[8];
@@ -120,9 +142,10 @@ inline __m256 load8(const uint8_t* p, DType d) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-// One 32-block of x (zeros past K) as x_int in four vectors of 8 (elements
-// 0-7, 8-15, 16-23, 24-31) and its 2^e; false at an Inf or NaN.
-bool block_to_fixed(const uint8_t* src, DType d, int64_t count, __m256i (&q)[4], float& pow2) {
+// One 32-block of x (zeros past K) as x_int (|x_int| <= 2^bits) in four
+// vectors of 8 (elements 0-7, 8-15, 16-23, 24-31) and its 2^e; false at an
+// Inf or NaN.
+bool block_to_fixed(const uint8_t* src, DType d, int64_t count, int bits, __m256i (&q)[4], float& pow2) {
   __m256 v[4];
   for (int i = 0; i < 4; ++i) v[i] = count >= 8 * (i + 1) ? load8(src + 8 * i * dtype_size(d), d) : _mm256_setzero_ps();
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
@@ -137,11 +160,11 @@ bool block_to_fixed(const uint8_t* src, DType d, int64_t count, __m256i (&q)[4],
   __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   const float top = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-  // top < 2^ex, so |x| 2^-(ex - 14) < 2^14 rounds to at most 2^14.
+  // top < 2^ex, so |x| 2^-(ex - bits) < 2^bits rounds to at most 2^bits.
   // e >= -149 keeps 2^e a (subnormal) float for the tiniest f32 blocks.
   int ex = 0;
   std::frexp(top, &ex);
-  const int e = top == 0.0f ? 0 : (ex - kMagnitudeBits < -149 ? -149 : ex - kMagnitudeBits);
+  const int e = top == 0.0f ? 0 : (ex - bits < -149 ? -149 : ex - bits);
   pow2 = std::ldexp(1.0f, e);
   // x 2^-e in one or two exact multiplies (2^-e above 2^127 is not a float);
   // vcvtps2dq rounds to nearest even.
@@ -153,21 +176,34 @@ bool block_to_fixed(const uint8_t* src, DType d, int64_t count, __m256i (&q)[4],
 }
 
 // x rearranged into chunks (see the header); false at the first Inf or NaN.
-bool prepare_x(const Operand& b, const Layout& L, XChunk* xc) {
+template <int kBits>
+bool prepare_x(const Operand& b, const Layout& L, XChunk<kBits>* xc) {
   const DType d = float_dtype(b.format);
   const int64_t es = dtype_size(d);
   const auto* src = static_cast<const uint8_t*>(b.data);
   // Elements (v, v + 4) of an 8-vector side by side: 64-bit element v.
   const __m256i pairs = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t c = 0; c < L.chunks; ++c) {
-    XChunk& o = xc[c];
+    XChunk<kBits>& o = xc[c];
     __m256i by_v[2][4];  // [block][v]: x_int of codes v, v + 4, ..., v + 28 of the block
     __m128i sums[2];     // [block]: lane sums, lane i%4 = codes 8(i%4)..8(i%4)+7
     float pow2[2];
     for (int blk = 0; blk < 2; ++blk) {
       const int64_t k0 = c * kChunk + blk * kBlock;
       __m256i q[4];
-      if (!block_to_fixed(src + k0 * es, d, L.k - k0, q, pow2[blk])) return false;
+      if (!block_to_fixed(src + k0 * es, d, L.k - k0, kBits, q, pow2[blk])) return false;
+      if constexpr (kBits == 20) {
+        // The three digits of each x_int, by the nibble its code sits in:
+        // code i of the chunk is plane i % 2, byte i / 2.
+        alignas(32) int32_t xi[32];
+        for (int i = 0; i < 4; ++i) _mm256_store_si256(reinterpret_cast<__m256i*>(xi + 8 * i), q[i]);
+        for (int i = 0; i < 32; ++i) {
+          const int code = blk * 32 + i, plane = code % 2, byte = code / 2;
+          o.digits[0][plane][byte] = static_cast<int8_t>(xi[i] & 127);
+          o.digits[1][plane][byte] = static_cast<int8_t>((xi[i] >> 7) & 127);
+          o.digits[2][plane][byte] = static_cast<int8_t>(xi[i] >> 14);  // arithmetic: floor(x_int / 2^14)
+        }
+      }
       __m256i p[4];
       for (int i = 0; i < 4; ++i) p[i] = _mm256_permutevar8x32_epi32(q[i], pairs);
       // A 4 x 4 transpose of 64-bit elements: by_v[v] = element v of p[0..3].
@@ -182,12 +218,14 @@ bool prepare_x(const Operand& b, const Layout& L, XChunk* xc) {
     }
     // words[v]: block A's 8 then block B's 8, as int16 (packs interleaves
     // the two by 128-bit half; the qword permute puts them back in order).
-    for (int v = 0; v < 4; ++v)
-      _mm256_store_si256(reinterpret_cast<__m256i*>(o.words[v]),
-                         _mm256_permute4x64_epi64(_mm256_packs_epi32(by_v[0][v], by_v[1][v]), 0xD8));
+    if constexpr (kBits == 14)
+      for (int v = 0; v < 4; ++v)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o.words[v]),
+                           _mm256_permute4x64_epi64(_mm256_packs_epi32(by_v[0][v], by_v[1][v]), 0xD8));
     const __m256i lane_sums = _mm256_setr_m128i(sums[0], sums[1]);
     _mm256_store_si256(reinterpret_cast<__m256i*>(o.offset), _mm256_slli_epi32(lane_sums, 3));
-    _mm256_store_ps(o.sum, _mm256_cvtepi32_ps(lane_sums));  // |sum| <= 2^17: exact
+    // |sum| <= 2^17 (14 bits: exact) or 2^23 (20 bits: exact).
+    _mm256_store_ps(o.sum, _mm256_cvtepi32_ps(lane_sums));
     _mm256_store_ps(o.pow2, _mm256_setr_m128(_mm_set1_ps(pow2[0]), _mm_set1_ps(pow2[1])));
   }
   return true;
@@ -241,10 +279,43 @@ inline __m256 lanes_of(const float* row, int64_t g) {
 // Groups of 32: acc += s (2^e t) each chunk. Longer groups: 2^e t summed
 // over the group's chunks first, then acc += s * that, one multiply a chunk
 // fewer.
-template <bool ZP, bool G32>
-void tile(const uint8_t* const* w, const StepScales& ss, const XChunk* x, const Layout& L, int64_t next_step,
+// sum u x_int over each int32 lane's 8 codes of one 32-byte load of codes
+// u = q + 8 (wv, already xor-ed), exact in int32.
+template <int kBits>
+inline __m256i lane_products(__m256i u, const XChunk<kBits>& xc) {
+  if constexpr (kBits == 14) {
+    // Word j holds codes 4j..4j+3, one a nibble: u_v = (word >> 4v) & 15.
+    const __m256i low4 = _mm256_set1_epi16(0x000F);
+    const auto* xw = reinterpret_cast<const __m256i*>(xc.words);
+    __m256i t = _mm256_madd_epi16(_mm256_and_si256(u, low4), _mm256_load_si256(xw + 0));
+    t = _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi16(u, 4), low4),
+                                              _mm256_load_si256(xw + 1)));
+    t = _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi16(u, 8), low4),
+                                              _mm256_load_si256(xw + 2)));
+    return _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_srli_epi16(u, 12), _mm256_load_si256(xw + 3)));
+  } else {
+    // Byte b holds codes 2b (low nibble) and 2b + 1. Per digit, vpmaddubsw
+    // (unsigned codes x signed digits, adjacent pairs into int16: at most
+    // 2 x 15 x 127) on both planes, the two added (int16 lane p: codes
+    // 4p..4p+3, at most 7620), and vpmaddwd by the digit's weight (1, 128,
+    // 2^14) widens adjacent lanes into int32 lane i: codes 8i..8i+7, as
+    // the 14-bit words give. |sum u x_int| <= 8 x 15 x 2^20 < 2^27.
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(u, low4), hi = _mm256_and_si256(_mm256_srli_epi16(u, 4), low4);
+    const auto* xd = reinterpret_cast<const __m256i*>(xc.digits);
+    auto digit = [&](int dgt, int16_t weight) {
+      const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256(xd + 2 * dgt)),
+                                             _mm256_maddubs_epi16(hi, _mm256_load_si256(xd + 2 * dgt + 1)));
+      return _mm256_madd_epi16(pairs, _mm256_set1_epi16(weight));
+    };
+    return _mm256_add_epi32(_mm256_add_epi32(digit(0, 1), digit(1, 128)), digit(2, 16384));
+  }
+}
+
+template <int kBits, bool ZP, bool G32>
+void tile(const uint8_t* const* w, const StepScales& ss, const XChunk<kBits>* x, const Layout& L, int64_t next_step,
           float (*out)[4]) {
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x88)), low4 = _mm256_set1_epi16(0x000F);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x88));
   const int64_t row_bytes = L.k / 2;
   __m256 acc[kStepRows], part[kStepRows];
   for (int r = 0; r < kStepRows; ++r) acc[r] = part[r] = _mm256_setzero_ps();
@@ -252,22 +323,14 @@ void tile(const uint8_t* const* w, const StepScales& ss, const XChunk* x, const 
   for (int64_t c = 0; c < L.chunks; ++c) {
     if ((c & 1) == 0)
       prefetch_rows<PrefetchTo::l1>(w, kStepRows, c * kChunkBytes + kPrefetchBytes, row_bytes, next_step);
-    const XChunk& xc = x[c];
+    const XChunk<kBits>& xc = x[c];
     const bool half = L.half_tail && c + 1 == L.chunks;
-    const auto* xw = reinterpret_cast<const __m256i*>(xc.words);
     for (int r = 0; r < kStepRows; ++r) {
       const uint8_t* p = w[r] + c * kChunkBytes;
-      // Past K (a half last chunk) the bytes load as 0: u = 8 against zero words.
+      // Past K (a half last chunk) the bytes load as 0: u = 8 against zero x.
       const __m256i wv = half ? _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))
                               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-      // Word j holds codes 4j..4j+3, one a nibble: u_v = (word >> 4v) & 15.
-      const __m256i u = _mm256_xor_si256(wv, flip);
-      __m256i t = _mm256_madd_epi16(_mm256_and_si256(u, low4), _mm256_load_si256(xw + 0));
-      t = _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi16(u, 4), low4),
-                                                _mm256_load_si256(xw + 1)));
-      t = _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi16(u, 8), low4),
-                                                _mm256_load_si256(xw + 2)));
-      t = _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_srli_epi16(u, 12), _mm256_load_si256(xw + 3)));
+      __m256i t = lane_products<kBits>(_mm256_xor_si256(wv, flip), xc);
       t = _mm256_sub_epi32(t, _mm256_load_si256(reinterpret_cast<const __m256i*>(xc.offset)));
       __m256 tf = _mm256_cvtepi32_ps(t);
       if (ZP) tf = _mm256_fnmadd_ps(lanes_of<G32>(&ss.z[r * ss.pitch], g), _mm256_load_ps(xc.sum), tf);
@@ -292,15 +355,16 @@ void tile(const uint8_t* const* w, const StepScales& ss, const XChunk* x, const 
   for (int r = 0; r < kStepRows; ++r) out[r][0] = hsum8(acc[r]);
 }
 
-using TileFn = void (*)(const uint8_t* const*, const StepScales&, const XChunk*, const Layout&, int64_t,
-                        float (*)[4]);
-
-void run(const GemmArgs& g, const Layout& L, const XChunk* xc) {
+template <int kBits>
+void run(const GemmArgs& g, const Layout& L, const XChunk<kBits>* xc) {
+  using TileFn = void (*)(const uint8_t* const*, const StepScales&, const XChunk<kBits>*, const Layout&, int64_t,
+                          float (*)[4]);
   const int64_t m_rows = g.a.rows;
   const EpilogueParams ep = epilogue_params(g);
   const auto* W = static_cast<const uint8_t*>(g.a.data);
   const bool zp = g.a.zero_points.data != nullptr, g32 = g.a.scales.group_size == 32;
-  const TileFn tile_fn = zp ? (g32 ? tile<true, true> : tile<true, false>) : (g32 ? tile<false, true> : tile<false, false>);
+  const TileFn tile_fn = zp ? (g32 ? tile<kBits, true, true> : tile<kBits, true, false>)
+                            : (g32 ? tile<kBits, false, true> : tile<kBits, false, false>);
   const RowRanges ranges = decode_row_ranges(m_rows, ThreadPool::instance().threads());
   run_tiles(ranges.tasks, m_rows * L.k, [&](int64_t t) {
     const int64_t m0 = ranges.begin(t), m1 = ranges.end(t, m_rows);
@@ -315,17 +379,21 @@ void run(const GemmArgs& g, const Layout& L, const XChunk* xc) {
   });
 }
 
-}  // namespace
-
-Status gemm_wo_avx2_fixed(const GemmArgs& g) {
+template <int kBits>
+Status run_fixed(const GemmArgs& g) {
   if (g.a.rows == 0 || g.b.rows == 0) return {};
   const Layout L = make_layout(g.a.k, g.a.scales.group_size);
   ScratchBytes own;
-  auto* xc = reinterpret_cast<XChunk*>(call_scratch(static_cast<size_t>(L.chunks) * sizeof(XChunk), own));
-  if (!prepare_x(g.b, L, xc)) return gemm_wo_avx2(g);
-  run(g, L, xc);
+  auto* xc = reinterpret_cast<XChunk<kBits>*>(call_scratch(static_cast<size_t>(L.chunks) * sizeof(XChunk<kBits>), own));
+  if (!prepare_x<kBits>(g.b, L, xc)) return gemm_wo_avx2(g);
+  run<kBits>(g, L, xc);
   return {};
 }
+
+}  // namespace
+
+Status gemm_wo_avx2_fixed(const GemmArgs& g) { return run_fixed<14>(g); }
+Status gemm_wo_avx2_fixed20(const GemmArgs& g) { return run_fixed<20>(g); }
 
 }  // namespace qg::detail::cpu
 
@@ -333,6 +401,9 @@ Status gemm_wo_avx2_fixed(const GemmArgs& g) {
 
 namespace qg::detail::cpu {
 Status gemm_wo_avx2_fixed(const GemmArgs&) {
+  return Status(StatusCode::unsupported, "qg.gemm: the AVX2 fixed-point weight-only kernel was not compiled in");
+}
+Status gemm_wo_avx2_fixed20(const GemmArgs&) {
   return Status(StatusCode::unsupported, "qg.gemm: the AVX2 fixed-point weight-only kernel was not compiled in");
 }
 }  // namespace qg::detail::cpu

@@ -43,6 +43,9 @@ Status gemm_wo_avx512vnni(const GemmArgs& args);
 // how exact).
 // Groups of 32 or a multiple of 64, K-contiguous operands.
 Status gemm_wo_avx2_fixed(const GemmArgs& args);
+// The same with 20 bits (three base-128 digits through vpmaddubsw), as
+// cpu_wo_avx512_vnni carries x: for fp32 activations.
+Status gemm_wo_avx2_fixed20(const GemmArgs& args);
 
 // The codes and scale of quant_block.h's quantize_codes_q8 for one block of
 // 32 finite floats (fp32 bytes at x, any alignment), with AVX2 (callable only

@@ -142,12 +142,17 @@ Registry make_registry() {
   for (Format fb : {Format::f16, Format::bf16, Format::f32})
     r.gemm.push_back({"cpu_wo_avx512_vnni", Format::i4, fb, kAvx512Vnni, kEpiFloatAll, wo_avx512_can_run,
                       [](const GemmArgs& a, Stream) { return gemm_wo_avx512vnni(a); }});
-  // Half-precision activations only: 14 bits keep an f16 x of at least 2^-3
-  // of its block's largest exact (bf16: 2^-6), while fp32 activations would
-  // lose bits the caller gave (docs/numerics.md); those stay on cpu_wo_avx2.
+  // Half-precision activations: 14 bits keep an f16 x of at least 2^-3 of
+  // its block's largest exact (bf16: 2^-6). fp32 activations, whose bits 14
+  // would drop, take 20 (docs/numerics.md), as cpu_wo_avx512_vnni carries
+  // every dtype; listed for the half types too, after the 14-bit kernel, so
+  // that it can be named.
   for (Format fb : {Format::f16, Format::bf16})
     r.gemm.push_back({"cpu_wo_avx2_fixed", Format::i4, fb, kAvx2, kEpiFloatAll, wo_avx2_fixed_can_run,
                       [](const GemmArgs& a, Stream) { return gemm_wo_avx2_fixed(a); }});
+  for (Format fb : {Format::f32, Format::f16, Format::bf16})
+    r.gemm.push_back({"cpu_wo_avx2_fixed20", Format::i4, fb, kAvx2, kEpiFloatAll, wo_avx2_fixed_can_run,
+                      [](const GemmArgs& a, Stream) { return gemm_wo_avx2_fixed20(a); }});
   for (Format fb : {Format::f16, Format::bf16, Format::f32})
     r.gemm.push_back({"cpu_wo_avx2", Format::i4, fb, kAvx2, kEpiFloatAll, wo_avx2_can_run,
                       [](const GemmArgs& a, Stream) { return gemm_wo_avx2(a); }});
