@@ -59,8 +59,9 @@ struct Case {
 };
 
 // The host bytes of one case: x (gaussian rows of varied scale, with
-// specials a zero block and now and then an Inf, which makes the last row's
-// results NaN), the Q4_0 weight, the bias, and a poisoned y.
+// specials a zero block, a block of subnormal scale, one whose scale the
+// folded operands cannot carry, and now and then an Inf, which makes the
+// last row's results NaN), the Q4_0 weight, the bias, and a poisoned y.
 struct HostData {
   std::vector<uint8_t> x, w, w_scale, bias, y;
 };

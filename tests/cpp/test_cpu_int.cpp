@@ -1222,7 +1222,14 @@ TEST_P(CpuWoFixedPoint, FollowsTheRule) {
         // Some values exactly half a unit off a whole one (ties to even; an
         // odd multiple of 2^(3 - bits) below 2 is an f16 too).
         if (x % 5 == 1) v = std::ldexp(static_cast<float>(2 * (rng() % 1000) + 1), 3 - bits);
-        set_x(c, 0, x, rng() % 2 ? v : -v);
+        bool negative = rng() % 2;
+        // fp32: blocks 1 and 2 led by +-16 (1 - 2^-22) instead (ex = 4 still),
+        // whose x_int rounds up to +-2^bits, the ends of the rule.
+        if (xf == Format::f32 && (x == 32 || x == 64)) {
+          v = 16.0f * (1.0f - std::ldexp(1.0f, -22));
+          negative = x == 64;
+        }
+        set_x(c, 0, x, negative ? -v : v);
       }
       std::vector<float> out;
       run_columns(k, c, out);

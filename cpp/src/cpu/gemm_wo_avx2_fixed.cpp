@@ -34,9 +34,11 @@
 // 0..127, -64..64) that vpmaddubsw multiplies by the unsigned codes in two
 // byte planes of 32 codes a load (low and high nibbles: 3 instructions to
 // unpack, against the word planes' 6), each digit's pairs widened by a
-// vpmaddwd by its weight (1, 128, 2^14): 22 vector instructions per 64
-// codes and row against the float kernel's 28, the lane sums exact in
-// int32 and the rest as below.
+// vpmaddwd by its weight (1, 128, 2^14): 21 vector instructions per 64
+// codes and row besides the load, against the 14-bit form's 17 (counted
+// the same way in the compiled loops; the 20-bit one also keeps its four
+// row sums in memory, a load and a store more a row), the lane sums exact
+// in int32 and the rest as below.
 //
 // The codes enter as unsigned u = q + 8: a 32-byte load of 64 codes (two
 // 32-blocks) is 16 words of four codes each, one vpxor with 0x88 flips
