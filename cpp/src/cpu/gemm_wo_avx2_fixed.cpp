@@ -277,10 +277,6 @@ inline __m256 lanes_of(const float* row, int64_t g) {
   return _mm256_broadcast_ss(row + g);
 }
 
-// kStepRows rows w[r] against the prepared x; out[r][0] = the sum for row r.
-// Groups of 32: acc += s (2^e t) each chunk. Longer groups: 2^e t summed
-// over the group's chunks first, then acc += s * that, one multiply a chunk
-// fewer.
 // sum u x_int over each int32 lane's 8 codes of one 32-byte load of codes
 // u = q + 8 (wv, already xor-ed), exact in int32.
 template <int kBits>
@@ -314,6 +310,10 @@ inline __m256i lane_products(__m256i u, const XChunk<kBits>& xc) {
   }
 }
 
+// kStepRows rows w[r] against the prepared x; out[r][0] = the sum for row r.
+// Groups of 32: acc += s (2^e t) each chunk. Longer groups: 2^e t summed
+// over the group's chunks first, then acc += s * that, one multiply a chunk
+// fewer.
 template <int kBits, bool ZP, bool G32>
 void tile(const uint8_t* const* w, const StepScales& ss, const XChunk<kBits>* x, const Layout& L, int64_t next_step,
           float (*out)[4]) {
