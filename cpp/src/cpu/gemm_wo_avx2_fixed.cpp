@@ -187,7 +187,7 @@ bool prepare_x(const Operand& b, const Layout& L, XChunk<kBits>* xc) {
   const __m256i pairs = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t c = 0; c < L.chunks; ++c) {
     XChunk<kBits>& o = xc[c];
-    __m256i by_v[2][4];  // [block][v]: x_int of codes v, v + 4, ..., v + 28 of the block
+    __m256i by_v[2][4];  // 14 bits, [block][v]: x_int of codes v, v + 4, ..., v + 28 of the block
     __m128i sums[2];     // [block]: lane sums, lane i%4 = codes 8(i%4)..8(i%4)+7
     float pow2[2];
     for (int blk = 0; blk < 2; ++blk) {
@@ -205,16 +205,17 @@ bool prepare_x(const Operand& b, const Layout& L, XChunk<kBits>* xc) {
           o.digits[1][plane][byte] = static_cast<int8_t>((xi[i] >> 7) & 127);
           o.digits[2][plane][byte] = static_cast<int8_t>(xi[i] >> 14);  // arithmetic: floor(x_int / 2^14)
         }
+      } else {
+        __m256i p[4];
+        for (int i = 0; i < 4; ++i) p[i] = _mm256_permutevar8x32_epi32(q[i], pairs);
+        // A 4 x 4 transpose of 64-bit elements: by_v[v] = element v of p[0..3].
+        const __m256i lo01 = _mm256_unpacklo_epi64(p[0], p[1]), hi01 = _mm256_unpackhi_epi64(p[0], p[1]);
+        const __m256i lo23 = _mm256_unpacklo_epi64(p[2], p[3]), hi23 = _mm256_unpackhi_epi64(p[2], p[3]);
+        by_v[blk][0] = _mm256_permute2x128_si256(lo01, lo23, 0x20);
+        by_v[blk][1] = _mm256_permute2x128_si256(hi01, hi23, 0x20);
+        by_v[blk][2] = _mm256_permute2x128_si256(lo01, lo23, 0x31);
+        by_v[blk][3] = _mm256_permute2x128_si256(hi01, hi23, 0x31);
       }
-      __m256i p[4];
-      for (int i = 0; i < 4; ++i) p[i] = _mm256_permutevar8x32_epi32(q[i], pairs);
-      // A 4 x 4 transpose of 64-bit elements: by_v[v] = element v of p[0..3].
-      const __m256i lo01 = _mm256_unpacklo_epi64(p[0], p[1]), hi01 = _mm256_unpackhi_epi64(p[0], p[1]);
-      const __m256i lo23 = _mm256_unpacklo_epi64(p[2], p[3]), hi23 = _mm256_unpackhi_epi64(p[2], p[3]);
-      by_v[blk][0] = _mm256_permute2x128_si256(lo01, lo23, 0x20);
-      by_v[blk][1] = _mm256_permute2x128_si256(hi01, hi23, 0x20);
-      by_v[blk][2] = _mm256_permute2x128_si256(lo01, lo23, 0x31);
-      by_v[blk][3] = _mm256_permute2x128_si256(hi01, hi23, 0x31);
       const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(q[0], q[1]), _mm256_hadd_epi32(q[2], q[3]));
       sums[blk] = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
     }
