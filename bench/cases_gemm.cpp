@@ -109,6 +109,7 @@ void bm_gemm(benchmark::State& st, Backend be, qg::Format fa, qg::Format fb, con
   }
   qg::GemmArgs g = gemm_args(be, fa, fb, m, n, k, w->slot(0), a->slot(0), c->slot(0), wo ? s->slot(0) : nullptr);
   const qg::Stream stream = stream_of(be);
+  const qg::detail::DeviceScope scope(g.device);  // a kernel forced by name runs as the dispatcher runs it
   if (!label_case(st, be, kernel, g, kernel ? qg::detail::check_gemm_args(g) : qg::Status())) return;
   run_timed(st, be, gemm_work(fa, fb, m, n, k), warmups_for(be, *w, cold), [&]() {
     g.a.data = w->take(cold);

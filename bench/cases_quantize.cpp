@@ -71,6 +71,7 @@ template <class Args>
 void bm_convert(benchmark::State& st, Backend be, Args args, const Kernel<Args>* kernel, Rotation& in,
                 const Work& work, bool cold, const void* Args::*input) {
   const qg::Stream stream = stream_of(be);
+  const qg::detail::DeviceScope scope(args.device);  // a kernel forced by name runs as the dispatcher runs it
   if (!label_case(st, be, kernel, args, kernel ? check(args) : qg::Status())) return;
   run_timed(st, be, work, warmups_for(be, in, cold), [&]() {
     args.*input = in.take(cold);

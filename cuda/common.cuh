@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// cuda/common.cuh: what every CUDA implementation shares: the device guard,
-// error formatting, the "does this build have code for that GPU" check and the
-// alignment-free loads used on packed blocks.
+// cuda/common.cuh: what every CUDA implementation shares: error formatting,
+// the "does this build have code for that GPU" check and the alignment-free
+// loads used on packed blocks. (The call's device is made current by the
+// dispatcher: DeviceScope, dispatch.h.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,36 +14,6 @@
 #include "qg/ops.h"
 
 namespace qg::detail::cuda {
-
-// Sets the current device for the scope of a call and puts the caller's back:
-// kernels must run on the inputs' device, never the current one by accident.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    err_ = cudaGetDevice(&previous_);
-    if (err_ != cudaSuccess) {
-      previous_ = -1;
-      return;
-    }
-    if (previous_ != device) {
-      err_ = cudaSetDevice(device);
-      if (err_ != cudaSuccess) previous_ = -1;
-    }
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) {
-      int now = -1;
-      if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
-    }
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-  cudaError_t error() const { return err_; }
-
- private:
-  int previous_ = -1;
-  cudaError_t err_ = cudaSuccess;
-};
 
 inline cudaStream_t to_cuda(Stream stream) { return static_cast<cudaStream_t>(stream); }
 
@@ -60,14 +31,6 @@ Status launch_status(const char* op, ShapeText&& shape) {
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return Status::success();
   return Status(StatusCode::cuda_error, std::string(op) + " (cuda): " + cuda_error_text(err) + " (" + shape() + ")");
-}
-
-inline Status guard_status(const DeviceGuard& guard, const char* op, int device) {
-  if (guard.error() == cudaSuccess) return Status::success();
-  cudaGetLastError();
-  return Status(StatusCode::cuda_error, std::string(op) + " (cuda): cannot select cuda:" +
-                                            std::to_string(device) + ": " +
-                                            cuda_error_text(guard.error()));
 }
 
 // True when this build holds SASS or PTX that device `device` can run; *why

@@ -489,8 +489,6 @@ bool gemm_i8_mma_can_run(const GemmArgs& args, std::string* why_not) {
 
 Status gemm_i8_mma_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const Operands op{static_cast<const int8_t*>(args.a.data), static_cast<const int8_t*>(args.b.data),
                     args.a.rows, args.b.rows, args.a.k, args.a.row_stride, args.b.row_stride, 1};
   const DeviceLimits lim = device_limits(args.device.id);

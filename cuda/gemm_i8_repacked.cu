@@ -185,8 +185,6 @@ bool gemm_i8_repacked_can_run(const GemmArgs& args, std::string* why_not) {
 
 Status gemm_i8_repacked_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const cudaStream_t cs = to_cuda(stream);
   const int64_t k = args.a.k, ld = (k + kRowAlign - 1) / kRowAlign * kRowAlign;
   GemmArgs g = args;

@@ -340,8 +340,6 @@ bool gemm_i8_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
 
 Status gemm_i8_wgmma_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status st = guard_status(guard, args.fn, args.device.id); !st.ok()) return st;
   const DeviceLimits lim = device_limits(args.device.id);
 
   WgShape s{};

@@ -101,8 +101,6 @@ template <class Launch, class ShapeExtra>
 Status run_one_thread_per_output(const GemmArgs& args, Stream stream, Launch&& launch, ShapeExtra&& shape_extra) {
   const int64_t m = args.a.rows, n = args.b.rows;
   if (m <= 0 || n <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   launch(rows_of(args.a), rows_of(args.b), epilogue_params(args), grid_for(m * n), to_cuda(stream));
   return launch_status(args.fn, [&] {
     return "M=" + std::to_string(m) + ", N=" + std::to_string(n) + ", K=" + std::to_string(args.a.k) + shape_extra();

@@ -243,8 +243,7 @@ bool gemm_bulk_can_run(const GemmArgs& args, std::string* why_not) {
   if (!w_rows_16_byte_aligned(args, why_not)) return false;
   if (!gemm_operands_aligned(args, why_not)) return false;  // A's 32-bit loads
   if (!a_within_32_bit_offsets(args, why_not)) return false;
-  DeviceGuard guard(args.device.id);
-  const int per_sm = guard.error() != cudaSuccess ? -1 : resident_ctas(args.device.id);
+  const int per_sm = resident_ctas(args.device.id);
   if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
   // One row group a CTA, all resident at once. With more groups than that,
   // CTAs take several and the split is uneven (14336 rows on 132 SMs: 4
@@ -255,8 +254,6 @@ bool gemm_bulk_can_run(const GemmArgs& args, std::string* why_not) {
 
 Status gemm_bulk_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const int per_sm = resident_ctas(args.device.id);
   if (per_sm <= 0)
     return Status(StatusCode::cuda_error, std::string(args.fn) + " (cuda_gemv_bulk): cannot launch on cuda:" +

@@ -153,8 +153,6 @@ bool gemm_dp4a_tiled_can_run(const GemmArgs& args, std::string* why_not) {
 Status gemm_dp4a_tiled_run(const GemmArgs& args, Stream stream) {
   const int64_t m = args.a.rows, n = args.b.rows;
   if (m <= 0 || n <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   // One CTA per tile, flattened into x (grid.y would cap M at 65535 tiles);
   // the kernel loops if there are more tiles than a grid can hold.
   const int64_t tiles = ((m + kTileM - 1) / kTileM) * ((n + kTileN - 1) / kTileN);

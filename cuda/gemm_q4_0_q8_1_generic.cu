@@ -54,8 +54,6 @@ bool gemm_generic_can_run(const GemmArgs&, std::string*) { return true; }
 Status gemm_generic_run(const GemmArgs& args, Stream stream) {
   const int64_t m = args.a.rows, n = args.b.rows;
   if (m <= 0 || n <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const int64_t ctas = (m * n + kThreads - 1) / kThreads;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(ctas, kMaxGrid));
   gemm_generic_kernel<<<grid, kThreads, 0, to_cuda(stream)>>>(

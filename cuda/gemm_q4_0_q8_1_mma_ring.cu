@@ -408,8 +408,6 @@ int resident_ctas_of_instance(const GemmArgs& g) {
 
 Status launch(const GemmArgs& args, Stream stream, bool early) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const int per_sm = resident_ctas_of_instance(args);
   std::string why;
   if (!ctas_fit(per_sm, args.device.id, "sm_90", &why))
@@ -462,8 +460,7 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.b.row_stride > std::numeric_limits<int>::max() / 15)
     return no("A's row stride " + std::to_string(args.b.row_stride) +
               " bytes: 15 of them must fit a 32-bit offset (16-token tiles)");
-  DeviceGuard guard(args.device.id);
-  const int per_sm = guard.error() != cudaSuccess ? -1 : resident_ctas_of_instance(args);
+  const int per_sm = resident_ctas_of_instance(args);
   if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
   // N <= 8: any number of row groups (past four an SM, in waves: pick_cta).
   if (args.b.rows <= 8) return true;

@@ -306,8 +306,6 @@ bool gemm_mmvq_can_run(const GemmArgs& args, std::string* why_not) {
 Status gemm_mmvq_run(const GemmArgs& args, Stream stream) {
   // K = 0 needs no special case: no blocks, and C is written with zeros.
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const cudaStream_t st = to_cuda(stream);
   switch (args.b.rows) {
     case 1: launch_cols<1>(args, st); break;

@@ -451,8 +451,6 @@ int64_t ctas_for_m(const GemmArgs& g, int warps) { return (g.a.rows + warps * kR
 
 Status launch(const GemmArgs& args, Stream stream, bool early) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const int64_t nb = args.a.k / 32;
   const Params p{static_cast<const uint8_t*>(args.a.data),
                  static_cast<const uint8_t*>(args.b.data),
@@ -504,9 +502,7 @@ bool gemm_ring_can_run(const GemmArgs& args, std::string* why_not) {
     return no("N=" + std::to_string(args.b.rows) + " x K=" + std::to_string(args.a.k) + " activations (" +
               std::to_string(activation_bytes(args.b.rows, args.a.k / 32)) +
               " bytes) do not fit in shared memory beside a ring of two stages");
-  DeviceGuard guard(args.device.id);
-  const int per_sm =
-      guard.error() != cudaSuccess ? -1 : with_instance(args, false, [](auto, int n, int, int) { return n; });
+  const int per_sm = with_instance(args, false, [](auto, int n, int, int) { return n; });
   if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
   // From N = 3 the ring only where one wave of CTAs covers M: where warps
   // took several row pairs (each starting its ring again) it was slower than

@@ -1736,8 +1736,6 @@ enum class Variant { int8, f16, folded };
 template <Variant kV>
 Status run_any_tile(const GemmArgs& args, const QuantizeArgs* from_float, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status st = guard_status(guard, args.fn, args.device.id); !st.ok()) return st;
   if constexpr (kV == Variant::f16) {
     return run_tiles<CfgWideF16>(args, from_float, stream);
   } else if constexpr (kV == Variant::folded) {

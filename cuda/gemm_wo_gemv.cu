@@ -381,8 +381,6 @@ Status run_columns(const GemmArgs& args, cudaStream_t st) {
 // columns n0.. of C (and of a per-column scale).
 Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const cudaStream_t st = to_cuda(stream);
   const int64_t esize = args.c_dtype == DType::f32 ? 4 : 2;
   for (int64_t n0 = 0; n0 < args.b.rows; n0 += kMaxCols) {

@@ -384,8 +384,7 @@ bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
   // The rest (formats, K-contiguous 16-byte-aligned rows, scale and zero
   // point dtypes) as the mma GEMV it shares its unpacking with.
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;
-  DeviceGuard guard(args.device.id);
-  const int per_sm = guard.error() != cudaSuccess ? -1 : with_instance(args, [&](auto nt, auto rt, auto bf16, auto zp) {
+  const int per_sm = with_instance(args, [&](auto nt, auto rt, auto bf16, auto zp) {
     return resident_ctas<decltype(nt)::value, decltype(rt)::value, decltype(bf16)::value, decltype(zp)::value>(
         args.device.id);
   });
@@ -395,8 +394,6 @@ bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
 
 Status gemm_wo_gemv_bulk_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const Params p = gemv_params(args);
   return with_instance(args, [&](auto nt, auto rt, auto bf16, auto zp) {
     return launch<decltype(nt)::value, decltype(rt)::value, decltype(bf16)::value, decltype(zp)::value>(

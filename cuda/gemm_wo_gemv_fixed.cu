@@ -688,15 +688,12 @@ bool gemm_wo_gemv_fixed_can_run(const GemmArgs& args, std::string* why_not) {
     return no("N=" + std::to_string(args.b.rows) + " x K=" + std::to_string(args.a.k) +
               " activations in block fixed point (" + std::to_string(act_bytes(args.b.rows, nb)) +
               " bytes) do not fit in shared memory beside a ring of two stages");
-  DeviceGuard guard(args.device.id);
-  const int per_sm = guard.error() != cudaSuccess ? -1 : with_instance(args, [](auto, int n, int, int) { return n; });
+  const int per_sm = with_instance(args, [](auto, int n, int, int) { return n; });
   return ctas_fit(per_sm, args.device.id, "sm_90", why_not);
 }
 
 Status gemm_wo_gemv_fixed_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const cudaStream_t cs = to_cuda(stream);
   const int64_t nb = args.a.k / 32, n = args.b.rows;
   const int64_t col_bytes = column_bytes(nb);

@@ -326,15 +326,12 @@ bool gemm_wo_gemv_mma_can_run(const GemmArgs& args, std::string* why_not) {
   // Formats, K-contiguous 16-byte-aligned rows, scale and zero-point dtypes:
   // as the mma GEMV whose unpacking it shares.
   if (!gemm_wo_gemv_can_run(args, why_not)) return false;
-  DeviceGuard guard(args.device.id);
-  const int per_sm = guard.error() != cudaSuccess ? -1 : resident_ctas_of_instance(args);
+  const int per_sm = resident_ctas_of_instance(args);
   return ctas_fit(per_sm, args.device.id, "sm_90", why_not);
 }
 
 Status gemm_wo_gemv_mma_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const Params p = gemv_params(args);
   const EpilogueParams ep = epilogue_params(args);
   return with_kernel(args, [&](auto kernel, int smem, int per_sm, int threads, int rows) {

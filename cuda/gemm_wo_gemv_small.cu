@@ -351,8 +351,6 @@ bool gemm_wo_gemv_small_can_run(const GemmArgs& args, std::string* why_not) {
 
 Status gemm_wo_gemv_small_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   Params p{};
   wo::set_operand_params(p, args);
   p.ksplit = 1;

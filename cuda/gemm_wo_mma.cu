@@ -376,8 +376,6 @@ bool gemm_wo_mma_can_run(const GemmArgs& args, std::string* why_not) {
   if (!tiled_wo_admits(args, kMinCols, "the decode GEMVs take N <= 16", kStageK, "a stage", 32, why_not))
     return false;
   if (!groups_at_least(args, kMinGroup, why_not)) return false;
-  DeviceGuard guard(args.device.id);
-  if (guard.error() != cudaSuccess) return no("cannot select cuda:" + std::to_string(args.device.id));
   const KernelFit fit = with_instance(args, [&](auto nt, auto bf16, auto zp, auto win) {
     constexpr int kNT = decltype(nt)::value, kWin = decltype(win)::value;
     constexpr bool kZP = decltype(zp)::value;
@@ -389,8 +387,6 @@ bool gemm_wo_mma_can_run(const GemmArgs& args, std::string* why_not) {
 
 Status gemm_wo_mma_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const Params p = gemv_params(args);
   const EpilogueParams ep = epilogue_params(args);
   return with_instance(args, [&](auto nt, auto bf16, auto zp, auto win) {

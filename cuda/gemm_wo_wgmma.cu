@@ -374,8 +374,6 @@ bool gemm_wo_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.a.zero_points.data && args.a.zero_points.dtype != DType::i8)
     return no("int32 zero points: q - z may not be an exact fp16 / bf16 number (cuda_wo_mma applies them through "
               "sums of x)");
-  DeviceGuard guard(args.device.id);
-  if (guard.error() != cudaSuccess) return no("cannot select cuda:" + std::to_string(args.device.id));
   const KernelFit fit = with_instance(args, [&](auto bn, auto bf16, auto zp, auto win) {
     return fit_of<decltype(bn)::value, decltype(bf16)::value, decltype(zp)::value, decltype(win)::value>(
         args.device.id);
@@ -385,8 +383,6 @@ bool gemm_wo_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
 
 Status gemm_wo_wgmma_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, args.fn, args.device.id); !s.ok()) return s;
   const Params p = gemv_params(args);
   const EpilogueParams ep = epilogue_params(args);
   return with_instance(args, [&](auto bn, auto bf16, auto zp, auto win) {

@@ -395,8 +395,6 @@ bool quantize_can_run(const QuantizeArgs&, std::string*) { return true; }
 Status quantize_run(const QuantizeArgs& args, Stream stream) {
   const char* fn = args.fn ? args.fn : format_traits(args.format).quantize_fn;
   if (args.rows <= 0 || args.k <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, fn, args.device.id); !s.ok()) return s;
   with_format(args.format, [&](auto tag) { launch_quantize<decltype(tag)::value>(args, to_cuda(stream)); });
   return launch_status(fn, [&] { return rows_k(args.rows, args.k); });
 }
@@ -412,8 +410,6 @@ bool dequantize_can_run(const DequantizeArgs& args, std::string* why_not) {
 Status dequantize_run(const DequantizeArgs& args, Stream stream) {
   const char* fn = args.fn ? args.fn : format_traits(args.format).dequantize_fn;
   if (args.rows <= 0 || args.k <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, fn, args.device.id); !s.ok()) return s;
   const int64_t nb = args.k / 32;
   const unsigned grid = grid_for(args.rows, nb);
   const uint8_t* xq = static_cast<const uint8_t*>(args.xq);

@@ -380,8 +380,6 @@ Status int_quantize_run(const QuantizeArgs& args, Stream stream) {
                                : args.granularity == Granularity::row ? args.rows : 0;
   const bool empty = args.rows <= 0 || args.k <= 0;
   if (empty && (args.static_scales || !args.scales || empty_scopes <= 0)) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, fn, args.device.id); !s.ok()) return s;
   const cudaStream_t st = to_cuda(stream);
   if (empty) {
     const CodeRange c = code_range(args.format);
@@ -403,8 +401,6 @@ bool int_dequantize_can_run(const DequantizeArgs&, std::string*) { return true; 
 Status int_dequantize_run(const DequantizeArgs& args, Stream stream) {
   const char* fn = args.fn ? args.fn : format_traits(args.format).dequantize_fn;
   if (args.rows <= 0 || args.k <= 0) return Status::success();
-  DeviceGuard guard(args.device.id);
-  if (Status s = guard_status(guard, fn, args.device.id); !s.ok()) return s;
   const int64_t items = args.rows * ((args.k + kChunk - 1) / kChunk);
   const unsigned grid = grid_for(items, kWarps, kMaxGrid);
   const cudaStream_t st = to_cuda(stream);

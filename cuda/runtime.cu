@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "dispatch.h"
 
 #ifndef QG_CUDA_ARCHS
 #define QG_CUDA_ARCHS ""
@@ -238,11 +239,27 @@ std::vector<CudaDeviceInfo> devices(std::string* why) {
   return out;
 }
 
+bool select_device(int device, int* previous, std::string* why) {
+  cudaError_t err = cudaGetDevice(previous);
+  if (err == cudaSuccess && *previous != device) err = cudaSetDevice(device);
+  if (err == cudaSuccess) return true;
+  cudaGetLastError();
+  *previous = -1;
+  if (why) *why = cuda_error_text(err);
+  return false;
+}
+
+void restore_device(int previous) noexcept {
+  if (previous < 0) return;
+  int now = -1;
+  if (cudaGetDevice(&now) == cudaSuccess && now != previous) cudaSetDevice(previous);
+}
+
 Status device_alloc(int device, size_t bytes, void** ptr) {
   *ptr = nullptr;
   if (bytes == 0) return Status::success();
-  DeviceGuard guard(device);
-  if (Status s = guard_status(guard, "qg.device_alloc", device); !s.ok()) return s;
+  const DeviceScope scope(Device::cuda(device));
+  if (Status s = scope.status("qg.device_alloc"); !s.ok()) return s;
   const cudaError_t err = cudaMalloc(ptr, bytes);
   if (err == cudaSuccess) return Status::success();
   cudaGetLastError();
@@ -255,8 +272,8 @@ Status device_alloc(int device, size_t bytes, void** ptr) {
 
 void device_free(int device, void* ptr) noexcept {
   if (ptr == nullptr) return;
-  DeviceGuard guard(device);
-  if (guard.error() == cudaSuccess) cudaFree(ptr);
+  const DeviceScope scope(Device::cuda(device));
+  if (scope.status("qg.device_free").ok()) cudaFree(ptr);
   cudaGetLastError();
 }
 
@@ -271,8 +288,8 @@ Status internal_stream(int device, Stream* stream) {
     *stream = it->second;
     return Status::success();
   }
-  DeviceGuard guard(device);
-  if (Status s = guard_status(guard, "qg.internal_stream", device); !s.ok()) return s;
+  const DeviceScope scope(Device::cuda(device));
+  if (Status s = scope.status("qg.internal_stream"); !s.ok()) return s;
   cudaStream_t s = nullptr;
   // Non-blocking: qg's work must not serialise against the legacy default stream.
   const cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
@@ -287,8 +304,8 @@ Status internal_stream(int device, Stream* stream) {
 }
 
 Status stream_synchronize(int device, Stream stream) {
-  DeviceGuard guard(device);
-  if (Status s = guard_status(guard, "qg.stream_synchronize", device); !s.ok()) return s;
+  const DeviceScope scope(Device::cuda(device));
+  if (Status s = scope.status("qg.stream_synchronize"); !s.ok()) return s;
   const cudaError_t err = cudaStreamSynchronize(to_cuda(stream));
   if (err == cudaSuccess) return Status::success();
   cudaGetLastError();

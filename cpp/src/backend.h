@@ -122,6 +122,12 @@ const Registry& registry();
 // The compute capability of `device` (cached), false with *why when the
 // device cannot be used: no such device, or no code in this build for it.
 bool usable_device(int device, int* cc, std::string* why);
+// Makes `device` the calling thread's current GPU. *previous gets the one
+// current before (-1 when it could not be read: then nothing is put back).
+// False, with *why (CUDA's error) and no error left behind, on failure.
+bool select_device(int device, int* previous, std::string* why);
+// Makes `previous` current again where another device is now (-1: nothing).
+void restore_device(int previous) noexcept;
 Status device_alloc(int device, size_t bytes, void** ptr);
 void device_free(int device, void* ptr) noexcept;
 Status internal_stream(int device, Stream* stream);

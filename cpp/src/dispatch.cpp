@@ -22,6 +22,20 @@ Status device_caps(const char* fn, Device device, DeviceCaps* caps) {
   return {};
 }
 
+DeviceScope::DeviceScope(Device device) {
+  if (device.type != DeviceType::cuda) return;
+  device_ = device.id;
+  if (!cuda::select_device(device.id, &previous_, &why_) && why_.empty()) why_ = "unknown error";
+}
+
+DeviceScope::~DeviceScope() { cuda::restore_device(previous_); }
+
+Status DeviceScope::status(const char* fn) const {
+  if (why_.empty()) return {};
+  return Status(StatusCode::cuda_error,
+                std::string(fn) + " (cuda): cannot select cuda:" + std::to_string(device_) + ": " + why_);
+}
+
 const Registry& registry_for(Device device) {
   return device.type == DeviceType::cuda ? cuda::registry() : cpu::registry();
 }

@@ -21,6 +21,26 @@ struct DeviceCaps {
   uint32_t cpu_features = 0;  // CPU ISA bits
 };
 
+// The call's device, current for the calling thread while the scope lives:
+// the CUDA kernels' can_run (occupancy queries, shared-memory attributes)
+// and run (launches, workspaces) act on the current device. ops.cpp and
+// linear.cpp open one a call, so that no kernel selects a device itself;
+// the caller's device is put back at the end. On the CPU it does nothing.
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  // Success, or "<fn> (cuda): cannot select cuda:N: <CUDA's error>".
+  Status status(const char* fn) const;
+
+ private:
+  int device_ = -1;
+  int previous_ = -1;
+  std::string why_;  // empty: selected (or nothing to select)
+};
+
 // Fails with the reason a device cannot run anything (no CUDA backend, no
 // such GPU, no code for it in this build).
 Status device_caps(const char* fn, Device device, DeviceCaps* caps);

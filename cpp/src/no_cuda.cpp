@@ -28,6 +28,12 @@ bool usable_device(int, int*, std::string* why) {
   if (why) *why = kNotBuilt;
   return false;
 }
+bool select_device(int, int* previous, std::string* why) {
+  *previous = -1;
+  if (why) *why = kNotBuilt;
+  return false;
+}
+void restore_device(int) noexcept {}
 Status device_alloc(int, size_t, void**) { return not_built("qg.device_alloc"); }
 void device_free(int, void*) noexcept {}
 Status internal_stream(int, Stream*) { return not_built("qg.internal_stream"); }

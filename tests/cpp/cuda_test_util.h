@@ -130,6 +130,7 @@ inline bool run_cuda_kernel(const qg::detail::GemmKernel& k, const qg::GemmArgs&
     ADD_FAILURE() << "the test built arguments qg rejects: " << v.message();
     return false;
   }
+  const qg::detail::DeviceScope scope(g.device);  // as the dispatcher opens it
   if (!gemm_kernel_admits(k, g, why)) return false;
   const qg::Status s = k.run(g, nullptr);
   EXPECT_TRUE(s.ok()) << k.name << ": " << s.message();

@@ -405,6 +405,7 @@ void run_gemm_case(const GemmCase& g, cudaStream_t stream, uint32_t seed, std::v
   if (g.force_kernel) {
     const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), g.force_kernel);
     ASSERT_NE(k, nullptr) << g.force_kernel;
+    const qg::detail::DeviceScope scope(args.device);  // as the dispatcher opens it
     std::string why;
     ASSERT_TRUE(k->can_run(args, &why)) << g.force_kernel << ": " << why;
     if (chosen_out) *chosen_out = k->name;
@@ -918,6 +919,45 @@ TEST_F(CudaBackend, DevicesReported) {
   EXPECT_GT(devs[0].memory_bytes, 0);
   EXPECT_TRUE(devs[0].has_compiled_code);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// The dispatcher's device scope (dispatch.h): a device that cannot be made
+// current is named in the error, no CUDA error is left behind, and the
+// caller's device stays current. Runs without a GPU too (then nothing can be
+// selected at all).
+TEST(CudaDeviceScope, NamesTheDeviceItCannotSelect) {
+  int before = -1;
+  const bool have_device = cudaGetDevice(&before) == cudaSuccess;
+  cudaGetLastError();
+  {
+    const qg::detail::DeviceScope scope(qg::Device::cuda(4096));
+    const qg::Status s = scope.status("qg.test");
+    EXPECT_EQ(s.code(), qg::StatusCode::cuda_error);
+    EXPECT_EQ(s.message().rfind("qg.test (cuda): cannot select cuda:4096: ", 0), 0u) << s.message();
+  }
+  if (have_device) {  // (without a driver every call, cudaGetLastError too, reports that)
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    int after = -1;
+    CUDA_OK(cudaGetDevice(&after));
+    EXPECT_EQ(after, before);
+  }
+}
+
+// A call on the current device selects nothing and leaves it current; the
+// CPU needs no scope.
+TEST_F(CudaBackend, DeviceScopeOnTheCurrentDevice) {
+  {
+    const qg::detail::DeviceScope scope(qg::Device::cuda(0));
+    QG_OK(scope.status("qg.test"));
+    int now = -1;
+    CUDA_OK(cudaGetDevice(&now));
+    EXPECT_EQ(now, 0);
+  }
+  const qg::detail::DeviceScope cpu(qg::Device::cpu());
+  QG_OK(cpu.status("qg.test"));
+  int now = -1;
+  CUDA_OK(cudaGetDevice(&now));
+  EXPECT_EQ(now, 0);
 }
 
 // ------------------------------------------------------------ every CUDA kernel

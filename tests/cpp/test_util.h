@@ -621,6 +621,7 @@ class GemmKernelTester {
     qg::Status s;
     if (kernel_) {
       c.operand_rounding = operand_rounding_of(kernel_->name);
+      const qg::detail::DeviceScope scope(g.device);  // as the dispatcher opens it
       std::string why;
       if (!gemm_kernel_admits(*kernel_, g, &why)) {
         if (++refused_ <= 3) refusals_ += (refusals_.empty() ? "" : "; ") + c.describe() + ": " + why;

@@ -169,6 +169,40 @@ def test_torch_device_guard_other_device(rng):
         q = qg.quantize_q4_0(x.to("cuda:1"))
         assert q.device == torch.device("cuda:1")
         np.testing.assert_array_equal(q.cpu().numpy(), qg.quantize_q4_0(x).numpy())
+        assert torch.cuda.current_device() == 0
+
+
+@needs_torch_cuda
+def test_torch_gemms_on_other_device(rng):
+    """Every decode and prefill GEMM on cuda:1 while cuda:0 is current: the
+    kernels' occupancy queries and launches are on cuda:1, the result is the
+    CPU's, and cuda:0 is current again after each call."""
+    import torch
+
+    if torch.cuda.device_count() < 2 or len(qg.cuda_devices()) < 2:
+        pytest.skip("needs two GPUs")
+    M, K = 512, 4096
+    w = rng.standard_normal((M, K)).astype(np.float32)
+    wq = qg.quantize_q4_0(w)
+    codes = rng.integers(-8, 8, size=(M, K), dtype=np.int8)
+    packed = qg.pack_int4(codes)
+    scales = (rng.random((M, K // 128)) + 0.5).astype(np.float16)
+    with torch.cuda.device(0):
+        for n in (1, 3, 8, 64):
+            x = torch.from_numpy(rng.standard_normal((n, K)).astype(np.float32))
+            got = qg.gemm_q4_0_q8_1(torch.from_numpy(wq).to("cuda:1"), qg.quantize_q8_1(x.to("cuda:1")))
+            assert got.device == torch.device("cuda:1") and torch.cuda.current_device() == 0
+            want = qg.gemm_q4_0_q8_1(wq, qg.quantize_q8_1(x.numpy()))
+            assert R.nmse(got.cpu().numpy(), want) <= 1e-6, n
+            y = qg.linear_q4_0(x.to("cuda:1"), torch.from_numpy(wq).to("cuda:1"))
+            assert y.device == torch.device("cuda:1") and torch.cuda.current_device() == 0
+            assert R.nmse(y.cpu().numpy(), qg.linear_q4_0(x.numpy(), wq)) <= 1e-6, n
+            xb = x.to(torch.bfloat16)
+            y4 = qg.linear_int4(xb.to("cuda:1"), torch.from_numpy(packed).to("cuda:1"),
+                                torch.from_numpy(scales).to("cuda:1"))
+            assert y4.device == torch.device("cuda:1") and torch.cuda.current_device() == 0
+            want4 = qg.linear_int4(xb.float().numpy(), packed, scales)
+            assert R.nmse(y4.float().cpu().numpy(), want4) <= 1e-5, n
 
 
 @needs_cupy_cuda
