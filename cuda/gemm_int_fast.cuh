@@ -36,6 +36,9 @@
 //   cuda_wo_wgmma the same operands with groups >= 128 and int8 zero points
 //                 (or none), N >= 33, K % 128 == 0 (sm_90a): W decoded once a
 //                 CTA into shared memory, wgmma with both operands there
+//   cuda_wo_f32_split  the same weights x f32 activations: each x as two bf16
+//                 (hi, lo), one GEMM of 2N tokens on the kernels above into
+//                 fp32 scratch, then each token's pair added through the epilogue
 // And the host-side helpers both share: device limits and what a kernel can
 // do on a device (resident CTAs, clusters: cluster_split.cuh), asked once per
 // device.
@@ -78,6 +81,21 @@ bool gemm_wo_mma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_mma_run(const GemmArgs& args, Stream stream);
 bool gemm_wo_wgmma_can_run(const GemmArgs& args, std::string* why_not);
 Status gemm_wo_wgmma_run(const GemmArgs& args, Stream stream);
+bool gemm_wo_f32_can_run(const GemmArgs& args, std::string* why_not);
+Status gemm_wo_f32_run(const GemmArgs& args, Stream stream);
+
+// Tokens n0 .. n0 + count - 1 of a weight-only call as a call of its own:
+// B's rows (float activations carry no scales of their own), C's columns
+// and the column scales from n0 on; the epilogue's other terms belong to
+// W's rows. For the kernels that take tokens in slices.
+inline GemmArgs gemm_columns(const GemmArgs& args, int64_t n0, int64_t count) {
+  GemmArgs part = args;
+  part.b.data = static_cast<const uint8_t*>(args.b.data) + n0 * args.b.row_stride;
+  part.b.rows = count;
+  part.c = static_cast<uint8_t*>(args.c) + n0 * args.ldc_n * dtype_size(args.c_dtype);
+  if (args.epilogue.col_scale && !args.epilogue.col_scale_scalar) part.epilogue.col_scale += n0;
+  return part;
+}
 
 namespace intfast {
 

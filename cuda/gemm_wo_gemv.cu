@@ -382,15 +382,9 @@ Status run_columns(const GemmArgs& args, cudaStream_t st) {
 Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   const cudaStream_t st = to_cuda(stream);
-  const int64_t esize = args.c_dtype == DType::f32 ? 4 : 2;
-  for (int64_t n0 = 0; n0 < args.b.rows; n0 += kMaxCols) {
-    GemmArgs slice = args;
-    slice.b.data = static_cast<const uint8_t*>(args.b.data) + n0 * args.b.row_stride;
-    slice.b.rows = std::min<int64_t>(kMaxCols, args.b.rows - n0);
-    slice.c = static_cast<uint8_t*>(args.c) + n0 * args.ldc_n * esize;
-    if (args.epilogue.col_scale && !args.epilogue.col_scale_scalar) slice.epilogue.col_scale += n0;
-    if (Status s = run_columns(slice, st); !s.ok()) return s;
-  }
+  for (int64_t n0 = 0; n0 < args.b.rows; n0 += kMaxCols)
+    if (Status s = run_columns(gemm_columns(args, n0, std::min<int64_t>(kMaxCols, args.b.rows - n0)), st); !s.ok())
+      return s;
   return Status::success();
 }
 

@@ -368,10 +368,6 @@ auto with_instance(const GemmArgs& args, F&& f) {
 }  // namespace
 
 bool gemm_wo_mma_can_run(const GemmArgs& args, std::string* why_not) {
-  auto no = [&](std::string why) {
-    if (why_not) *why_not = std::move(why);
-    return false;
-  };
   static_assert(kBM == 128, "tiled_wo_admits counts 128-row tiles");
   if (!tiled_wo_admits(args, kMinCols, "the decode GEMVs take N <= 16", kStageK, "a stage", 32, why_not))
     return false;

@@ -550,6 +550,25 @@ def test_linear_int4_prefill_tokens(fw, gs, zp_dtype, rng):
     assert R.nmse(_np(y), want) <= (TIER_BF16 if dtype == "bfloat16" else TIER_A)
 
 
+# fp32 activations on CUDA: each x as two bf16 (hi, lo) on the bf16 kernels
+# (cuda_wo_f32_split), 16 significant bits of every x, so an NMSE of 1e-8
+# against float64 of the fp32 x (one bf16 an x would give about 1e-6).
+@pytest.mark.parametrize("tokens", [1, 3, 40])
+def test_linear_int4_fp32_activations_on_cuda(fw, tokens, rng):
+    if fw.device != "cuda":
+        pytest.skip("the CUDA kernel for fp32 activations")
+    k, n_out, gs = 512, 96, 128
+    q, s, zp, w_deq = _weight_int4(rng, n_out, k, gs, True)
+    x = rng.standard_normal((tokens, k)).astype(np.float32)
+    b = rng.standard_normal(n_out).astype(np.float32)
+    args = (fw.to(x), fw.to(q), fw.to(s), fw.to(zp))
+    assert qg.explain(qg.linear_int4, *args, group_size=gs, bias=fw.to(b)).chosen == "cuda_wo_f32_split"
+    y = qg.linear_int4(*args, group_size=gs, bias=fw.to(b), activation="relu")
+    assert _same_kind(y, fw.to(x)) and str(y.dtype).endswith("float32")
+    want = np.maximum(x.astype(np.float64) @ w_deq.T.astype(np.float64) + b, 0)
+    assert R.nmse(_np(y), want) <= 1e-8
+
+
 # ===================================================================== errors
 def test_errors_int8_matmul():
     A, B = np.zeros((4, 8), np.int8), np.zeros((8, 3), np.int8)
