@@ -445,6 +445,14 @@ Status launch_tile(const GemmArgs& g, Operands op, const DeviceLimits& lim, cuda
 template <bool kVec16>
 Status launch(const GemmArgs& g, const Operands& op, const DeviceLimits& lim, cudaStream_t stream) {
   const int64_t m = op.m, n = op.n;
+  // A K too short to split over a cluster (fewer than 4 stages) and too few
+  // 64 x 64 tiles to give every SM one: a big tile would leave one CTA to do
+  // a small problem alone (64 x 64 x 64: one CTA of 4 warps issuing 17k
+  // instructions at 17 cycles each, 19 us on an H200 against 5.5 for one
+  // thread an output, bench/RESULTS.md). 32 x 16 tiles spread it out.
+  const int64_t stages = (op.nb + kBlocksPerStage - 1) / kBlocksPerStage;
+  if (n > 16 && stages < 4 && tile_count<TileMid>(m, n) < lim.sms)
+    return launch_tile<TileNarrow, kVec16>(g, op, lim, stream);
   if (n > 64) {
     const int64_t enough = lim.cc_major >= 9 ? 1 : lim.sms * 3 / 4;
     // (A 128 x 128 tile's pipeline needs more shared memory than some GPUs have.)
