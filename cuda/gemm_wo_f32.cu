@@ -49,7 +49,7 @@ constexpr int kThreads = 256;
 int64_t scratch_per_token(const GemmArgs& g) { return 2 * 2 * g.a.k + 2 * 4 * g.a.rows; }
 
 int64_t slice_tokens(const GemmArgs& g) {
-  return std::clamp<int64_t>(kScratchBytes / scratch_per_token(g), 1, kMaxSliceTokens);
+  return std::clamp<int64_t>(kScratchBytes / std::max<int64_t>(scratch_per_token(g), 1), 1, kMaxSliceTokens);
 }
 
 // The bf16 GEMM of `tokens` split rows at xs into an fp32 C2 [tokens, M] at
@@ -111,11 +111,13 @@ bool gemm_wo_f32_can_run(const GemmArgs& args, std::string* why_not) {
   };
   if (args.a.format != Format::i4 || args.b.format != Format::f32) return no("i4 weights x f32 activations only");
   if (!contiguous_along_k(args.b)) return no("the activations are not K-contiguous");
-  // The call it would make, on scratch aligned as the pool aligns it (256
-  // bytes; can_run reads no memory): a bf16 kernel faster than
-  // cuda_wo_generic must take it.
-  const auto probe = reinterpret_cast<void*>(uintptr_t{1} << 20);
-  const GemmArgs split = split_gemm_args(args, 2 * std::min(args.b.rows, slice_tokens(args)), probe, probe);
+  if (args.a.k == 0) return no("K = 0: no products to split (cuda_wo_generic writes the empty sums' epilogue)");
+  // The call it would make, on scratch laid out as run() lays it out from
+  // the pool's 256-byte alignment (can_run reads no memory): a bf16 kernel
+  // faster than cuda_wo_generic must take it.
+  const int64_t n = std::min(args.b.rows, slice_tokens(args));
+  auto* probe = reinterpret_cast<uint8_t*>(uintptr_t{1} << 20);
+  const GemmArgs split = split_gemm_args(args, 2 * n, probe, probe + n * 4 * args.a.k);
   const GemmKernel* k = nullptr;
   if (!choose_kernel(args.fn, registry().gemm, split, &k, nullptr).ok() || std::string(k->name) == "cuda_wo_generic")
     return no("no bf16 weight-only kernel but cuda_wo_generic takes its 2N-token GEMM (which would be slower)");

@@ -252,7 +252,8 @@ bool select_device(int device, int* previous, std::string* why) {
 void restore_device(int previous) noexcept {
   if (previous < 0) return;
   int now = -1;
-  if (cudaGetDevice(&now) == cudaSuccess && now != previous) cudaSetDevice(previous);
+  if (cudaGetDevice(&now) != cudaSuccess || (now != previous && cudaSetDevice(previous) != cudaSuccess))
+    cudaGetLastError();  // leave no error behind
 }
 
 Status device_alloc(int device, size_t bytes, void** ptr) {

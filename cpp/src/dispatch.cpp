@@ -36,6 +36,13 @@ Status DeviceScope::status(const char* fn) const {
                 std::string(fn) + " (cuda): cannot select cuda:" + std::to_string(device_) + ": " + why_);
 }
 
+Status DeviceScope::ready(const char* fn) const {
+  if (why_.empty()) return {};
+  DeviceCaps caps;
+  if (Status s = device_caps(fn, Device::cuda(device_), &caps); !s.ok()) return s;
+  return status(fn);
+}
+
 const Registry& registry_for(Device device) {
   return device.type == DeviceType::cuda ? cuda::registry() : cpu::registry();
 }

@@ -34,6 +34,11 @@ class DeviceScope {
   DeviceScope& operator=(const DeviceScope&) = delete;
   // Success, or "<fn> (cuda): cannot select cuda:N: <CUDA's error>".
   Status status(const char* fn) const;
+  // Before a walk of a table: success, or why the device cannot be used,
+  // device_caps' reason first (no such GPU, no code for it) and the failed
+  // selection otherwise. No can_run may run on another device: their
+  // occupancy answers are cached per device.
+  Status ready(const char* fn) const;
 
  private:
   int device_ = -1;

@@ -31,9 +31,9 @@ Status quantize_then_gemm(const char* fn, const QuantizeArgs& q, const GemmArgs&
   const detail::ConvertKernel<QuantizeArgs>* qk = nullptr;
   const detail::GemmKernel* gk = nullptr;
   const detail::DeviceScope scope(q.device);  // q and g share the device
+  if (Status s = scope.ready(fn); !s.ok()) return s;
   if (Status s = detail::choose_kernel(fn, reg.quantize, q, &qk, nullptr); !s.ok()) return s;
   if (Status s = detail::choose_kernel(fn, reg.gemm, g, &gk, nullptr); !s.ok()) return s;
-  if (Status s = scope.status(fn); !s.ok()) return s;
   // K = 0 launches no quantizer; the GEMM still writes the bias (an empty sum).
   const bool quantized = q.rows > 0 && q.k > 0;
   // A kernel that quantizes x itself (into its own layout) takes both steps.

@@ -22,8 +22,8 @@ Status run_op(const Args& args, const Kernels& kernels, const char* fn, bool emp
   const Kernel* k = nullptr;
   // The device current through the walk (can_run) and the launch (run).
   const detail::DeviceScope scope(args.device);
+  if (Status s = scope.ready(fn); !s.ok()) return s;
   if (Status s = choose_kernel(fn, kernels, args, &k, explain); !s.ok()) return s;
-  if (Status s = scope.status(fn); !s.ok()) return s;
   if (explain || empty) return {};
   return k->run(args, stream);
 }

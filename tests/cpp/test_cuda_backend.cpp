@@ -923,8 +923,9 @@ TEST_F(CudaBackend, DevicesReported) {
 
 // The dispatcher's device scope (dispatch.h): a device that cannot be made
 // current is named in the error, no CUDA error is left behind, and the
-// caller's device stays current. Runs without a GPU too (then nothing can be
-// selected at all).
+// caller's device stays current; before a walk of a table (ready) the
+// device's own reason comes first, as it did before any scope. Runs
+// without a GPU too (then nothing can be selected at all).
 TEST(CudaDeviceScope, NamesTheDeviceItCannotSelect) {
   int before = -1;
   const bool have_device = cudaGetDevice(&before) == cudaSuccess;
@@ -934,6 +935,9 @@ TEST(CudaDeviceScope, NamesTheDeviceItCannotSelect) {
     const qg::Status s = scope.status("qg.test");
     EXPECT_EQ(s.code(), qg::StatusCode::cuda_error);
     EXPECT_EQ(s.message().rfind("qg.test (cuda): cannot select cuda:4096: ", 0), 0u) << s.message();
+    const qg::Status r = scope.ready("qg.test");
+    EXPECT_EQ(r.code(), qg::StatusCode::backend_unavailable) << r.message();
+    EXPECT_NE(r.message().find("cuda:4096"), std::string::npos) << r.message();
   }
   if (have_device) {  // (without a driver every call, cudaGetLastError too, reports that)
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -955,6 +959,7 @@ TEST_F(CudaBackend, DeviceScopeOnTheCurrentDevice) {
   }
   const qg::detail::DeviceScope cpu(qg::Device::cpu());
   QG_OK(cpu.status("qg.test"));
+  QG_OK(cpu.ready("qg.test"));
   int now = -1;
   CUDA_OK(cudaGetDevice(&now));
   EXPECT_EQ(now, 0);
