@@ -25,6 +25,7 @@ enum CpuFeature : uint32_t {
   kCpuF16c = 1u << 2,
   kCpuAvx512Vnni = 1u << 3,
   kCpuAvxVnni = 1u << 4,
+  kCpuAmxInt8 = 1u << 5,
 };
 
 // The hardware a kernel runs on. CUDA: compute capabilities min_cc..max_cc

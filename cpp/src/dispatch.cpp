@@ -52,9 +52,9 @@ std::string sm(int cc, bool arch_specific) {
   return "sm_" + std::to_string(cc) + (arch_specific ? "a" : "");
 }
 std::string cpu_feature_names(uint32_t bits) {
-  static const char* names[] = {"avx2", "fma", "f16c", "avx512_vnni", "avx_vnni"};
+  static const char* names[] = {"avx2", "fma", "f16c", "avx512_vnni", "avx_vnni", "amx_int8"};
   std::string s;
-  for (int i = 0; i < 5; ++i)
+  for (int i = 0; i < 6; ++i)
     if (bits & (1u << i)) s += (s.empty() ? "" : "+") + std::string(names[i]);
   return s;
 }

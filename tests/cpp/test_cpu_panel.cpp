@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // test_cpu_panel.cpp: the panel kernels (cpu_avx512_vnni_panel,
-// cpu_avx_vnni_panel and cpu_avx2_panel, N >= 4), beyond the shared GEMM suite (test_gemm_cpu.cpp
-// runs that on them too): every tail of their 16-row panels, of their A
+// cpu_avx_vnni_panel and cpu_avx2_panel, N >= 4; cpu_amx, N >= 16, whose
+// shapes here are raised to that), beyond the shared GEMM suite
+// (test_gemm_cpu.cpp runs that on them too): every tail of their 16-row panels, of their A
 // groups (at most 16 rows, split evenly) and chunks (four groups), and of the
 // AVX2 kernel's passes (at most four A rows, split evenly); padded rows and
 // strided C, K = 0 with the whole epilogue, A groups in the call's own
@@ -12,6 +13,10 @@
 // A kernel's tests are skipped where the CPU (or QG_CPU_ISA) lacks its ISA.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -41,7 +46,17 @@ bool kernel_runs_here(const std::string& name, std::string* why) {
 }
 
 int64_t min_n_of(const std::string& name) {
+  if (name == "cpu_amx") return qg::detail::cpu::kQ4AmxMinN;
   return name == "cpu_avx512_vnni_panel" ? qg::detail::cpu::kQ4PanelMinN : qg::detail::cpu::kQ4PanelAvx2MinN;
+}
+
+// The N of a test's shapes that `name` takes: each raised to its least N,
+// without repeats.
+std::vector<int64_t> ns_for(const std::string& name, std::vector<int64_t> ns) {
+  for (int64_t& n : ns) n = std::max(n, min_n_of(name));
+  std::sort(ns.begin(), ns.end());
+  ns.erase(std::unique(ns.begin(), ns.end()), ns.end());
+  return ns;
 }
 
 class CpuPanel : public ::testing::TestWithParam<std::string> {
@@ -65,26 +80,30 @@ class CpuPanel : public ::testing::TestWithParam<std::string> {
 // M from 1 to 17 covers every remainder of the 16-row panel, 31..33 the
 // second panel's; N from 4 (the least they take) to 17 every group width
 // (and every split of a group into the AVX2 kernel's passes) and the first
-// even split into groups (17 = 9 + 8), 31..33 two groups, 63..65 the
-// four-group chunk edge, 129 three chunks; K = 32 is one block, 96 an odd count.
+// even split into groups (17 = 9 + 8), 19..29 the splits into two groups of
+// 9 to 15 rows (cpu_amx's group widths: its tile shapes), 31..33 two groups,
+// 63..65 the four-group chunk edge, 129 three chunks; K = 32 is one block, 96
+// an odd count.
 TEST_P(CpuPanel, EveryPanelGroupAndChunkTail) {
   std::vector<int64_t> ms;
   for (int64_t m = 1; m <= 17; ++m) ms.push_back(m);
   for (int64_t m : {31, 32, 33}) ms.push_back(m);
-  qgtest::cpu_simd::random_shapes({32, 96}, ms, {4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 31, 32, 33, 63, 64, 65, 129},
-                                  [this](const GemmCase& c) { run_check(c); }, 5000);
+  qgtest::cpu_simd::random_shapes(
+      {32, 96}, ms,
+      ns_for(GetParam(), {4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 19, 21, 23, 25, 27, 29, 31, 32, 33, 63, 64, 65, 129}),
+      [this](const GemmCase& c) { run_check(c); }, 5000);
 }
 
 // K = 4096 and 14336: long rows, the pack's prefetch running past each row's
 // end, panels of 128 and 448 blocks.
 TEST_P(CpuPanel, LongRows) {
-  qgtest::cpu_simd::random_shapes({4096, 14336}, {5, 16, 33}, {4, 5, 16, 17, 70},
+  qgtest::cpu_simd::random_shapes({4096, 14336}, {5, 16, 33}, ns_for(GetParam(), {4, 5, 16, 17, 70}),
                                   [this](const GemmCase& c) { run_check(c); }, 5100);
 }
 
 // Odd row strides and a strided C of each output type.
 TEST_P(CpuPanel, PaddedRowsAndStridedC) {
-  qgtest::cpu_simd::padded_rows_and_strided_c({1, 9, 17}, {5, 17, 40}, [this](const GemmCase& c) { run_check(c); },
+  qgtest::cpu_simd::padded_rows_and_strided_c({1, 9, 17}, ns_for(GetParam(), {5, 17, 40}), [this](const GemmCase& c) { run_check(c); },
                                               5200);
 }
 
@@ -93,12 +112,13 @@ TEST_P(CpuPanel, PaddedRowsAndStridedC) {
 // kernels.
 TEST_P(CpuPanel, EpilogueWithKZero) {
   QG_SEEDED_RNG(rng, 5260);
+  const int64_t n = ns_for(GetParam(), {6})[0];
   for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16})
-    for (const qgtest::gemm_suite::CLayout& l : qgtest::gemm_suite::c_layouts(19, 6)) {
+    for (const qgtest::gemm_suite::CLayout& l : qgtest::gemm_suite::c_layouts(19, n)) {
       SCOPED_TRACE(std::string("out ") + qg::dtype_name(dt) + ", C " + l.name);
       GemmCase c;
       c.m = 19;
-      c.n = 6;
+      c.n = n;
       qgtest::set_c_layout(c, dt, l.ldc, l.ldc_n);
       c.alpha = 3.0f;
       c.beta = -0.5f;
@@ -178,12 +198,13 @@ TEST_P(CpuPanel, OutputBitsDependOnlyOnTheirRows) {
   const int64_t k = 1024;
   GemmCase wide = qgtest::random_case(rng, 37, 70, k);
   ASSERT_TRUE(gemm_.run(wide));
-  // A narrower call on a slice of the rows: W rows 3..11, A rows 20..26 (N = 7).
+  // A narrower call on a slice of the rows: W rows 3..11, A rows 20..26 (N = 7;
+  // cpu_amx: 20..35).
   GemmCase part = wide;
   part.m = 9;
-  part.n = 7;
+  part.n = ns_for(GetParam(), {7})[0];
   part.a.assign(wide.a.begin() + 3 * wide.a_stride, wide.a.begin() + 12 * wide.a_stride);
-  part.b.assign(wide.b.begin() + 20 * wide.b_stride, wide.b.begin() + 27 * wide.b_stride);
+  part.b.assign(wide.b.begin() + 20 * wide.b_stride, wide.b.begin() + (20 + part.n) * wide.b_stride);
   qgtest::set_c_layout(part, qg::DType::f32, part.n, 1);
   ASSERT_TRUE(gemm_.run(part));
   for (int64_t i = 0; i < part.m; ++i)
@@ -207,13 +228,14 @@ TEST_P(CpuPanel, NonFiniteScaleInEveryLane) {
 // integer the kernel must hit exactly; then the largest block sums of either
 // sign (|sum| = 2^15 at the extreme, still exact in fp32).
 TEST_P(CpuPanel, ExtremeCodesExact) {
-  qgtest::cpu_simd::extreme_codes_exact(gemm_, {32, 4096}, {1, 16, 19}, {4, 5, 16, 21}, [](const GemmCase&) {}, 5500);
+  qgtest::cpu_simd::extreme_codes_exact(gemm_, {32, 4096}, {1, 16, 19}, ns_for(GetParam(), {4, 5, 16, 21}),
+                                        [](const GemmCase&) {}, 5500);
   if (HasFailure()) return;
   for (uint8_t nib : {uint8_t{0}, uint8_t{15}})
     for (int8_t code : {int8_t{-128}, int8_t{127}}) {
       SCOPED_TRACE("nibble " + std::to_string(nib) + " code " + std::to_string(code));
       QG_SEEDED_RNG(rng, 5600 + nib + code);
-      GemmCase c = qgtest::random_case(rng, 17, 6, 4096);
+      GemmCase c = qgtest::random_case(rng, 17, ns_for(GetParam(), {6})[0], 4096);
       qgtest::cpu_simd::fill_uniform_codes(c, nib, code);
       GemmCase v = c;
       ASSERT_TRUE(gemm_.run(v));
@@ -223,13 +245,13 @@ TEST_P(CpuPanel, ExtremeCodesExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CpuPanel,
-                         ::testing::Values("cpu_avx512_vnni_panel", "cpu_avx_vnni_panel", "cpu_avx2_panel"),
+                         ::testing::Values("cpu_amx", "cpu_avx512_vnni_panel", "cpu_avx_vnni_panel", "cpu_avx2_panel"),
                          qgtest::param_name);
 
-// The AVX2 and AVX-VNNI panel kernels perform the AVX-512 one's operations
-// on the same values in the same order (whole block sums, one convert and
-// one FMA each): the same bits, for every output dtype and the epilogue.
-// Each pair runs where both of its kernels can.
+// The AVX2, AVX-VNNI and AMX panel kernels perform the AVX-512 one's
+// operations on the same values in the same order (whole block sums, one
+// convert and one FMA each): the same bits, for every output dtype and the
+// epilogue. Each pair runs where both of its kernels can, at the N both take.
 class CpuPanelPair : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(CpuPanelPair, SameBits) {
@@ -244,6 +266,7 @@ TEST_P(CpuPanelPair, SameBits) {
   for (int64_t m : {1, 16, 37})
     for (int64_t n : {4, 5, 7, 16, 23, 70})
       for (qg::DType dt : {qg::DType::f32, qg::DType::bf16}) {
+        if (n < std::max(min_n_of(first), min_n_of(second))) continue;
         SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " " + qg::dtype_name(dt));
         QG_SEEDED_RNG(rng, 5700 + ++salt);
         GemmCase c = qgtest::random_case(rng, m, n, 1024, /*a_pad=*/3, /*b_pad=*/5);
@@ -257,10 +280,51 @@ TEST_P(CpuPanelPair, SameBits) {
 
 INSTANTIATE_TEST_SUITE_P(
     Kernels, CpuPanelPair,
-    ::testing::Values(std::pair<std::string, std::string>{"cpu_avx512_vnni_panel", "cpu_avx2_panel"},
+    ::testing::Values(std::pair<std::string, std::string>{"cpu_avx512_vnni_panel", "cpu_amx"},
+                      std::pair<std::string, std::string>{"cpu_avx512_vnni_panel", "cpu_avx2_panel"},
                       std::pair<std::string, std::string>{"cpu_avx2_panel", "cpu_avx_vnni_panel"}),
     [](const ::testing::TestParamInfo<std::pair<std::string, std::string>>& i) {
       return i.param.first + "_vs_" + i.param.second;
     });
+
+// cpu_amx configures the tiles for each pass over a panel and puts back
+// the calling thread's configuration after it (or releases the tiles where
+// there was none): AMX code that configures a thread's tiles once and keeps
+// them (ggml does) still finds its configuration after a qg call. Run where
+// cpu_amx runs; the call is small enough to stay on the calling thread.
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+[[gnu::target("amx-tile")]] void load_tile_config(const uint8_t* config) { _tile_loadconfig(config); }
+[[gnu::target("amx-tile")]] void store_tile_config(uint8_t* config) { _tile_storeconfig(config); }
+[[gnu::target("amx-tile")]] void release_tiles() { _tile_release(); }
+
+TEST(CpuAmx, KeepsTheCallersTileConfiguration) {
+  std::string why;
+  if (!kernel_runs_here("cpu_amx", &why)) GTEST_SKIP() << "cpu_amx cannot run here: " << why;
+  qgtest::HostMemory mem;
+  qgtest::GemmKernelTester gemm(qg::detail::cpu::registry(), "cpu_amx", mem);
+  QG_SEEDED_RNG(rng, 5800);
+  const GemmCase c = qgtest::random_case(rng, 16, 16, 64);
+  // A configuration of the caller's own: tile 0 3 x 12 bytes, tile 7 16 x 64.
+  alignas(64) uint8_t mine[64] = {};
+  mine[0] = 1;
+  mine[16] = 12;     // colsb[0]
+  mine[16 + 14] = 64;  // colsb[7]
+  mine[48] = 3;      // rows[0]
+  mine[48 + 7] = 16;   // rows[7]
+  load_tile_config(mine);
+  GemmCase v = c;
+  ASSERT_TRUE(gemm.run_and_check(v)) << gemm.refusals();
+  alignas(64) uint8_t after[64];
+  store_tile_config(after);
+  EXPECT_EQ(std::vector<uint8_t>(mine, mine + 64), std::vector<uint8_t>(after, after + 64))
+      << "the caller's tile configuration was not put back";
+  // No configuration before the call: none after it (the tiles released).
+  release_tiles();
+  v = c;
+  ASSERT_TRUE(gemm.run_and_check(v)) << gemm.refusals();
+  store_tile_config(after);
+  EXPECT_EQ(after[0], 0) << "palette " << int{after[0]} << " left configured";
+}
+#endif
 
 }  // namespace

@@ -97,13 +97,14 @@ INSTANTIATE_TEST_SUITE_P(Kernels, GemmCpuKernel,
                          qgtest::param_name);
 
 // ------------------------------------------------------------------ the registry
-// Most specialised first: per ISA the panel kernel (N >= 4) before the tile
-// kernel, AVX-512 VNNI, then AVX-VNNI, then AVX2, the scalar kernel last.
+// Most specialised first: AMX (N >= 16), then per ISA the panel kernel
+// (N >= 4) before the tile kernel, AVX-512 VNNI, then AVX-VNNI, then AVX2,
+// the scalar kernel last.
 TEST(GemmCpuRegistry, ListsPanelAndTileKernelsPerIsaThenScalar) {
   const qg::detail::Registry& r = qg::detail::cpu::registry();
-  const std::vector<std::string> names = {"cpu_avx512_vnni_panel", "cpu_avx512_vnni", "cpu_avx_vnni_panel",
-                                          "cpu_avx_vnni",          "cpu_avx2_panel",  "cpu_avx2",
-                                          "cpu_scalar"};
+  const std::vector<std::string> names = {"cpu_amx",        "cpu_avx512_vnni_panel", "cpu_avx512_vnni",
+                                          "cpu_avx_vnni_panel", "cpu_avx_vnni",      "cpu_avx2_panel",
+                                          "cpu_avx2",       "cpu_scalar"};
   ASSERT_GE(r.gemm.size(), names.size());
   for (size_t i = 0; i < names.size(); ++i) {
     const qg::detail::GemmKernel& k = r.gemm[i];
@@ -119,52 +120,70 @@ TEST(GemmCpuRegistry, ListsPanelAndTileKernelsPerIsaThenScalar) {
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1), with_dispatch);
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q8_0, qg::Format::q8_1), (std::vector<std::string>{"dispatch"}));
 
-  // The ISA a kernel needs is its arch window: the AVX-512 VNNI kernels need
+  // The ISA a kernel needs is its arch window: the AMX kernel amx_int8 on
+  // top of the AVX-512 VNNI kernels' features (it adds each block in with
+  // AVX-512), and it takes N from kQ4AmxMinN.
+  const uint32_t isa_avx2 = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
+  EXPECT_EQ(r.gemm[0].arch.cpu_features, isa_avx2 | qg::detail::kCpuAvx512Vnni | qg::detail::kCpuAmxInt8);
+  {
+    std::string amx_why;
+    qg::detail::DeviceCaps avx512;  // AVX-512 VNNI without AMX (Ice Lake, Zen 4)
+    avx512.cpu_features = isa_avx2 | qg::detail::kCpuAvx512Vnni;
+    EXPECT_FALSE(qg::detail::arch_admits(r.gemm[0].arch, qg::Device::cpu(), avx512, &amx_why));
+    EXPECT_EQ(amx_why.find("needs amx_int8,"), 0u) << amx_why;
+    qg::GemmArgs few;
+    few.a = qg::packed_operand(nullptr, qg::Format::q4_0, 1, 32);
+    few.b = qg::packed_operand(nullptr, qg::Format::q8_1, qg::detail::cpu::kQ4AmxMinN - 1, 32);
+    EXPECT_FALSE(r.gemm[0].can_run(few, &amx_why));
+    EXPECT_EQ(amx_why, "N=15 is below its 16");
+  }
+  // The rest, from r.gemm[1]: the AVX-512 VNNI kernels need
   // avx512_vnni and (their driver) avx2+fma+f16c, the AVX-VNNI ones avx_vnni
   // and the same, the AVX2 kernels avx2+fma+f16c, the scalar kernel nothing,
   // so it is available on every CPU.
+  const auto k = [&r](int i) -> const qg::detail::GemmKernel& { return r.gemm[1 + i]; };
   const uint32_t avx2 = qg::detail::kCpuAvx2 | qg::detail::kCpuFma | qg::detail::kCpuF16c;
-  for (int i : {0, 1}) EXPECT_EQ(r.gemm[i].arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni);
-  for (int i : {2, 3}) EXPECT_EQ(r.gemm[i].arch.cpu_features, avx2 | qg::detail::kCpuAvxVnni);
-  for (int i : {4, 5}) EXPECT_EQ(r.gemm[i].arch.cpu_features, avx2);
-  EXPECT_EQ(r.gemm[6].arch.cpu_features, 0u);
+  for (int i : {0, 1}) EXPECT_EQ(k(i).arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni);
+  for (int i : {2, 3}) EXPECT_EQ(k(i).arch.cpu_features, avx2 | qg::detail::kCpuAvxVnni);
+  for (int i : {4, 5}) EXPECT_EQ(k(i).arch.cpu_features, avx2);
+  EXPECT_EQ(k(6).arch.cpu_features, 0u);
   qg::detail::DeviceCaps none;  // a CPU without any extension
   std::string why;
-  EXPECT_TRUE(qg::detail::arch_admits(r.gemm[6].arch, qg::Device::cpu(), none, &why)) << why;
-  EXPECT_FALSE(qg::detail::arch_admits(r.gemm[5].arch, qg::Device::cpu(), none, &why));
+  EXPECT_TRUE(qg::detail::arch_admits(k(6).arch, qg::Device::cpu(), none, &why)) << why;
+  EXPECT_FALSE(qg::detail::arch_admits(k(5).arch, qg::Device::cpu(), none, &why));
   EXPECT_NE(why.find("avx2"), std::string::npos) << why;
   qg::detail::DeviceCaps only_avx2;  // e.g. AMD Zen 3
   only_avx2.cpu_features = avx2;
-  for (int i : {4, 5}) EXPECT_TRUE(qg::detail::arch_admits(r.gemm[i].arch, qg::Device::cpu(), only_avx2, &why)) << why;
+  for (int i : {4, 5}) EXPECT_TRUE(qg::detail::arch_admits(k(i).arch, qg::Device::cpu(), only_avx2, &why)) << why;
   for (int i : {0, 1}) {
-    EXPECT_FALSE(qg::detail::arch_admits(r.gemm[i].arch, qg::Device::cpu(), only_avx2, &why));
+    EXPECT_FALSE(qg::detail::arch_admits(k(i).arch, qg::Device::cpu(), only_avx2, &why));
     EXPECT_EQ(why.find("needs avx512_vnni,"), 0u) << why;
   }
   for (int i : {2, 3}) {
-    EXPECT_FALSE(qg::detail::arch_admits(r.gemm[i].arch, qg::Device::cpu(), only_avx2, &why));
+    EXPECT_FALSE(qg::detail::arch_admits(k(i).arch, qg::Device::cpu(), only_avx2, &why));
     EXPECT_EQ(why.find("needs avx_vnni,"), 0u) << why;
   }
   qg::detail::DeviceCaps client = only_avx2;  // Intel client cores from Alder Lake: AVX-VNNI, no AVX-512
   client.cpu_features |= qg::detail::kCpuAvxVnni;
   for (int i : {2, 3, 4, 5})
-    EXPECT_TRUE(qg::detail::arch_admits(r.gemm[i].arch, qg::Device::cpu(), client, &why)) << why;
-  EXPECT_FALSE(qg::detail::arch_admits(r.gemm[1].arch, qg::Device::cpu(), client, &why));
+    EXPECT_TRUE(qg::detail::arch_admits(k(i).arch, qg::Device::cpu(), client, &why)) << why;
+  EXPECT_FALSE(qg::detail::arch_admits(k(1).arch, qg::Device::cpu(), client, &why));
   qg::detail::DeviceCaps vnni_only;  // never offered alone, but the window asks for the driver's AVX2 too
   vnni_only.cpu_features = qg::detail::kCpuAvx512Vnni;
-  EXPECT_FALSE(qg::detail::arch_admits(r.gemm[1].arch, qg::Device::cpu(), vnni_only, &why));
+  EXPECT_FALSE(qg::detail::arch_admits(k(1).arch, qg::Device::cpu(), vnni_only, &why));
   qg::GemmArgs probe;
   probe.a = qg::packed_operand(nullptr, qg::Format::q4_0, 1, 32);
   probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, 1, 32);
   probe.device = qg::Device::cpu();
-  EXPECT_TRUE(r.gemm[6].can_run(probe, &why)) << "the scalar kernel takes any shape: " << why;
+  EXPECT_TRUE(k(6).can_run(probe, &why)) << "the scalar kernel takes any shape: " << why;
   // The panel kernels take N from their least and say why not below.
   for (int i : {0, 2, 4}) {
     const int64_t min_n = i == 0 ? qg::detail::cpu::kQ4PanelMinN : qg::detail::cpu::kQ4PanelAvx2MinN;
     probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, min_n - 1, 32);
-    EXPECT_FALSE(r.gemm[i].can_run(probe, &why));
+    EXPECT_FALSE(k(i).can_run(probe, &why));
     EXPECT_EQ(why, "N=" + std::to_string(min_n - 1) + " is below its " + std::to_string(min_n));
     probe.b = qg::packed_operand(nullptr, qg::Format::q8_1, min_n, 32);
-    EXPECT_TRUE(r.gemm[i].can_run(probe, &why)) << why;
+    EXPECT_TRUE(k(i).can_run(probe, &why)) << why;
   }
 
   // A CUDA device is served by the CUDA registry, never by CPU kernels.
@@ -187,16 +206,18 @@ TEST(GemmCpuRegistry, ListsPanelAndTileKernelsPerIsaThenScalar) {
   EXPECT_EQ(r.dequantize[1].formats, qg::detail::kIntegerFormats);
 }
 
-// Dispatch picks the first kernel the CPU admits: per ISA the panel kernel
-// from its least N, the tile kernel below; AVX-512 VNNI where present, else
-// AVX-VNNI (where this build has it), else AVX2, else the scalar kernel.
+// Dispatch picks the first kernel the CPU admits: AMX from its least N where
+// the CPU and OS offer it, then per ISA the panel kernel from its least N,
+// the tile kernel below; AVX-512 VNNI where present, else AVX-VNNI (where
+// this build has it), else AVX2, else the scalar kernel.
 TEST(GemmCpuRegistry, DispatchChoosesTheFirstAdmittedKernel) {
   const auto& r = qg::detail::cpu::registry();
   std::string why;
-  const bool vnni = qgtest::gemm_kernel_runs_on(r.gemm[1], qg::Device::cpu(), &why);
-  const bool avx_vnni = qgtest::gemm_kernel_runs_on(r.gemm[3], qg::Device::cpu(), &why);
-  const bool avx2 = qgtest::gemm_kernel_runs_on(r.gemm[5], qg::Device::cpu(), &why);
-  for (int64_t n : {int64_t{3}, int64_t{4}, int64_t{5}, int64_t{64}}) {
+  const bool amx = qgtest::gemm_kernel_runs_on(r.gemm[0], qg::Device::cpu(), &why);
+  const bool vnni = qgtest::gemm_kernel_runs_on(r.gemm[2], qg::Device::cpu(), &why);
+  const bool avx_vnni = qgtest::gemm_kernel_runs_on(r.gemm[4], qg::Device::cpu(), &why);
+  const bool avx2 = qgtest::gemm_kernel_runs_on(r.gemm[6], qg::Device::cpu(), &why);
+  for (int64_t n : {int64_t{3}, int64_t{4}, int64_t{5}, int64_t{15}, int64_t{16}, int64_t{64}}) {
     SCOPED_TRACE("N=" + std::to_string(n));
     std::vector<uint8_t> w(2 * 36), a(static_cast<size_t>(n) * 72);
     qg::GemmArgs g;
@@ -206,7 +227,8 @@ TEST(GemmCpuRegistry, DispatchChoosesTheFirstAdmittedKernel) {
     qg::Explanation e;
     ASSERT_TRUE(qg::explain(g, &e).ok());
     const bool panel = n >= qg::detail::cpu::kQ4PanelAvx2MinN;
-    const char* want = vnni       ? (n >= qg::detail::cpu::kQ4PanelMinN ? "cpu_avx512_vnni_panel" : "cpu_avx512_vnni")
+    const char* want = amx && n >= qg::detail::cpu::kQ4AmxMinN ? "cpu_amx"
+                       : vnni ? (n >= qg::detail::cpu::kQ4PanelMinN ? "cpu_avx512_vnni_panel" : "cpu_avx512_vnni")
                        : avx_vnni ? (panel ? "cpu_avx_vnni_panel" : "cpu_avx_vnni")
                        : avx2     ? (panel ? "cpu_avx2_panel" : "cpu_avx2")
                                   : "cpu_scalar";

@@ -544,28 +544,32 @@ TEST(Explain, GemmOnCpuNamesTheChosenKernelAndEveryCandidate) {
   EXPECT_EQ(e.op, "qg.gemm_q4_0_q8_1");
   EXPECT_EQ(e.problem, "q4_0 x q8_1 on cpu");
   EXPECT_EQ(e.chosen, vnni ? "cpu_avx512_vnni" : avx_vnni ? "cpu_avx_vnni" : avx2 ? "cpu_avx2" : "cpu_scalar");
-  ASSERT_EQ(e.candidates.size(), 7u);
+  ASSERT_EQ(e.candidates.size(), 8u);
+  // The AMX kernel first: below its N where the CPU offers it, else for the ISA.
+  EXPECT_TRUE(e.candidates[0] == "cpu_amx: skipped (N=3 is below its 16)" ||
+              e.candidates[0].rfind("cpu_amx: skipped (needs ", 0) == 0)
+      << e.candidates[0];
   if (vnni) {
     // N = 3: below the panel kernel's N, with its reason.
-    EXPECT_EQ(e.candidates[0], "cpu_avx512_vnni_panel: skipped (N=3 is below its 4)");
-    EXPECT_EQ(e.candidates[1], "cpu_avx512_vnni: chosen");
-    for (int i = 2; i < 7; ++i) EXPECT_NE(e.candidates[i].find(": not tried"), std::string::npos) << e.candidates[i];
+    EXPECT_EQ(e.candidates[1], "cpu_avx512_vnni_panel: skipped (N=3 is below its 4)");
+    EXPECT_EQ(e.candidates[2], "cpu_avx512_vnni: chosen");
+    for (int i = 3; i < 8; ++i) EXPECT_NE(e.candidates[i].find(": not tried"), std::string::npos) << e.candidates[i];
   } else if (avx_vnni) {
-    EXPECT_EQ(e.candidates[0].rfind("cpu_avx512_vnni_panel: skipped (needs avx512_vnni,", 0), 0u) << e.candidates[0];
-    EXPECT_EQ(e.candidates[2], "cpu_avx_vnni_panel: skipped (N=3 is below its 4)");
-    EXPECT_EQ(e.candidates[3], "cpu_avx_vnni: chosen");
-    for (int i = 4; i < 7; ++i) EXPECT_NE(e.candidates[i].find(": not tried"), std::string::npos) << e.candidates[i];
+    EXPECT_EQ(e.candidates[1].rfind("cpu_avx512_vnni_panel: skipped (needs avx512_vnni,", 0), 0u) << e.candidates[1];
+    EXPECT_EQ(e.candidates[3], "cpu_avx_vnni_panel: skipped (N=3 is below its 4)");
+    EXPECT_EQ(e.candidates[4], "cpu_avx_vnni: chosen");
+    for (int i = 5; i < 8; ++i) EXPECT_NE(e.candidates[i].find(": not tried"), std::string::npos) << e.candidates[i];
   } else if (avx2) {
-    EXPECT_EQ(e.candidates[0].rfind("cpu_avx512_vnni_panel: skipped (needs avx512_vnni,", 0), 0u) << e.candidates[0];
-    EXPECT_EQ(e.candidates[1].rfind("cpu_avx512_vnni: skipped (needs avx512_vnni,", 0), 0u) << e.candidates[1];
-    EXPECT_EQ(e.candidates[2].rfind("cpu_avx_vnni_panel: skipped (", 0), 0u) << e.candidates[2];
-    EXPECT_EQ(e.candidates[3].rfind("cpu_avx_vnni: skipped (", 0), 0u) << e.candidates[3];
-    EXPECT_EQ(e.candidates[4], "cpu_avx2_panel: skipped (N=3 is below its 4)");
-    EXPECT_EQ(e.candidates[5], "cpu_avx2: chosen");
-    EXPECT_EQ(e.candidates[6].rfind("cpu_scalar: not tried", 0), 0u) << e.candidates[6];
+    EXPECT_EQ(e.candidates[1].rfind("cpu_avx512_vnni_panel: skipped (needs avx512_vnni,", 0), 0u) << e.candidates[1];
+    EXPECT_EQ(e.candidates[2].rfind("cpu_avx512_vnni: skipped (needs avx512_vnni,", 0), 0u) << e.candidates[2];
+    EXPECT_EQ(e.candidates[3].rfind("cpu_avx_vnni_panel: skipped (", 0), 0u) << e.candidates[3];
+    EXPECT_EQ(e.candidates[4].rfind("cpu_avx_vnni: skipped (", 0), 0u) << e.candidates[4];
+    EXPECT_EQ(e.candidates[5], "cpu_avx2_panel: skipped (N=3 is below its 4)");
+    EXPECT_EQ(e.candidates[6], "cpu_avx2: chosen");
+    EXPECT_EQ(e.candidates[7].rfind("cpu_scalar: not tried", 0), 0u) << e.candidates[7];
   } else {
-    for (int i = 0; i < 6; ++i) EXPECT_NE(e.candidates[i].find(": skipped ("), std::string::npos) << e.candidates[i];
-    EXPECT_EQ(e.candidates[6], "cpu_scalar: chosen");
+    for (int i = 0; i < 7; ++i) EXPECT_NE(e.candidates[i].find(": skipped ("), std::string::npos) << e.candidates[i];
+    EXPECT_EQ(e.candidates[7], "cpu_scalar: chosen");
   }
   EXPECT_TRUE(b.c_untouched());
 

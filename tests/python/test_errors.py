@@ -360,6 +360,7 @@ def test_explain_framework_arrays(fw, wa):
         assert e.chosen in ("cuda_gemv_bulk", "cuda_gemv_mma", "cuda_gemv_ring", "cuda_mmvq", "cuda_wgmma", "cuda_wgmma_f16", "cuda_wgmma_folded", "cuda_mma", "cuda_dp4a_tiled", "cuda_generic"), e.chosen
     else:
         assert e.chosen in (
+            "cpu_amx",
             "cpu_avx512_vnni_panel",
             "cpu_avx512_vnni",
             "cpu_avx_vnni_panel",

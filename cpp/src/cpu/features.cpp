@@ -13,6 +13,10 @@
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace qg::detail::cpu {
 
@@ -31,6 +35,24 @@ bool os_saves_zmm_state() {
   unsigned lo = 0, hi = 0;
   __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(lo), "=d"(hi) : "c"(0));  // xgetbv
   return (lo & 0xE6u) == 0xE6u;
+}
+
+// The AMX tile state (XTILECFG and XTILEDATA, XCR0 bits 17 and 18) enabled by
+// the OS, and usable by this process. Linux (5.16 on) hands out the 8 KB of
+// tile data per thread only to processes that ask, once, with
+// arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); without that the first
+// tile instruction faults. The grant is for the whole process and stays.
+// Elsewhere AMX is not offered.
+bool os_grants_amx_tiles() {
+#if defined(__linux__) && defined(__x86_64__)
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(lo), "=d"(hi) : "c"(0));  // xgetbv
+  if ((lo & 0x60000u) != 0x60000u) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 #endif
 
@@ -54,14 +76,21 @@ CpuFeatures detect() {
   const bool has_leaf_7_1 = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && eax >= 1;
   f.avx_vnni = f.avx2 && has_leaf_7_1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0 &&
                q4_avx_vnni_compiled();
+  // AMX: leaf 7 subleaf 0, EDX bit 24 (AMX-TILE) and 25 (AMX-INT8). Asked of
+  // the OS only where the kernel exists and the CPU has it (os_saves_zmm_state
+  // already checked OSXSAVE for avx512_vnni).
+  f.amx_int8 = f.avx512_vnni && q4_amx_compiled() && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
+               (edx & (3u << 24)) == (3u << 24) && os_grants_amx_tiles();
 #endif
   // QG_CPU_ISA=scalar forces the portable kernels, QG_CPU_ISA=avx2 the AVX2
   // ones where AVX-512 or AVX-VNNI is present, QG_CPU_ISA=avx_vnni the
-  // AVX-VNNI ones where AVX-512 is (for tests and comparisons).
+  // AVX-VNNI ones where AVX-512 is, QG_CPU_ISA=avx512_vnni the AVX-512 ones
+  // where AMX is (for tests and comparisons).
   if (const char* isa = std::getenv("QG_CPU_ISA")) {
     if (std::strcmp(isa, "scalar") == 0) f = CpuFeatures{};
-    if (std::strcmp(isa, "avx2") == 0) f.avx512_vnni = f.avx_vnni = false;
-    if (std::strcmp(isa, "avx_vnni") == 0) f.avx512_vnni = false;
+    if (std::strcmp(isa, "avx2") == 0) f.avx512_vnni = f.avx_vnni = f.amx_int8 = false;
+    if (std::strcmp(isa, "avx_vnni") == 0) f.avx512_vnni = f.amx_int8 = false;
+    if (std::strcmp(isa, "avx512_vnni") == 0) f.amx_int8 = false;
   }
   return f;
 }
@@ -75,7 +104,7 @@ const CpuFeatures& cpu_features() {
 uint32_t feature_bits() {
   const CpuFeatures& f = cpu_features();
   return (f.avx2 ? kCpuAvx2 : 0u) | (f.fma ? kCpuFma : 0u) | (f.f16c ? kCpuF16c : 0u) |
-         (f.avx512_vnni ? kCpuAvx512Vnni : 0u) | (f.avx_vnni ? kCpuAvxVnni : 0u);
+         (f.avx512_vnni ? kCpuAvx512Vnni : 0u) | (f.avx_vnni ? kCpuAvxVnni : 0u) | (f.amx_int8 ? kCpuAmxInt8 : 0u);
 }
 
 std::vector<std::string> features() {
@@ -86,6 +115,7 @@ std::vector<std::string> features() {
   if (f.f16c) out.push_back("f16c");
   if (f.avx512_vnni) out.push_back("avx512_vnni");
   if (f.avx_vnni) out.push_back("avx_vnni");
+  if (f.amx_int8) out.push_back("amx_int8");
   return out;
 }
 

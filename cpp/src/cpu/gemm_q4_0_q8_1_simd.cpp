@@ -334,6 +334,10 @@ Status gemm_q4_0_q8_1_avxvnni_panel(const GemmArgs& g) {
   return run_panel_of(g, q4q8::kAvxVnniPanel, "AVX-VNNI panel");
 }
 
+Status gemm_q4_0_q8_1_amx(const GemmArgs& g) { return run_panel_of(g, q4q8::kAmxPanel, "AMX"); }
+
+bool q4_amx_compiled() { return q4q8::kAmxPanel.pack != nullptr; }
+
 bool q4_avx_vnni_compiled() { return q4q8::kAvxVnniTiles.one_col != nullptr && q4q8::kAvxVnniPanel.pack != nullptr; }
 
 }  // namespace qg::detail::cpu

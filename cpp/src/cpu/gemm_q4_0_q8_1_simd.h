@@ -98,5 +98,8 @@ extern const PanelKernels kAvx512VnniPanel;
 extern const PanelKernels kAvx2Panel;
 extern const TileKernels kAvxVnniTiles;  // also null where the compiler had no -mavxvnni
 extern const PanelKernels kAvxVnniPanel;
+// The panel passes on AMX tiles (gemm_q4_0_q8_1_amx.cpp): the panels hold the
+// codes minus 8; null where the compiler had no -mamx-int8.
+extern const PanelKernels kAmxPanel;
 
 }  // namespace qg::detail::cpu::q4q8

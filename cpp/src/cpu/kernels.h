@@ -112,6 +112,15 @@ constexpr int64_t kQ4PanelAvx2MinN = 4;
 Status gemm_q4_0_q8_1_avxvnni(const GemmArgs& args);
 Status gemm_q4_0_q8_1_avxvnni_panel(const GemmArgs& args);
 bool q4_avx_vnni_compiled();
+// The panel path with each block's sums made by AMX (tdpbssd on 16 W rows x
+// up to 16 A rows) and added in by AVX-512 as cpu_avx512_vnni_panel does: the
+// same bits as that kernel. Callable only where cpu_features().amx_int8
+// (which features.cpp offers only where q4_amx_compiled() and the OS lets
+// this process use the tiles) and the AVX-512 VNNI kernel's features. From
+// N = kQ4AmxMinN.
+Status gemm_q4_0_q8_1_amx(const GemmArgs& args);
+constexpr int64_t kQ4AmxMinN = 16;
+bool q4_amx_compiled();
 
 // How the GEMM is cut into pool tasks: tiles of kTileM rows of W by kTileN
 // rows of A, so a tile's W rows stay in L2 while its A rows stream past.

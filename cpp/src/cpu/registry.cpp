@@ -98,6 +98,9 @@ constexpr ArchWindow kAvx512Vnni{0, 0, false, kCpuAvx512Vnni | kCpuAvx2 | kCpuFm
 // kCpuAvxVnni: VEX-encoded vpdpbusd on ymm, offered only where this build
 // has the AVX-VNNI kernels (features.cpp); they are the AVX2 ones built
 // with it.
+// kCpuAmxInt8: AMX tiles granted to this process (features.cpp); the AMX
+// kernel adds each block in with AVX-512, hence its features too.
+constexpr ArchWindow kAmx{0, 0, false, kCpuAmxInt8 | kCpuAvx512Vnni | kCpuAvx2 | kCpuFma | kCpuF16c};
 constexpr ArchWindow kAvxVnni{0, 0, false, kCpuAvxVnni | kCpuAvx2 | kCpuFma | kCpuF16c};
 
 // The panel kernels pay a rearrangement of each 16-row panel per call, which
@@ -115,6 +118,8 @@ bool q4_panel_can_run(const GemmArgs& g, std::string* why_not) {
 Registry make_registry() {
   Registry r;
   r.gemm = {
+      {"cpu_amx", Format::q4_0, Format::q8_1, kAmx, kEpiFloatAll, q4_panel_can_run<kQ4AmxMinN>,
+       [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_amx(a); }},
       {"cpu_avx512_vnni_panel", Format::q4_0, Format::q8_1, kAvx512Vnni, kEpiFloatAll,
        q4_panel_can_run<kQ4PanelMinN>, [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avx512vnni_panel(a); }},
       {"cpu_avx512_vnni", Format::q4_0, Format::q8_1, kAvx512Vnni, kEpiFloatAll, any_shape<GemmArgs>,

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: MIT
+// gemm_q4_0_q8_1_amx.cpp: the panel pass of the Q4_0 x Q8_1 GEMM on AMX
+// (Intel's tile registers and tile multiply unit, Sapphire Rapids on),
+// compiled with the AVX-512 VNNI kernel's flags plus -mamx-tile -mamx-int8
+// and registered as cpu_amx with an arch window that needs amx_int8, which
+// features.cpp offers only where the OS has granted this process the tile
+// state. The driver around it (A groups, tasks, the exact recompute of
+// non-finite outputs, the epilogue) is the panel kernels' one,
+// gemm_q4_0_q8_1_simd.cpp; the panel layout is theirs too, with the codes
+// stored minus 8 (panel_pack_avx512.h). Nothing here has external linkage
+// except the table at the end (see gemm_q4_0_q8_1_simd.h on why).
+//
+// tdpbssd C, A, B adds to each int32 C[t][r] the products of row t of A and
+// column r of B, four bytes at a time: C[t][r] += sum_c sum_i A[t][4c+i] *
+// B[c][4r+i], signed bytes on both sides. With A = an A group's codes for one
+// block (row t: A row t's 32 codes, 32 bytes apart in the group layout) and
+// B = the panel's eight 64-byte vectors for that block (vector c, lane r: the
+// four codes of W row r that meet A codes 4c..4c+3), one tdpbssd leaves the
+// block's whole integer dot product for every (A row, W row) pair of the
+// group and panel: |sum| <= 32 * 8 * 128 = 2^15, exact, and exact in fp32.
+//
+// Each block has its own scales, so the sums cannot accumulate in the tile:
+// each block's C tile is stored (tilestored) and AVX-512 adds it in, A row by
+// A row, as the AVX-512 VNNI panel pass does: d = d_w * d_a (one vmulps, d_a
+// broadcast from the group), acc[t] = fma(float(sum), d, acc[t]). The same
+// integers, the same two roundings in the same order: the same bits as
+// cpu_avx512_vnni_panel, which the tests hold it to.
+//
+// Measured on one core of a Sapphire Rapids class VM (a panel block against
+// 16 A rows, operands in L2; bench/RESULTS.md): the tile work of a block
+// takes about 35 cycles (tile loads 14 + 11, zero and tdpbssd 18, tile store
+// 14, partly overlapped), the vector work about 26 (48 instructions on two
+// ports), and the two add up (66) whatever the distance between them in the
+// instruction stream: they do not overlap. Per 16 x 16 x 32 multiply-adds
+// that is still about 1.5x the AVX-512 VNNI pass (128 vpdpbusd and the same
+// 48), and both halves need 16-row tiles to pay: at N below 16 the panel
+// pass of cpu_avx512_vnni_panel is as fast or faster.
+#include "cpu/gemm_q4_0_q8_1_simd.h"
+
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
+    defined(__AVX512VL__) && defined(__AVX512VNNI__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "cpu/float_elem.h"
+#include "cpu/panel_pack_avx512.h"
+
+namespace qg::detail::cpu::q4q8 {
+
+namespace {
+
+// ldtilecfg's 64-byte operand: palette 1, then per tile its bytes a row and
+// its rows.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
+
+// Tiles 0/1: an A group's block, NT rows of 32 codes; 2/3: a panel block,
+// eight rows of 64 bytes; 4/5: the block's sums, NT rows of 16 int32.
+constexpr TileConfig config_for(int nt) {
+  TileConfig c;
+  for (int t = 0; t < 2; ++t) {
+    c.rows[t] = static_cast<uint8_t>(nt);
+    c.colsb[t] = 32;
+    c.rows[2 + t] = 8;
+    c.colsb[2 + t] = 64;
+    c.rows[4 + t] = static_cast<uint8_t>(nt);
+    c.colsb[4 + t] = 64;
+  }
+  return c;
+}
+
+// The panel against an A group of NT rows (gemm_q4_0_q8_1_simd.h, PanelFn).
+// The tiles hold nothing between calls. The caller's tile configuration is
+// kept (sttilecfg) and put back on exit, or, where there was none, the tile
+// state is released, so that a thread that has let go of the tiles does not
+// make the OS save 8 KB of tile data at each switch: other AMX code on the
+// thread (ggml's, for one, configures its tiles once a thread) finds the
+// tiles as it left them, less their data. GCC's _tile_loadconfig and
+// _tile_storeconfig tell the compiler of 8 of the 64 bytes they read and
+// write, so at -O3 it drops stores into a local config that only
+// ldtilecfg reads (ldtilecfg then loads what the stack held, and the first
+// tile instruction faults): ours is a static object, its bytes in the
+// image, and the caller's is a plain byte array that only sttilecfg fills.
+template <int NT>
+void amx_panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]) {
+  static constexpr TileConfig config = config_for(NT);
+  alignas(64) uint8_t callers[64];
+  _tile_storeconfig(callers);
+  _tile_loadconfig(&config);
+  constexpr int64_t kGroupBlockBytes = panel_group_block_bytes(NT);
+  // Block b's sums are added in after block b + kLag's multiply is issued:
+  // the vector loads wait for the tile store, which waits for tdpbssd.
+  constexpr int kLag = 2;
+  alignas(64) int32_t sums[kLag + 1][NT][16];
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  // Block b's sums on the tile unit, into sums[b & 1].
+  const auto multiply = [&](int64_t b) {
+    const uint8_t* a = group + b * kGroupBlockBytes;
+    const uint8_t* w = panel + b * kPanelBlockBytes;
+    if (b & 1) {
+      _tile_loadd(1, a, 32);
+      _tile_loadd(3, w, 64);
+      _tile_zero(5);
+      _tile_dpbssd(5, 1, 3);
+      _tile_stored(5, sums[b % (kLag + 1)], 64);
+    } else {
+      _tile_loadd(0, a, 32);
+      _tile_loadd(2, w, 64);
+      _tile_zero(4);
+      _tile_dpbssd(4, 0, 2);
+      _tile_stored(4, sums[b % (kLag + 1)], 64);
+    }
+  };
+  // Block b's sums into the accumulators.
+  const auto add_in = [&](int64_t b) {
+    const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(panel + b * kPanelBlockBytes + 512));
+    const uint8_t* da = group + b * kGroupBlockBytes + NT * 36;
+    const int32_t(*s)[16] = sums[b % (kLag + 1)];
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) {
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(load_f32(da + 4 * t)));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(s[t])), d, acc[t]);
+    }
+  };
+  for (int64_t b = 0; b < nb; ++b) {
+    multiply(b);
+    if (b >= kLag) add_in(b - kLag);
+  }
+  for (int64_t b = nb > kLag ? nb - kLag : 0; b < nb; ++b) add_in(b);
+  if (callers[0] != 0)  // palette 0: the tiles were not configured
+    _tile_loadconfig(callers);
+  else
+    _tile_release();
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out[t], acc[t]);
+}
+
+}  // namespace
+
+extern const PanelKernels kAmxPanel = {
+    pack_panel<true>,
+    {nullptr, amx_panel_times_cols<1>, amx_panel_times_cols<2>, amx_panel_times_cols<3>, amx_panel_times_cols<4>,
+     amx_panel_times_cols<5>, amx_panel_times_cols<6>, amx_panel_times_cols<7>, amx_panel_times_cols<8>,
+     amx_panel_times_cols<9>, amx_panel_times_cols<10>, amx_panel_times_cols<11>, amx_panel_times_cols<12>,
+     amx_panel_times_cols<13>, amx_panel_times_cols<14>, amx_panel_times_cols<15>, amx_panel_times_cols<16>}};
+
+}  // namespace qg::detail::cpu::q4q8
+
+#else  // the compiler has no AMX (or this is not x86): empty, and features.cpp does not offer amx_int8
+
+namespace qg::detail::cpu::q4q8 {
+extern const PanelKernels kAmxPanel = {};
+}  // namespace qg::detail::cpu::q4q8
+
+#endif
