@@ -18,7 +18,13 @@
 
 #include "epilogue.h"
 
+// In an unnamed namespace, as float_elem.h: the kernel files compiled for
+// AVX-512 include this, and a function with external linkage that the
+// compiler emits out of line there (an instance of a template below, say)
+// would be a weak symbol that the linker may pick for callers built for
+// AVX2 alone.
 namespace qg::detail::cpu {
+namespace {
 
 constexpr int kMaxEpilogueRun = 16;
 
@@ -110,4 +116,5 @@ inline void epilogue_store_int_tile(const EpilogueParams& p, int64_t m0, int row
   epilogue_store_tile(p, m0, rows, n0, cols, v);
 }
 
+}  // namespace
 }  // namespace qg::detail::cpu

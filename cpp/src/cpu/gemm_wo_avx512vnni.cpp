@@ -79,7 +79,8 @@
 
 #include <atomic>
 #include <cmath>
-#include <vector>
+#include <algorithm>
+#include <memory>
 
 #include "cpu/call_scratch.h"
 #include "cpu/epilogue_rows.h"
@@ -153,16 +154,27 @@ inline __m512 load16(const uint8_t* p, DType d, int64_t count) {
 // of groups never read the next row's scales (an Inf there times a zero
 // sum would be a NaN), and the table ends with 16 more floats for the last
 // row's whole-vector loads.
+// (unique_ptr, not std::vector: a vector's resize is emitted out of line
+// here as a weak symbol, compiled for AVX-512, which the linker may then
+// pick for every other file's vector<float>.)
 struct StepScales {
-  std::vector<float> s, z;
+  std::unique_ptr<float[]> s, z;
+  size_t size = 0;
   int64_t pitch = 0;
 };
 
 void convert_step_scales(const OutsideScales& sc, const OutsideScales& zp, const Layout& L, const int64_t* rows,
                          StepScales& out) {
   out.pitch = (L.groups + 3 + 15) / 16 * 16;
-  out.s.resize(static_cast<size_t>(kStepRows * out.pitch + 16));
-  if (zp.data) out.z.resize(out.s.size());
+  const size_t size = static_cast<size_t>(kStepRows * out.pitch + 16);
+  if (out.size < size) {
+    out.s.reset(new float[size]);
+    out.z.reset(new float[size]);
+    out.size = size;
+  }
+  // The 16 floats after the last row: zeros for its whole-vector loads.
+  std::fill(out.s.get() + size - 16, out.s.get() + size, 0.0f);
+  std::fill(out.z.get() + size - 16, out.z.get() + size, 0.0f);
   for (int r = 0; r < kStepRows; ++r)
     for (int64_t g = 0; g < out.pitch; g += 16) {
       const int64_t left = L.groups - g;
