@@ -323,8 +323,8 @@ TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
     return names;
   };
   EXPECT_EQ(order(Format::i8, Format::i8),
-            (std::vector<std::string>{"cpu_i8_avx512_vnni", "cpu_i8_avx2", "cpu_i8_repacked", "cpu_int_reference",
-                                      "dispatch"}));
+            (std::vector<std::string>{"cpu_i8_amx", "cpu_i8_avx512_vnni", "cpu_i8_avx2", "cpu_i8_repacked",
+                                      "cpu_int_reference", "dispatch"}));
   for (Format fb : {Format::f16, Format::bf16})
     EXPECT_EQ(order(Format::i4, fb),
               (std::vector<std::string>{"cpu_wo_avx512_vnni", "cpu_wo_avx2_fixed", "cpu_wo_avx2_fixed20", "cpu_wo_avx2",
@@ -343,6 +343,9 @@ TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
     if (name == "cpu_wo_avx512_vnni" || name == "cpu_i8_avx512_vnni") {
       EXPECT_EQ(k.arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni) << name;
     }
+    if (name == "cpu_i8_amx") {
+      EXPECT_EQ(k.arch.cpu_features, avx2 | qg::detail::kCpuAvx512Vnni | qg::detail::kCpuAmxInt8) << name;
+    }
   }
 }
 
@@ -352,7 +355,7 @@ TEST(CpuIntGemm, RegistryListsTheAvx2KernelsFirst) {
 // every width of a last group of columns.
 TEST(CpuIntGemm, VnniDecodeKernelTakesUpToSixteenRowsOfB) {
   QG_SEEDED_RNG(rng, 45);
-  const qg::detail::GemmKernel* vnni = kernels_for(Format::i8, Format::i8)[0];
+  const qg::detail::GemmKernel* vnni = kernels_for(Format::i8, Format::i8)[1];
   ASSERT_STREQ(vnni->name, "cpu_i8_avx512_vnni");
   for (int64_t n : {4, 5, 6, 7, 8, 13, 16, 17}) {
     SCOPED_TRACE("N=" + std::to_string(n));
@@ -365,6 +368,30 @@ TEST(CpuIntGemm, VnniDecodeKernelTakesUpToSixteenRowsOfB) {
     }
     check_all_kernels(c);
   }
+}
+
+// The AMX kernel takes N >= 16 (tiles of 16 rows of B) and says why not
+// below; it runs (where the CPU and OS offer AMX) on every tail of its 32 x 32
+// blocks and of its 64-code steps, rows copied or read in place, with the
+// bytes of every other kernel and the reference.
+TEST(CpuIntGemm, AmxKernelOnEveryBlockAndStepTail) {
+  QG_SEEDED_RNG(rng, 46);
+  const qg::detail::GemmKernel* amx = kernels_for(Format::i8, Format::i8)[0];
+  ASSERT_STREQ(amx->name, "cpu_i8_amx");
+  std::string why;
+  const bool here = qgtest::gemm_kernel_runs_on(*amx, qg::Device::cpu(), &why);
+  for (int64_t k : {1, 4, 63, 64, 128, 300})
+    for (int64_t m : {1, 16, 31, 32, 33, 70})
+      for (int64_t n : {15, 16, 17, 32, 33, 70}) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+        IntCase c = make_case(rng, Format::i8, Format::i8, m, n, k);
+        EXPECT_EQ(amx->can_run(args_of(c), &why), n >= 16) << why;
+        if (n < 16) EXPECT_EQ(why, "N=15 is below its 16");
+        std::vector<uint8_t> got;
+        EXPECT_EQ(run_on(amx, c, &got), !here ? Outcome::no_isa : n < 16 ? Outcome::refused : Outcome::ran);
+        check_all_kernels(c);
+        if (HasFailure()) return;
+      }
 }
 
 TEST(CpuIntGemm, EveryPairAndShapeExactInt32) {
@@ -395,7 +422,7 @@ TEST(CpuIntGemm, ExtremeCodesAtTheInt32Limit) {
   for (int32_t va : {-128, 127})
     for (int32_t vb : {-128, 127})
       for (int64_t k : {int64_t{16}, int64_t{33}, int64_t{131071}}) {
-        for (int64_t n : {int64_t{1}, int64_t{5}}) {
+        for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{17}}) {
           IntCase c = make_case(rng, Format::i8, Format::i8, 3, n, k);
           fill_codes(c.a, va);
           fill_codes(c.b, vb);
@@ -414,7 +441,8 @@ TEST(CpuIntGemm, ZeroPointsScalarAndPerRow) {
     for (int64_t k : {p.ks[1], p.ks.back()})
       for (int zp_form = 0; zp_form < 4; ++zp_form)
         for (DType dt : {DType::i32, DType::f32, DType::f16, DType::bf16}) {
-          const int64_t m = 19, n = zp_form == 3 ? 1 : 6;
+          // N = 20 (cpu_i8_amx's tiles) at the longer K
+          const int64_t m = 19, n = zp_form == 3 ? 1 : k == p.ks.back() ? 20 : 6;
           IntCase c = make_case(rng, p.a, p.b, m, n, k);
           const qg::detail::CodeRange ra = range_of(p.a), rb = range_of(p.b);
           auto zp = [&](qg::detail::CodeRange r) {
@@ -586,7 +614,8 @@ TEST(CpuIntGemm, EpilogueDtypesScalesBiasReluStridedC) {
         for (bool transposed : {false, true}) {
           const bool float_only = e.rs || e.cs || e.alpha || e.beta || e.bias;
           if (dt == DType::i32 && float_only) continue;
-          const int64_t m = 21, n = transposed ? 1 : 6, k = p.ks[3];
+          // N = 6 and, C transposed, 1; N = 18 (cpu_i8_amx's tiles) for the odd configurations
+          const int64_t m = 21, n = transposed ? 1 : (&e - cfgs.data()) % 2 ? 18 : 6, k = p.ks[3];
           IntCase c = make_case(rng, p.a, p.b, m, n, k);
           if (transposed) set_layout(c, dt, 1, m + 2);
           else set_layout(c, dt, n + 1, 1);

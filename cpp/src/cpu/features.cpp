@@ -79,7 +79,7 @@ CpuFeatures detect() {
   // AMX: leaf 7 subleaf 0, EDX bit 24 (AMX-TILE) and 25 (AMX-INT8). Asked of
   // the OS only where the kernel exists and the CPU has it (os_saves_zmm_state
   // already checked OSXSAVE for avx512_vnni).
-  f.amx_int8 = f.avx512_vnni && q4_amx_compiled() && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
+  f.amx_int8 = f.avx512_vnni && amx_kernels_compiled() && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
                (edx & (3u << 24)) == (3u << 24) && os_grants_amx_tiles();
 #endif
   // QG_CPU_ISA=scalar forces the portable kernels, QG_CPU_ISA=avx2 the AVX2

@@ -47,6 +47,7 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -243,6 +244,99 @@ Status gemm_i8_avx2(const GemmArgs& g) {
   return {};
 }
 
+// ---- cpu_i8_amx's driver (its tile loop: gemm_i8_amx.cpp) ----
+//
+// B is packed once per call for the tiles (kernels.h, kI8AmxGroupBytes): a
+// step of 64 codes of 32 tokens is two tiles of 16 rows, row q of a tile
+// holding each of its 16 tokens' codes 4q..4q+3; tokens past N and codes past
+// K are zeros. Tasks are 32 rows of A (two tiles) by every pair of token
+// tiles: the 32 rows (448 KB at K = 14336) stay in L2 while B passes by.
+// A's rows are read where they lie when all 32 exist and K is a multiple of
+// 64; otherwise (the last rows, or a K tail) they are first copied into a
+// zero-padded block, so no tile load reads past the operand.
+namespace {
+
+constexpr int64_t kAmxRows = 32;    // A rows a block
+constexpr int64_t kAmxTokens = 32;  // B rows a block
+
+// B rows n0..n1-1 (of n_rows) into the packed layout, pair by pair.
+void pack_b_for_tiles(const uint8_t* B, int64_t row_stride, int64_t n_rows, int64_t k, int64_t steps, int64_t p0,
+                      int64_t p1, uint8_t* packed) {
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t s = 0; s < steps; ++s) {
+      uint8_t* step = packed + (p * steps + s) * kI8AmxGroupBytes;
+      for (int64_t t = 0; t < kAmxTokens; ++t) {
+        const int64_t n = p * kAmxTokens + t;
+        uint8_t* dst = step + (t / 16) * (kI8AmxGroupBytes / 2) + (t % 16) * 4;
+        const int64_t x0 = s * 64;
+        const int64_t have = n < n_rows ? std::min<int64_t>(64, k - x0) : 0;
+        alignas(16) uint8_t codes[64] = {};
+        if (have > 0) std::memcpy(codes, B + n * row_stride + x0, static_cast<size_t>(have));
+        for (int q = 0; q < 16; ++q) std::memcpy(dst + q * 64, codes + 4 * q, 4);
+      }
+    }
+}
+
+}  // namespace
+
+Status gemm_i8_amx(const GemmArgs& g) {
+  if (!kI8Amx.block_2x2) return Status(StatusCode::unsupported, "qg.gemm: the AMX int8 kernel was not compiled in");
+  const int64_t m_rows = g.a.rows, n_rows = g.b.rows, k = g.a.k;
+  if (m_rows == 0 || n_rows == 0) return {};
+  const EpilogueParams ep = epilogue_params(g);
+  const bool zp = ep.row_zp || ep.col_zp;
+  const auto* A = static_cast<const uint8_t*>(g.a.data);
+  const auto* B = static_cast<const uint8_t*>(g.b.data);
+  const int64_t steps = (k + 63) / 64, kp = steps * 64;
+  const int64_t pairs = (n_rows + kAmxTokens - 1) / kAmxTokens;
+
+  const size_t packed_bytes = static_cast<size_t>(pairs * steps) * kI8AmxGroupBytes;
+  ScratchBytes own;  // packed B, then B's code sums
+  uint8_t* scratch = call_scratch(packed_bytes + static_cast<size_t>(pairs * kAmxTokens) * 4, own);
+  auto* sum_b = reinterpret_cast<int32_t*>(scratch + packed_bytes);
+  run_tiles(pairs, n_rows * k * 8, [&](int64_t p) {
+    pack_b_for_tiles(B, g.b.row_stride, n_rows, k, steps, p, p + 1, scratch);
+    for (int64_t n = p * kAmxTokens; n < std::min(n_rows, (p + 1) * kAmxTokens); ++n)
+      sum_b[n] = zp ? code_sum(B + n * g.b.row_stride, k) : 0;
+  });
+
+  const int64_t blocks = (m_rows + kAmxRows - 1) / kAmxRows;
+  run_tiles(blocks, m_rows * n_rows * k, [&](int64_t t) {
+    const int64_t m0 = t * kAmxRows;
+    const int rows = static_cast<int>(std::min(kAmxRows, m_rows - m0));
+    int32_t sum_a[kAmxRows] = {};
+    if (zp)
+      for (int r = 0; r < rows; ++r) sum_a[r] = code_sum(A + (m0 + r) * g.a.row_stride, k);
+    // The block's rows where they lie, or copied (see above).
+    const uint8_t* a = A + m0 * g.a.row_stride;
+    int64_t a_stride = g.a.row_stride;
+    thread_local ScratchBytes kept_rows;
+    ScratchBytes own_rows;
+    if (rows < kAmxRows || kp != k) {
+      const size_t bytes = static_cast<size_t>(kAmxRows * kp);
+      ScratchBytes& buf = bytes <= kKeptScratchBytes ? kept_rows : own_rows;
+      if (buf.size() < bytes) buf.resize(bytes);
+      std::memset(buf.data(), 0, bytes);
+      for (int r = 0; r < rows; ++r) std::memcpy(buf.data() + r * kp, a + r * g.a.row_stride, static_cast<size_t>(k));
+      a = buf.data();
+      a_stride = kp;
+    }
+    alignas(64) int32_t out[4][16][16];
+    for (int64_t p = 0; p < pairs; ++p) {
+      kI8Amx.block_2x2(a, a_stride, scratch + p * steps * kI8AmxGroupBytes, steps, &out[0][0][0]);
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+          const int64_t m = m0 + 16 * i, n = p * kAmxTokens + 16 * j;
+          const int r_here = static_cast<int>(std::min<int64_t>(16, m_rows - m));
+          const int c_here = static_cast<int>(std::min<int64_t>(16, n_rows - n));
+          if (r_here <= 0 || c_here <= 0) continue;
+          epilogue_store_int_tile(ep, m, r_here, n, c_here, out[2 * i + j], sum_a + 16 * i, sum_b + n);
+        }
+    }
+  });
+  return {};
+}
+
 }  // namespace qg::detail::cpu
 
 #else  // not compiled for AVX2 (non-x86 host): its arch window keeps it from being chosen
@@ -250,6 +344,9 @@ Status gemm_i8_avx2(const GemmArgs& g) {
 namespace qg::detail::cpu {
 Status gemm_i8_avx2(const GemmArgs&) {
   return Status(StatusCode::unsupported, "qg.gemm: the AVX2 int8 kernel was not compiled in");
+}
+Status gemm_i8_amx(const GemmArgs&) {
+  return Status(StatusCode::unsupported, "qg.gemm: the AMX int8 kernel was not compiled in");
 }
 }  // namespace qg::detail::cpu
 

@@ -43,23 +43,13 @@
 
 #include <cstring>
 
+#include "cpu/amx_tiles.h"
 #include "cpu/float_elem.h"
 #include "cpu/panel_pack_avx512.h"
 
 namespace qg::detail::cpu::q4q8 {
 
 namespace {
-
-// ldtilecfg's 64-byte operand: palette 1, then per tile its bytes a row and
-// its rows.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
 
 // Tiles 0/1: an A group's block, NT rows of 32 codes; 2/3: a panel block,
 // eight rows of 64 bytes; 4/5: the block's sums, NT rows of 16 int32.
@@ -76,24 +66,12 @@ constexpr TileConfig config_for(int nt) {
   return c;
 }
 
-// The panel against an A group of NT rows (gemm_q4_0_q8_1_simd.h, PanelFn).
-// The tiles hold nothing between calls. The caller's tile configuration is
-// kept (sttilecfg) and put back on exit, or, where there was none, the tile
-// state is released, so that a thread that has let go of the tiles does not
-// make the OS save 8 KB of tile data at each switch: other AMX code on the
-// thread (ggml's, for one, configures its tiles once a thread) finds the
-// tiles as it left them, less their data. GCC's _tile_loadconfig and
-// _tile_storeconfig tell the compiler of 8 of the 64 bytes they read and
-// write, so at -O3 it drops stores into a local config that only
-// ldtilecfg reads (ldtilecfg then loads what the stack held, and the first
-// tile instruction faults): ours is a static object, its bytes in the
-// image, and the caller's is a plain byte array that only sttilecfg fills.
+// The panel against an A group of NT rows (gemm_q4_0_q8_1_simd.h, PanelFn),
+// in the tile configuration of its width (amx_tiles.h: a static object).
 template <int NT>
 void amx_panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]) {
   static constexpr TileConfig config = config_for(NT);
-  alignas(64) uint8_t callers[64];
-  _tile_storeconfig(callers);
-  _tile_loadconfig(&config);
+  const TileScope tiles(config);
   constexpr int64_t kGroupBlockBytes = panel_group_block_bytes(NT);
   // Block b's sums are added in after block b + kLag's multiply is issued:
   // the vector loads wait for the tile store, which waits for tdpbssd.
@@ -101,7 +79,7 @@ void amx_panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group
   alignas(64) int32_t sums[kLag + 1][NT][16];
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-  // Block b's sums on the tile unit, into sums[b & 1].
+  // Block b's sums on the tile unit, into sums[b % (kLag + 1)].
   const auto multiply = [&](int64_t b) {
     const uint8_t* a = group + b * kGroupBlockBytes;
     const uint8_t* w = panel + b * kPanelBlockBytes;
@@ -135,10 +113,6 @@ void amx_panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group
     if (b >= kLag) add_in(b - kLag);
   }
   for (int64_t b = nb > kLag ? nb - kLag : 0; b < nb; ++b) add_in(b);
-  if (callers[0] != 0)  // palette 0: the tiles were not configured
-    _tile_loadconfig(callers);
-  else
-    _tile_release();
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out[t], acc[t]);
 }
 

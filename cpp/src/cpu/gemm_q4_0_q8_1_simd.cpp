@@ -336,7 +336,7 @@ Status gemm_q4_0_q8_1_avxvnni_panel(const GemmArgs& g) {
 
 Status gemm_q4_0_q8_1_amx(const GemmArgs& g) { return run_panel_of(g, q4q8::kAmxPanel, "AMX"); }
 
-bool q4_amx_compiled() { return q4q8::kAmxPanel.pack != nullptr; }
+bool amx_kernels_compiled() { return q4q8::kAmxPanel.pack != nullptr && kI8Amx.block_2x2 != nullptr; }
 
 bool q4_avx_vnni_compiled() { return q4q8::kAvxVnniTiles.one_col != nullptr && q4q8::kAvxVnniPanel.pack != nullptr; }
 

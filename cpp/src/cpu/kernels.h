@@ -27,6 +27,24 @@ Status gemm_i8_avx2(const GemmArgs& args);
 Status gemm_i8_avx512vnni(const GemmArgs& args);
 // The most rows of B it takes (its can_run refuses more).
 constexpr int64_t kI8VnniMaxN = 16;
+// The same bits from N = kI8AmxMinN with AMX (tdpbssd on 16 x 16 tiles of
+// int32 sums that stay in the tiles for all of K); callable only where
+// cpu_features().amx_int8 and the AVX-512 VNNI kernels' features. Its tile
+// loop is gemm_i8_amx.cpp's (kI8Amx: null where the compiler had no AMX),
+// the driver gemm_i8_avx2.cpp's, which packs B so that a step of 64 codes
+// of 32 tokens is kI8AmxGroupBytes: two tiles of 16 rows, row q holding
+// each token's codes 4q..4q+3.
+Status gemm_i8_amx(const GemmArgs& args);
+constexpr int64_t kI8AmxMinN = 16;
+constexpr int64_t kI8AmxGroupBytes = 2048;
+struct I8AmxKernels {
+  // 32 rows of A from `a` (row_stride bytes apart, each readable for 64 *
+  // steps bytes) against 32 packed rows of B; out: four 16 x 16 tiles of
+  // int32 sums, (A rows 0..15, B rows 0..15), (0..15, 16..31), (16..31,
+  // 0..15), (16..31, 16..31), each row-major by A row.
+  void (*block_2x2)(const uint8_t* a, int64_t row_stride, const uint8_t* b, int64_t steps, int32_t* out);
+};
+extern const I8AmxKernels kI8Amx;
 // i8 x i8 with an operand not contiguous along K (gemm_i8_repacked.cpp): that
 // operand copied to K-contiguous rows, then qg::gemm again (the kernels above).
 Status gemm_i8_repacked(const GemmArgs& args, Stream stream);
@@ -115,12 +133,13 @@ bool q4_avx_vnni_compiled();
 // The panel path with each block's sums made by AMX (tdpbssd on 16 W rows x
 // up to 16 A rows) and added in by AVX-512 as cpu_avx512_vnni_panel does: the
 // same bits as that kernel. Callable only where cpu_features().amx_int8
-// (which features.cpp offers only where q4_amx_compiled() and the OS lets
+// (which features.cpp offers only where amx_kernels_compiled() and the OS lets
 // this process use the tiles) and the AVX-512 VNNI kernel's features. From
 // N = kQ4AmxMinN.
 Status gemm_q4_0_q8_1_amx(const GemmArgs& args);
 constexpr int64_t kQ4AmxMinN = 16;
-bool q4_amx_compiled();
+// Whether this build has the AMX kernels (the compiler took -mamx-int8).
+bool amx_kernels_compiled();
 
 // How the GEMM is cut into pool tasks: tiles of kTileM rows of W by kTileN
 // rows of A, so a tile's W rows stay in L2 while its A rows stream past.

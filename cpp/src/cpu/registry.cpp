@@ -46,6 +46,17 @@ bool i8_avx512vnni_can_run(const GemmArgs& g, std::string* why_not) {
   return k_contiguous(g, why_not);
 }
 
+// Tiles of 16 rows of B: below kI8AmxMinN most of each would be padding, and
+// the decode kernels stream A faster.
+bool i8_amx_can_run(const GemmArgs& g, std::string* why_not) {
+  if (!k_contiguous(g, why_not)) return false;
+  if (g.b.rows < kI8AmxMinN) {
+    if (why_not) *why_not = "N=" + std::to_string(g.b.rows) + " is below its " + std::to_string(kI8AmxMinN);
+    return false;
+  }
+  return true;
+}
+
 // 32 codes (16 bytes) per step, and a group's sum made whole before its scale.
 bool wo_avx2_can_run(const GemmArgs& g, std::string* why_not) {
   if (g.a.k % 32 != 0 || g.a.scales.group_size % 32 != 0) {
@@ -138,6 +149,8 @@ Registry make_registry() {
   };
   // The integer family: every pair of integer formats, and integer weights
   // with group scales times float activations (weight-only).
+  r.gemm.push_back({"cpu_i8_amx", Format::i8, Format::i8, kAmx, kEpiAll, i8_amx_can_run,
+                    [](const GemmArgs& a, Stream) { return gemm_i8_amx(a); }});
   r.gemm.push_back({"cpu_i8_avx512_vnni", Format::i8, Format::i8, kAvx512Vnni, kEpiAll, i8_avx512vnni_can_run,
                     [](const GemmArgs& a, Stream) { return gemm_i8_avx512vnni(a); }});
   r.gemm.push_back({"cpu_i8_avx2", Format::i8, Format::i8, kAvx2, kEpiAll, i8_avx2_can_run,
