@@ -171,61 +171,69 @@ void widen_rows(const uint8_t* B, int64_t row_stride, int64_t k, int64_t kp, int
   }
 }
 
+// What both int8 drivers take from a call: the shape, the epilogue, whether
+// zero points need the rows' code sums, and the operands.
+struct I8Call {
+  int64_t m_rows, n_rows, k;
+  EpilogueParams ep;
+  bool zp;
+  const uint8_t *A, *B;
+  explicit I8Call(const GemmArgs& g)
+      : m_rows(g.a.rows), n_rows(g.b.rows), k(g.a.k), ep(epilogue_params(g)), zp(ep.row_zp || ep.col_zp),
+        A(static_cast<const uint8_t*>(g.a.data)), B(static_cast<const uint8_t*>(g.b.data)) {}
+};
+
 }  // namespace
 
 Status gemm_i8_avx2(const GemmArgs& g) {
-  const int64_t m_rows = g.a.rows, n_rows = g.b.rows, k = g.a.k;
-  if (m_rows == 0 || n_rows == 0) return {};
-  const EpilogueParams ep = epilogue_params(g);
-  const bool zp = ep.row_zp || ep.col_zp;
-  const auto* A = static_cast<const uint8_t*>(g.a.data);
-  const auto* B = static_cast<const uint8_t*>(g.b.data);
-  const int64_t kp = (k + 15) & ~int64_t{15};
+  const I8Call c(g);
+  if (c.m_rows == 0 || c.n_rows == 0) return {};
+  const int64_t kp = (c.k + 15) & ~int64_t{15};
 
-  const size_t wide_bytes = static_cast<size_t>(n_rows * kp) * 2;
+  const size_t wide_bytes = static_cast<size_t>(c.n_rows * kp) * 2;
   ScratchBytes own;  // the widened B rows (2 bytes a code) and B's sums
-  uint8_t* scratch = call_scratch(wide_bytes + static_cast<size_t>(n_rows) * 4, own);
+  uint8_t* scratch = call_scratch(wide_bytes + static_cast<size_t>(c.n_rows) * 4, own);
   auto* wide = reinterpret_cast<int16_t*>(scratch);
   auto* sum_b = reinterpret_cast<int32_t*>(scratch + wide_bytes);
   {
     const int64_t per = 8;
-    run_tiles((n_rows + per - 1) / per, n_rows * k * 8, [&](int64_t t) {
-      const int64_t n0 = t * per, n1 = n0 + per < n_rows ? n0 + per : n_rows;
-      widen_rows(B, g.b.row_stride, k, kp, n0, n1, wide, sum_b, zp);
+    run_tiles((c.n_rows + per - 1) / per, c.n_rows * c.k * 8, [&](int64_t t) {
+      const int64_t n0 = t * per, n1 = n0 + per < c.n_rows ? n0 + per : c.n_rows;
+      widen_rows(c.B, g.b.row_stride, c.k, kp, n0, n1, wide, sum_b, c.zp);
     });
   }
 
-  if (n_rows == 1) {
-    const int64_t tasks = (m_rows + kRowsPerTaskN1 - 1) / kRowsPerTaskN1;
-    run_tiles(tasks, m_rows * k, [&](int64_t t) {
-      const int64_t m0 = t * kRowsPerTaskN1, m1 = m0 + kRowsPerTaskN1 < m_rows ? m0 + kRowsPerTaskN1 : m_rows;
+  if (c.n_rows == 1) {
+    const int64_t tasks = (c.m_rows + kRowsPerTaskN1 - 1) / kRowsPerTaskN1;
+    run_tiles(tasks, c.m_rows * c.k, [&](int64_t t) {
+      const int64_t m0 = t * kRowsPerTaskN1, m1 = m0 + kRowsPerTaskN1 < c.m_rows ? m0 + kRowsPerTaskN1 : c.m_rows;
       for (int64_t m = m0; m < m1; m += 4) {
         const int rows = static_cast<int>(m1 - m < 4 ? m1 - m : 4);
         const uint8_t* w[4];
-        for (int r = 0; r < 4; ++r) w[r] = A + (m + (r < rows ? r : rows - 1)) * g.a.row_stride;
+        for (int r = 0; r < 4; ++r) w[r] = c.A + (m + (r < rows ? r : rows - 1)) * g.a.row_stride;
         int32_t out[4][1], sum_a[4];  // the tile's one column
-        four_rows_times_one(w, wide, k, m + 4 < m1 ? 4 * g.a.row_stride : 0, &out[0][0]);
-        for (int r = 0; r < rows; ++r) sum_a[r] = zp ? code_sum(w[r], k) : 0;
-        epilogue_store_int_tile(ep, m, rows, 0, 1, out, sum_a, sum_b);
+        four_rows_times_one(w, wide, c.k, m + 4 < m1 ? 4 * g.a.row_stride : 0, &out[0][0]);
+        for (int r = 0; r < rows; ++r) sum_a[r] = c.zp ? code_sum(w[r], c.k) : 0;
+        epilogue_store_int_tile(c.ep, m, rows, 0, 1, out, sum_a, sum_b);
       }
     });
     return {};
   }
 
-  const int64_t tiles_m = (m_rows + kTileM - 1) / kTileM;
-  const int64_t tiles_n = (n_rows + kTileN - 1) / kTileN;
+  const int64_t tiles_m = (c.m_rows + kTileM - 1) / kTileM;
+  const int64_t tiles_n = (c.n_rows + kTileN - 1) / kTileN;
   using TileFn = void (*)(const uint8_t*, const uint8_t*, const int16_t* const*, int64_t, int64_t, int32_t (*)[4]);
   static constexpr TileFn kFirst[5] = {nullptr, two_rows_times_cols<1, true>, two_rows_times_cols<2, true>,
                                        two_rows_times_cols<3, true>, two_rows_times_cols<4, true>};
   static constexpr TileFn kAgain[5] = {nullptr, two_rows_times_cols<1, false>, two_rows_times_cols<2, false>,
                                        two_rows_times_cols<3, false>, two_rows_times_cols<4, false>};
-  run_tiles(tiles_m * tiles_n, m_rows * n_rows * k, [&](int64_t t) {
+  run_tiles(tiles_m * tiles_n, c.m_rows * c.n_rows * c.k, [&](int64_t t) {
     const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
-    const int64_t m1 = m0 + kTileM < m_rows ? m0 + kTileM : m_rows;
-    const int64_t n1 = n0 + kTileN < n_rows ? n0 + kTileN : n_rows;
+    const int64_t m1 = m0 + kTileM < c.m_rows ? m0 + kTileM : c.m_rows;
+    const int64_t n1 = n0 + kTileN < c.n_rows ? n0 + kTileN : c.n_rows;
     int32_t sum_a[kTileM] = {};
-    if (zp)
-      for (int64_t m = m0; m < m1; ++m) sum_a[m - m0] = code_sum(A + m * g.a.row_stride, k);
+    if (c.zp)
+      for (int64_t m = m0; m < m1; ++m) sum_a[m - m0] = code_sum(c.A + m * g.a.row_stride, c.k);
     for (int64_t n = n0; n < n1; n += 4) {
       const int cols = static_cast<int>(n1 - n < 4 ? n1 - n : 4);
       const int16_t* b[4];
@@ -233,11 +241,11 @@ Status gemm_i8_avx2(const GemmArgs& g) {
       const TileFn tile = n == n0 ? kFirst[cols] : kAgain[cols];
       for (int64_t m = m0; m < m1; m += 2) {
         const int rows = m + 1 < m1 ? 2 : 1;
-        const uint8_t* a0 = A + m * g.a.row_stride;
+        const uint8_t* a0 = c.A + m * g.a.row_stride;
         const uint8_t* a1 = rows == 2 ? a0 + g.a.row_stride : a0;
         int32_t out[2][4];
-        tile(a0, a1, b, k, m + 2 < m1 ? 2 * g.a.row_stride : 0, out);
-        epilogue_store_int_tile(ep, m, rows, n, cols, out, sum_a + (m - m0), sum_b + n);
+        tile(a0, a1, b, c.k, m + 2 < m1 ? 2 * g.a.row_stride : 0, out);
+        epilogue_store_int_tile(c.ep, m, rows, n, cols, out, sum_a + (m - m0), sum_b + n);
       }
     }
   });
@@ -281,43 +289,39 @@ void pack_b_for_tiles(const uint8_t* B, int64_t row_stride, int64_t n_rows, int6
 
 Status gemm_i8_amx(const GemmArgs& g) {
   if (!kI8Amx.block_2x2) return Status(StatusCode::unsupported, "qg.gemm: the AMX int8 kernel was not compiled in");
-  const int64_t m_rows = g.a.rows, n_rows = g.b.rows, k = g.a.k;
-  if (m_rows == 0 || n_rows == 0) return {};
-  const EpilogueParams ep = epilogue_params(g);
-  const bool zp = ep.row_zp || ep.col_zp;
-  const auto* A = static_cast<const uint8_t*>(g.a.data);
-  const auto* B = static_cast<const uint8_t*>(g.b.data);
-  const int64_t steps = (k + 63) / 64, kp = steps * 64;
-  const int64_t pairs = (n_rows + kAmxTokens - 1) / kAmxTokens;
+  const I8Call c(g);
+  if (c.m_rows == 0 || c.n_rows == 0) return {};
+  const int64_t steps = (c.k + 63) / 64, kp = steps * 64;
+  const int64_t pairs = (c.n_rows + kAmxTokens - 1) / kAmxTokens;
 
   const size_t packed_bytes = static_cast<size_t>(pairs * steps) * kI8AmxGroupBytes;
   ScratchBytes own;  // packed B, then B's code sums
   uint8_t* scratch = call_scratch(packed_bytes + static_cast<size_t>(pairs * kAmxTokens) * 4, own);
   auto* sum_b = reinterpret_cast<int32_t*>(scratch + packed_bytes);
-  run_tiles(pairs, n_rows * k * 8, [&](int64_t p) {
-    pack_b_for_tiles(B, g.b.row_stride, n_rows, k, steps, p, p + 1, scratch);
-    for (int64_t n = p * kAmxTokens; n < std::min(n_rows, (p + 1) * kAmxTokens); ++n)
-      sum_b[n] = zp ? code_sum(B + n * g.b.row_stride, k) : 0;
+  run_tiles(pairs, c.n_rows * c.k * 8, [&](int64_t p) {
+    pack_b_for_tiles(c.B, g.b.row_stride, c.n_rows, c.k, steps, p, p + 1, scratch);
+    for (int64_t n = p * kAmxTokens; n < std::min(c.n_rows, (p + 1) * kAmxTokens); ++n)
+      sum_b[n] = c.zp ? code_sum(c.B + n * g.b.row_stride, c.k) : 0;
   });
 
-  const int64_t blocks = (m_rows + kAmxRows - 1) / kAmxRows;
-  run_tiles(blocks, m_rows * n_rows * k, [&](int64_t t) {
+  const int64_t blocks = (c.m_rows + kAmxRows - 1) / kAmxRows;
+  run_tiles(blocks, c.m_rows * c.n_rows * c.k, [&](int64_t t) {
     const int64_t m0 = t * kAmxRows;
-    const int rows = static_cast<int>(std::min(kAmxRows, m_rows - m0));
+    const int rows = static_cast<int>(std::min(kAmxRows, c.m_rows - m0));
     int32_t sum_a[kAmxRows] = {};
-    if (zp)
-      for (int r = 0; r < rows; ++r) sum_a[r] = code_sum(A + (m0 + r) * g.a.row_stride, k);
+    if (c.zp)
+      for (int r = 0; r < rows; ++r) sum_a[r] = code_sum(c.A + (m0 + r) * g.a.row_stride, c.k);
     // The block's rows where they lie, or copied (see above).
-    const uint8_t* a = A + m0 * g.a.row_stride;
+    const uint8_t* a = c.A + m0 * g.a.row_stride;
     int64_t a_stride = g.a.row_stride;
     thread_local ScratchBytes kept_rows;
     ScratchBytes own_rows;
-    if (rows < kAmxRows || kp != k) {
+    if (rows < kAmxRows || kp != c.k) {
       const size_t bytes = static_cast<size_t>(kAmxRows * kp);
       ScratchBytes& buf = bytes <= kKeptScratchBytes ? kept_rows : own_rows;
       if (buf.size() < bytes) buf.resize(bytes);
       std::memset(buf.data(), 0, bytes);
-      for (int r = 0; r < rows; ++r) std::memcpy(buf.data() + r * kp, a + r * g.a.row_stride, static_cast<size_t>(k));
+      for (int r = 0; r < rows; ++r) std::memcpy(buf.data() + r * kp, a + r * g.a.row_stride, static_cast<size_t>(c.k));
       a = buf.data();
       a_stride = kp;
     }
@@ -327,10 +331,10 @@ Status gemm_i8_amx(const GemmArgs& g) {
       for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 2; ++j) {
           const int64_t m = m0 + 16 * i, n = p * kAmxTokens + 16 * j;
-          const int r_here = static_cast<int>(std::min<int64_t>(16, m_rows - m));
-          const int c_here = static_cast<int>(std::min<int64_t>(16, n_rows - n));
+          const int r_here = static_cast<int>(std::min<int64_t>(16, c.m_rows - m));
+          const int c_here = static_cast<int>(std::min<int64_t>(16, c.n_rows - n));
           if (r_here <= 0 || c_here <= 0) continue;
-          epilogue_store_int_tile(ep, m, r_here, n, c_here, out[2 * i + j], sum_a + 16 * i, sum_b + n);
+          epilogue_store_int_tile(c.ep, m, r_here, n, c_here, out[2 * i + j], sum_a + 16 * i, sum_b + n);
         }
     }
   });
