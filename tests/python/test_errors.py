@@ -323,16 +323,19 @@ def test_explain_gemm(wa):
 
 
 def test_explain_gemm_takes_a_panel_kernel_from_four_activation_rows():
-    # Per ISA, a tile kernel for decode (N <= 3) and a panel kernel from N = 4.
+    # Per ISA, a tile kernel for decode (N <= 3) and a panel kernel from N = 4;
+    # on AMX CPUs the AMX panel passes from N = 16.
     rng = np.random.default_rng(6)
     w = qg.quantize_q4_0(rng.standard_normal((20, 64)).astype(np.float32))
     feats = set(qg.build_info()["cpu_features"])
     avx2 = {"avx2", "fma", "f16c"} <= feats
     isa = "avx512_vnni" if avx2 and "avx512_vnni" in feats else "avx2" if avx2 else None
-    for n, panel in ((3, False), (4, True), (21, True)):
+    for n, panel in ((3, False), (4, True), (15, True), (21, True)):
         a = qg.quantize_q8_1(rng.standard_normal((n, 64)).astype(np.float32))
         e = qg.explain(qg.gemm_q4_0_q8_1, w, a)
-        if isa is None:
+        if "amx_int8" in feats and n >= 16:
+            assert e.chosen == "cpu_amx", (n, str(e))
+        elif isa is None:
             assert e.chosen == "cpu_scalar", e.chosen
         elif isa == "avx2" and "avx_vnni" in feats:
             assert e.chosen == "cpu_avx_vnni" + ("_panel" if panel else ""), (n, str(e))
