@@ -386,12 +386,26 @@ TEST(CpuIntGemm, AmxKernelOnEveryBlockAndStepTail) {
         SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
         IntCase c = make_case(rng, Format::i8, Format::i8, m, n, k);
         EXPECT_EQ(amx->can_run(args_of(c), &why), n >= 16) << why;
-        if (n < 16) EXPECT_EQ(why, "N=15 is below its 16");
+        if (n < 16) {
+          EXPECT_EQ(why, "N=15 is below its 16");
+        }
         std::vector<uint8_t> got;
         EXPECT_EQ(run_on(amx, c, &got), !here ? Outcome::no_isa : n < 16 ? Outcome::refused : Outcome::ran);
         check_all_kernels(c);
         if (HasFailure()) return;
       }
+  // K in several chunks of 2048 codes, the sums carried over from chunk to
+  // chunk, and (with 4 threads or fewer: 17 blocks of 32 rows) bands of more
+  // than one block; K a multiple of 64 (rows read in place but the last
+  // block's) and not (every block copied).
+  for (int64_t k : {4160, 4100}) {
+    SCOPED_TRACE("M=530 N=40 K=" + std::to_string(k));
+    IntCase c = make_case(rng, Format::i8, Format::i8, 530, 40, k);
+    std::vector<uint8_t> got;
+    EXPECT_EQ(run_on(amx, c, &got), here ? Outcome::ran : Outcome::no_isa);
+    check_all_kernels(c);
+    if (HasFailure()) return;
+  }
 }
 
 TEST(CpuIntGemm, EveryPairAndShapeExactInt32) {
@@ -1072,7 +1086,9 @@ TEST(CpuWeightOnlyGemm, KTailsAndLongGroups) {
   };
   for (Format xf : {Format::f32, Format::f16, Format::bf16})
     for (const Shape& s : {Shape{5, 1, 32, 32}, Shape{67, 1, 96, 32}, Shape{9, 3, 160, 32}, Shape{7, 1, 192, 64},
-                           Shape{66, 5, 448, 64}, Shape{6, 1, 512, 256}, Shape{9, 2, 768, 256}, Shape{3, 1, 416, 32}})
+                           Shape{66, 5, 448, 64}, Shape{6, 1, 512, 256}, Shape{9, 2, 768, 256}, Shape{3, 1, 416, 32},
+                           // 14 and 15 groups a row: the AVX-512 kernel's scale table runs 18 and 17 past them
+                           Shape{4, 1, 448, 32}, Shape{4, 2, 480, 32}})
       for (int zp = 0; zp < 3; ++zp) {
         QG_SEEDED_RNG(rng, ++salt);
         const DType sdt = salt % 3 == 0 ? DType::f32 : salt % 3 == 1 ? DType::f16 : DType::bf16;

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#if defined(QG_TEST_AMX_INTRINSICS) && defined(__x86_64__)
 #include <immintrin.h>
 #endif
 #include <cmath>
@@ -264,7 +264,7 @@ TEST_P(CpuPanelPair, SameBits) {
   qgtest::GemmKernelTester b(qg::detail::cpu::registry(), second, mem);
   uint64_t salt = 0;
   for (int64_t m : {1, 16, 37})
-    for (int64_t n : {4, 5, 7, 16, 23, 70})
+    for (int64_t n : {4, 5, 7, 16, 17, 19, 21, 23, 25, 29, 31, 70})  // 17..31: cpu_amx's group widths 8..16
       for (qg::DType dt : {qg::DType::f32, qg::DType::bf16}) {
         if (n < std::max(min_n_of(first), min_n_of(second))) continue;
         SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " " + qg::dtype_name(dt));
@@ -292,7 +292,7 @@ INSTANTIATE_TEST_SUITE_P(
 // there was none): AMX code that configures a thread's tiles once and keeps
 // them (ggml does) still finds its configuration after a qg call. Run where
 // cpu_amx runs; the call is small enough to stay on the calling thread.
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#if defined(QG_TEST_AMX_INTRINSICS) && defined(__x86_64__)
 [[gnu::target("amx-tile")]] void load_tile_config(const uint8_t* config) { _tile_loadconfig(config); }
 [[gnu::target("amx-tile")]] void store_tile_config(uint8_t* config) { _tile_storeconfig(config); }
 [[gnu::target("amx-tile")]] void release_tiles() { _tile_release(); }
@@ -304,13 +304,13 @@ TEST(CpuAmx, KeepsTheCallersTileConfiguration) {
   qgtest::GemmKernelTester gemm(qg::detail::cpu::registry(), "cpu_amx", mem);
   QG_SEEDED_RNG(rng, 5800);
   const GemmCase c = qgtest::random_case(rng, 16, 16, 64);
-  // A configuration of the caller's own: tile 0 3 x 12 bytes, tile 7 16 x 64.
-  alignas(64) uint8_t mine[64] = {};
-  mine[0] = 1;
-  mine[16] = 12;     // colsb[0]
-  mine[16 + 14] = 64;  // colsb[7]
-  mine[48] = 3;      // rows[0]
-  mine[48 + 7] = 16;   // rows[7]
+  // A configuration of the caller's own: tile 0 3 x 12 bytes, tile 7 16 x
+  // 64 (palette 1; colsb[0] and colsb[7] at bytes 16 and 30, rows[0] and
+  // rows[7] at 48 and 55). Static: see amx_tiles.h on local configurations.
+  alignas(64) static const uint8_t mine[64] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  0, 0, 0, 0, 0,
+                                               12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0,
+                                               0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  0, 0, 0, 0, 0,
+                                               3, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0};
   load_tile_config(mine);
   GemmCase v = c;
   ASSERT_TRUE(gemm.run_and_check(v)) << gemm.refusals();

@@ -30,8 +30,9 @@ static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
 // the OS save 8 KB of tile data at each switch: other AMX code on the thread
 // (ggml's, for one, configures its tiles once a thread) finds the tiles as
 // it left them, less their data. GCC's _tile_loadconfig and
-// _tile_storeconfig tell the compiler of 8 of the 64 bytes they read and
-// write, so at -O3 it drops stores into a local configuration that only
+// _tile_storeconfig (GCC 11 and 12, as inline asm; later versions use
+// builtins) tell the compiler of 8 of the 64 bytes they read and write, so
+// at -O3 it drops stores into a local configuration that only
 // ldtilecfg reads (which then loads what the stack held, and the first tile
 // instruction faults): `config` must be a static object, its bytes in the
 // image, and the caller's is kept in a plain byte array that only sttilecfg
@@ -54,6 +55,12 @@ class TileScope {
  private:
   alignas(64) uint8_t callers_[64];
 };
+
+// A compiler barrier for memory that tile instructions read or write: GCC's
+// _tile_loadd has no memory clobber, and whether _tile_stored has one
+// depends on the header's version. Put after a tile store whose bytes vector
+// code then reads, and before a tile load of bytes vector code wrote.
+inline void tile_memory_fence() { asm volatile("" ::: "memory"); }
 
 }  // namespace
 }  // namespace qg::detail::cpu

@@ -43,6 +43,26 @@ struct UninitializedAllocator : std::allocator<T> {
   }
 };
 using ScratchBytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
+}  // namespace qg::detail::cpu
+
+// Instantiated once, in call_scratch.cpp (compiled for no ISA extension):
+// the kernel files compiled for AVX2, AVX-512 or AMX use ScratchBytes, and
+// a member they emitted out of line would be a weak symbol the linker could
+// keep for every other caller (cpp/cmake/check_isa_objects.cmake).
+extern template class std::vector<uint8_t, qg::detail::cpu::UninitializedAllocator<uint8_t>>;
+
+namespace qg::detail::cpu {
+
+// A table of floats that only grows, for kernels compiled for an ISA
+// extension (std::vector<float>'s members would be emitted there; see
+// above). Its contents after reserve are whatever was there.
+struct FloatTable {
+  std::unique_ptr<float[]> data;
+  size_t size = 0;
+  float* reserve(size_t n);  // at least n floats; call_scratch.cpp
+  float& operator[](size_t i) { return data[i]; }
+  const float& operator[](size_t i) const { return data[i]; }
+};
 
 // At least `bytes` of scratch, 64-byte aligned, valid until the calling
 // thread's next call_scratch of the same slot: the thread's kept buffer, or

@@ -76,11 +76,10 @@ CpuFeatures detect() {
   const bool has_leaf_7_1 = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && eax >= 1;
   f.avx_vnni = f.avx2 && has_leaf_7_1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0 &&
                q4_avx_vnni_compiled();
-  // AMX: leaf 7 subleaf 0, EDX bit 24 (AMX-TILE) and 25 (AMX-INT8). Asked of
-  // the OS only where the kernel exists and the CPU has it (os_saves_zmm_state
-  // already checked OSXSAVE for avx512_vnni).
+  // AMX: leaf 7 subleaf 0, EDX bit 24 (AMX-TILE) and 25 (AMX-INT8); the OS
+  // is asked below, once the overrides have had their say.
   f.amx_int8 = f.avx512_vnni && amx_kernels_compiled() && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
-               (edx & (3u << 24)) == (3u << 24) && os_grants_amx_tiles();
+               (edx & (3u << 24)) == (3u << 24);
 #endif
   // QG_CPU_ISA=scalar forces the portable kernels, QG_CPU_ISA=avx2 the AVX2
   // ones where AVX-512 or AVX-VNNI is present, QG_CPU_ISA=avx_vnni the
@@ -92,6 +91,12 @@ CpuFeatures detect() {
     if (std::strcmp(isa, "avx_vnni") == 0) f.avx512_vnni = f.amx_int8 = false;
     if (std::strcmp(isa, "avx512_vnni") == 0) f.amx_int8 = false;
   }
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  // The tile state is asked of the OS only where AMX would be used: the grant
+  // is for the whole process and makes its signal frames larger (a program's
+  // small sigaltstack could then no longer take a signal).
+  f.amx_int8 = f.amx_int8 && os_grants_amx_tiles();
+#endif
   return f;
 }
 }  // namespace

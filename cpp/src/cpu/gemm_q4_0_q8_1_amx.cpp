@@ -33,8 +33,8 @@
 // ports), and the two add up (66) whatever the distance between them in the
 // instruction stream: they do not overlap. Per 16 x 16 x 32 multiply-adds
 // that is still about 1.5x the AVX-512 VNNI pass (128 vpdpbusd and the same
-// 48), and both halves need 16-row tiles to pay: at N below 16 the panel
-// pass of cpu_avx512_vnni_panel is as fast or faster.
+// 48), and both halves need 16-row tiles to pay: it is taken from N = 16
+// (forced at N = 4 and 8 the panel pass was faster or level).
 #include "cpu/gemm_q4_0_q8_1_simd.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
@@ -97,8 +97,10 @@ void amx_panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group
       _tile_stored(4, sums[b % (kLag + 1)], 64);
     }
   };
-  // Block b's sums into the accumulators.
+  // Block b's sums into the accumulators (after a barrier: the tile store
+  // must not look dead to the compiler, nor these loads movable above it).
   const auto add_in = [&](int64_t b) {
+    tile_memory_fence();
     const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(panel + b * kPanelBlockBytes + 512));
     const uint8_t* da = group + b * kGroupBlockBytes + NT * 36;
     const int32_t(*s)[16] = sums[b % (kLag + 1)];

@@ -239,7 +239,7 @@ bool prepare_x(const Operand& b, const Layout& L, XChunk<kBits>* xc) {
 // reads the one past it, against zero sums: a zero, not the next row's
 // scale, which could be Inf).
 struct StepScales {
-  std::vector<float> s, z;
+  FloatTable s, z;
   int64_t pitch = 0;
 };
 
@@ -257,8 +257,8 @@ void convert_row_scales(const OutsideScales& sc, int64_t row, int64_t groups, fl
 void convert_step_scales(const OutsideScales& sc, const OutsideScales& zp, const Layout& L, const int64_t* rows,
                          StepScales& out) {
   out.pitch = L.groups + 2;
-  out.s.resize(static_cast<size_t>(kStepRows * out.pitch));
-  if (zp.data) out.z.resize(out.s.size());
+  out.s.reserve(static_cast<size_t>(kStepRows * out.pitch));
+  if (zp.data) out.z.reserve(static_cast<size_t>(kStepRows * out.pitch));
   for (int r = 0; r < kStepRows; ++r) {
     float* s = &out.s[r * out.pitch];
     convert_row_scales(sc, rows[r], L.groups, s);

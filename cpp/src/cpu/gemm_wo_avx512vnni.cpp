@@ -154,12 +154,9 @@ inline __m512 load16(const uint8_t* p, DType d, int64_t count) {
 // of groups never read the next row's scales (an Inf there times a zero
 // sum would be a NaN), and the table ends with 16 more floats for the last
 // row's whole-vector loads.
-// (unique_ptr, not std::vector: a vector's resize is emitted out of line
-// here as a weak symbol, compiled for AVX-512, which the linker may then
-// pick for every other file's vector<float>.)
+// (FloatTable, not std::vector: call_scratch.h says why.)
 struct StepScales {
-  std::unique_ptr<float[]> s, z;
-  size_t size = 0;
+  FloatTable s, z;
   int64_t pitch = 0;
 };
 
@@ -167,21 +164,19 @@ void convert_step_scales(const OutsideScales& sc, const OutsideScales& zp, const
                          StepScales& out) {
   out.pitch = (L.groups + 3 + 15) / 16 * 16;
   const size_t size = static_cast<size_t>(kStepRows * out.pitch + 16);
-  if (out.size < size) {
-    out.s.reset(new float[size]);
-    out.z.reset(new float[size]);
-    out.size = size;
-  }
   // The 16 floats after the last row: zeros for its whole-vector loads.
-  std::fill(out.s.get() + size - 16, out.s.get() + size, 0.0f);
-  std::fill(out.z.get() + size - 16, out.z.get() + size, 0.0f);
+  for (FloatTable* t : {&out.s, &out.z}) {
+    float* table = t->reserve(size);
+    std::fill(table + size - 16, table + size, 0.0f);
+  }
   for (int r = 0; r < kStepRows; ++r)
     for (int64_t g = 0; g < out.pitch; g += 16) {
       const int64_t left = L.groups - g;
       const auto* sp = static_cast<const uint8_t*>(sc.data) + (rows[r] * sc.row_stride + g) * dtype_size(sc.dtype);
       _mm512_storeu_ps(&out.s[r * out.pitch + g], load16(sp, sc.dtype, left));
       if (!zp.data) continue;
-      const auto mask = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+      // (pitch runs up to 18 past the groups: left may be 0 or below, no lanes.)
+      const auto mask = static_cast<__mmask16>(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1);
       const auto* zq = static_cast<const uint8_t*>(zp.data) + (rows[r] * zp.row_stride + g) * dtype_size(zp.dtype);
       const __m512i zi = zp.dtype == DType::i8 ? _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, zq))
                                                : _mm512_maskz_loadu_epi32(mask, zq);
