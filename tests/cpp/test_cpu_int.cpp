@@ -394,10 +394,9 @@ TEST(CpuIntGemm, AmxKernelOnEveryBlockAndStepTail) {
         check_all_kernels(c);
         if (HasFailure()) return;
       }
-  // K in several chunks of 2048 codes, the sums carried over from chunk to
-  // chunk, and (with 4 threads or fewer: 17 blocks of 32 rows) bands of more
-  // than one block; K a multiple of 64 (rows read in place but the last
-  // block's) and not (every block copied).
+  // Longer K (65 steps of 64 codes) over many blocks and pairs: K a multiple
+  // of 64 (rows read in place but the last block's) and not (every block
+  // copied).
   for (int64_t k : {4160, 4100}) {
     SCOPED_TRACE("M=530 N=40 K=" + std::to_string(k));
     IntCase c = make_case(rng, Format::i8, Format::i8, 530, 40, k);

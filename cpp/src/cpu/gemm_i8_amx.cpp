@@ -15,8 +15,7 @@
 // blocks, int8 rows have one scale each, so the sums stay in the tiles for
 // the whole of K and leave them once, at the end: the tile unit does all the
 // work, four tdpbssd a step on a 2 x 2 block of tiles (32 W rows x 32
-// tokens), each A and B tile loaded once for two of them. The driver walks K
-// in chunks, so the four tiles go out to memory and back once a chunk.
+// tokens), each A and B tile loaded once for two of them.
 #include "cpu/kernels.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__)
@@ -41,24 +40,15 @@ constexpr TileConfig full_tiles() {
 }
 
 // 32 rows of W from w (row_stride bytes apart, each readable for 64 * steps
-// bytes) against 32 packed tokens b (kI8AmxGroupBytes a step), added to the
-// four 16 x 16 int32 tiles at c (in the order above, W rows by tokens) or,
-// if !accumulate, written there.
-void block_2x2(const uint8_t* w, int64_t row_stride, const uint8_t* b, int64_t steps, int32_t* c, bool accumulate) {
+// bytes) against 32 packed tokens b (kI8AmxGroupBytes a step); out gets the
+// four 16 x 16 int32 tiles in the order above, W rows by tokens.
+void block_2x2(const uint8_t* w, int64_t row_stride, const uint8_t* b, int64_t steps, int32_t* out) {
   static constexpr TileConfig config = full_tiles();
   const TileScope tiles(config);
-  if (accumulate) {
-    tile_memory_fence();  // the sums were stored by an earlier call: no stale copy in registers
-    _tile_loadd(4, c, 64);
-    _tile_loadd(5, c + 256, 64);
-    _tile_loadd(6, c + 512, 64);
-    _tile_loadd(7, c + 768, 64);
-  } else {
-    _tile_zero(4);
-    _tile_zero(5);
-    _tile_zero(6);
-    _tile_zero(7);
-  }
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_zero(7);
   const uint8_t* w1 = w + 16 * row_stride;
   for (int64_t s = 0; s < steps; ++s, b += kI8AmxGroupBytes) {
     _tile_loadd(0, w + 64 * s, row_stride);
@@ -70,11 +60,11 @@ void block_2x2(const uint8_t* w, int64_t row_stride, const uint8_t* b, int64_t s
     _tile_dpbssd(6, 1, 2);
     _tile_dpbssd(7, 1, 3);
   }
-  _tile_stored(4, c, 64);
-  _tile_stored(5, c + 256, 64);
-  _tile_stored(6, c + 512, 64);
-  _tile_stored(7, c + 768, 64);
-  tile_memory_fence();  // the caller reads c next
+  _tile_stored(4, out, 64);
+  _tile_stored(5, out + 256, 64);
+  _tile_stored(6, out + 512, 64);
+  _tile_stored(7, out + 768, 64);
+  tile_memory_fence();  // the caller reads out next
 }
 
 }  // namespace

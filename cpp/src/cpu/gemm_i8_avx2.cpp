@@ -257,23 +257,15 @@ Status gemm_i8_avx2(const GemmArgs& g) {
 // B is packed once per call for the tiles (kernels.h, kI8AmxGroupBytes): a
 // step of 64 codes of 32 tokens is two tiles of 16 rows, row q of a tile
 // holding each of its 16 tokens' codes 4q..4q+3; tokens past N and codes past
-// K are zeros. A task is a band of up to kAmxBandBlocks blocks of 32 A rows
-// by every pair of token tiles, and walks K in chunks of kAmxChunkSteps
-// steps: for each chunk, each pair, each block, the four tiles' sums go on
-// from where the last chunk left them (a 4 KB buffer per block and pair).
-// So a chunk of the band's rows (128 rows x 2 KB) and of B (32 tokens x
-// 2 KB a pair) stay in L2 for all their pairs and blocks, and B is read from
-// L3 once a band, not once every 32 rows.
-// A's rows are read where they lie for a block whose 32 rows exist when K is
-// a multiple of 64; otherwise (the last rows, or a K tail) they are first
-// copied into a zero-padded block, so no tile load reads past the operand.
+// K are zeros. Tasks are 32 rows of A (two tiles) by every pair of token
+// tiles: the 32 rows (448 KB at K = 14336) stay in L2 while B passes by.
+// A's rows are read where they lie when all 32 exist and K is a multiple of
+// 64; otherwise (the last rows, or a K tail) they are first copied into a
+// zero-padded block, so no tile load reads past the operand.
 namespace {
 
-constexpr int64_t kAmxRows = 32;        // A rows a block
-constexpr int64_t kAmxTokens = 32;      // B rows a block
-constexpr int64_t kAmxBandBlocks = 4;   // blocks of A rows a task, at most
-constexpr int64_t kAmxChunkSteps = 32;  // 64-code steps a chunk of K
-constexpr int64_t kAmxTileInts = 4 * 16 * 16;  // a block's four tiles
+constexpr int64_t kAmxRows = 32;    // A rows a block
+constexpr int64_t kAmxTokens = 32;  // B rows a block
 
 // B rows n0..n1-1 (of n_rows) into the packed layout, pair by pair.
 void pack_b_for_tiles(const uint8_t* B, int64_t row_stride, int64_t n_rows, int64_t k, int64_t steps, int64_t p0,
@@ -291,16 +283,6 @@ void pack_b_for_tiles(const uint8_t* B, int64_t row_stride, int64_t n_rows, int6
         for (int q = 0; q < 16; ++q) std::memcpy(dst + q * 64, codes + 4 * q, 4);
       }
     }
-}
-
-// Kept per thread up to kKeptScratchBytes, the caller's `own` beyond: a
-// thread's A-row copies and sums (not call_scratch, which the calling
-// thread's packed B occupies).
-uint8_t* task_scratch(size_t bytes, ScratchBytes& own) {
-  thread_local ScratchBytes kept;
-  ScratchBytes& buf = bytes <= kKeptScratchBytes ? kept : own;
-  if (buf.size() < bytes + 63) buf.resize(bytes + 63);
-  return buf.data() + ((64 - (reinterpret_cast<uintptr_t>(buf.data()) & 63)) & 63);
 }
 
 }  // namespace
@@ -322,59 +304,38 @@ Status gemm_i8_amx(const GemmArgs& g) {
       sum_b[n] = c.zp ? code_sum(c.B + n * g.b.row_stride, c.k) : 0;
   });
 
-  // Bands of fewer blocks where that leaves each thread four tasks or more.
   const int64_t blocks = (c.m_rows + kAmxRows - 1) / kAmxRows;
-  const int64_t want_tasks = 4 * static_cast<int64_t>(ThreadPool::instance().threads());
-  const int64_t band = std::max<int64_t>(1, std::min(kAmxBandBlocks, blocks / want_tasks));
-  const int64_t tasks = (blocks + band - 1) / band;
-  run_tiles(tasks, c.m_rows * c.n_rows * c.k, [&](int64_t t) {
-    const int64_t b0 = t * band, b1 = std::min(blocks, b0 + band);
-    const int64_t nblk = b1 - b0;
-    ScratchBytes own_task;
-    uint8_t* mem = task_scratch(static_cast<size_t>(nblk * pairs * kAmxTileInts * 4 + nblk * kAmxRows * kp), own_task);
-    auto* tiles = reinterpret_cast<int32_t*>(mem);  // [block][pair][four tiles]
-    uint8_t* copies = mem + nblk * pairs * kAmxTileInts * 4;
-    // Each block's rows where they lie, or copied (see above).
-    const uint8_t* a[kAmxBandBlocks];
-    int64_t a_stride[kAmxBandBlocks];
-    for (int64_t i = 0; i < nblk; ++i) {
-      const int64_t m0 = (b0 + i) * kAmxRows;
-      const int64_t rows = std::min(kAmxRows, c.m_rows - m0);
-      a[i] = c.A + m0 * g.a.row_stride;
-      a_stride[i] = g.a.row_stride;
-      if (rows < kAmxRows || kp != c.k) {
-        uint8_t* copy = copies + i * kAmxRows * kp;
-        std::memset(copy, 0, static_cast<size_t>(kAmxRows * kp));
-        for (int64_t r = 0; r < rows; ++r)
-          std::memcpy(copy + r * kp, a[i] + r * g.a.row_stride, static_cast<size_t>(c.k));
-        a[i] = copy;
-        a_stride[i] = kp;
-      }
+  run_tiles(blocks, c.m_rows * c.n_rows * c.k, [&](int64_t t) {
+    const int64_t m0 = t * kAmxRows;
+    const int rows = static_cast<int>(std::min(kAmxRows, c.m_rows - m0));
+    int32_t sum_a[kAmxRows] = {};
+    if (c.zp)
+      for (int r = 0; r < rows; ++r) sum_a[r] = code_sum(c.A + (m0 + r) * g.a.row_stride, c.k);
+    // The block's rows where they lie, or copied (see above).
+    const uint8_t* a = c.A + m0 * g.a.row_stride;
+    int64_t a_stride = g.a.row_stride;
+    thread_local ScratchBytes kept_rows;
+    ScratchBytes own_rows;
+    if (rows < kAmxRows || kp != c.k) {
+      const size_t bytes = static_cast<size_t>(kAmxRows * kp);
+      ScratchBytes& buf = bytes <= kKeptScratchBytes ? kept_rows : own_rows;
+      if (buf.size() < bytes) buf.resize(bytes);
+      std::memset(buf.data(), 0, bytes);
+      for (int r = 0; r < rows; ++r) std::memcpy(buf.data() + r * kp, a + r * g.a.row_stride, static_cast<size_t>(c.k));
+      a = buf.data();
+      a_stride = kp;
     }
-    for (int64_t s0 = 0; s0 < steps; s0 += kAmxChunkSteps) {
-      const int64_t ns = std::min(kAmxChunkSteps, steps - s0);
-      for (int64_t p = 0; p < pairs; ++p)
-        for (int64_t i = 0; i < nblk; ++i)
-          kI8Amx.block_2x2(a[i] + 64 * s0, a_stride[i], scratch + (p * steps + s0) * kI8AmxGroupBytes, ns,
-                           tiles + (i * pairs + p) * kAmxTileInts, s0 > 0);
-    }
-    for (int64_t i = 0; i < nblk; ++i) {
-      const int64_t m0 = (b0 + i) * kAmxRows;
-      int32_t sum_a[kAmxRows] = {};
-      if (c.zp)
-        for (int64_t r = 0; r < std::min(kAmxRows, c.m_rows - m0); ++r)
-          sum_a[r] = code_sum(c.A + (m0 + r) * g.a.row_stride, c.k);
-      for (int64_t p = 0; p < pairs; ++p) {
-        const auto* out = reinterpret_cast<const int32_t(*)[16][16]>(tiles + (i * pairs + p) * kAmxTileInts);
-        for (int u = 0; u < 2; ++u)
-          for (int v = 0; v < 2; ++v) {
-            const int64_t m = m0 + 16 * u, n = p * kAmxTokens + 16 * v;
-            const int r_here = static_cast<int>(std::min<int64_t>(16, c.m_rows - m));
-            const int c_here = static_cast<int>(std::min<int64_t>(16, c.n_rows - n));
-            if (r_here <= 0 || c_here <= 0) continue;
-            epilogue_store_int_tile(c.ep, m, r_here, n, c_here, out[2 * u + v], sum_a + 16 * u, sum_b + n);
-          }
-      }
+    alignas(64) int32_t out[4][16][16];
+    for (int64_t p = 0; p < pairs; ++p) {
+      kI8Amx.block_2x2(a, a_stride, scratch + p * steps * kI8AmxGroupBytes, steps, &out[0][0][0]);
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+          const int64_t m = m0 + 16 * i, n = p * kAmxTokens + 16 * j;
+          const int r_here = static_cast<int>(std::min<int64_t>(16, c.m_rows - m));
+          const int c_here = static_cast<int>(std::min<int64_t>(16, c.n_rows - n));
+          if (r_here <= 0 || c_here <= 0) continue;
+          epilogue_store_int_tile(c.ep, m, r_here, n, c_here, out[2 * i + j], sum_a + 16 * i, sum_b + n);
+        }
     }
   });
   return {};

@@ -39,12 +39,10 @@ constexpr int64_t kI8AmxMinN = 16;
 constexpr int64_t kI8AmxGroupBytes = 2048;
 struct I8AmxKernels {
   // 32 rows of A from `a` (row_stride bytes apart, each readable for 64 *
-  // steps bytes) against 32 packed rows of B, added to (or, if !accumulate,
-  // written to) c: four 16 x 16 tiles of int32 sums, (A rows 0..15, B rows
-  // 0..15), (0..15, 16..31), (16..31, 0..15), (16..31, 16..31), each
-  // row-major by A row, 64-byte aligned.
-  void (*block_2x2)(const uint8_t* a, int64_t row_stride, const uint8_t* b, int64_t steps, int32_t* c,
-                    bool accumulate);
+  // steps bytes) against 32 packed rows of B; out: four 16 x 16 tiles of
+  // int32 sums, (A rows 0..15, B rows 0..15), (0..15, 16..31), (16..31,
+  // 0..15), (16..31, 16..31), each row-major by A row.
+  void (*block_2x2)(const uint8_t* a, int64_t row_stride, const uint8_t* b, int64_t steps, int32_t* out);
 };
 extern const I8AmxKernels kI8Amx;
 // i8 x i8 with an operand not contiguous along K (gemm_i8_repacked.cpp): that
