@@ -171,6 +171,21 @@ TEST_P(CpuPanel, EpilogueRunsMatchElementEpilogue) {
     }
 }
 
+// The shared suite's wide scale range (subnormal fp16 scales included) at N
+// every panel kernel takes (the suite's own N are below cpu_amx's), and an
+// empty M.
+TEST_P(CpuPanel, SubnormalAndLargeScalesAndEmptyM) {
+  QG_SEEDED_RNG(rng, 5290);
+  for (int64_t n : ns_for(GetParam(), {11, 17, 33})) {
+    SCOPED_TRACE("N=" + std::to_string(n));
+    run_check(qgtest::random_case(rng, 9, n, 32 * 9, 0, 0, /*emin=*/-15, /*emax=*/7));
+    run_check(qgtest::random_case(rng, 21, n, 512, 0, 0, /*emin=*/-15, /*emax=*/7));
+    if (HasFailure()) return;
+  }
+  GemmCase empty = qgtest::random_case(rng, 0, ns_for(GetParam(), {5})[0], 64);
+  run_check(empty);
+}
+
 // Enough A rows (N = 1700 at K = 4096: 8.7 MB of A groups) that the groups
 // outgrow the buffer kept per thread and live for the call only.
 TEST_P(CpuPanel, LargeAGroupsInTheCallsOwnBuffer) {
