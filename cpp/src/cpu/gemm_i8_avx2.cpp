@@ -267,7 +267,7 @@ namespace {
 constexpr int64_t kAmxRows = 32;    // A rows a block
 constexpr int64_t kAmxTokens = 32;  // B rows a block
 
-// B rows n0..n1-1 (of n_rows) into the packed layout, pair by pair.
+// Pairs p0..p1-1 of B's rows (32 rows a pair, zeros past n_rows) into the packed layout.
 void pack_b_for_tiles(const uint8_t* B, int64_t row_stride, int64_t n_rows, int64_t k, int64_t steps, int64_t p0,
                       int64_t p1, uint8_t* packed) {
   for (int64_t p = p0; p < p1; ++p)
