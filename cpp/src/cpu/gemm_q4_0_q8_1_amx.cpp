@@ -125,7 +125,8 @@ extern const PanelKernels kAmxPanel = {
     {nullptr, amx_panel_times_cols<1>, amx_panel_times_cols<2>, amx_panel_times_cols<3>, amx_panel_times_cols<4>,
      amx_panel_times_cols<5>, amx_panel_times_cols<6>, amx_panel_times_cols<7>, amx_panel_times_cols<8>,
      amx_panel_times_cols<9>, amx_panel_times_cols<10>, amx_panel_times_cols<11>, amx_panel_times_cols<12>,
-     amx_panel_times_cols<13>, amx_panel_times_cols<14>, amx_panel_times_cols<15>, amx_panel_times_cols<16>}};
+     amx_panel_times_cols<13>, amx_panel_times_cols<14>, amx_panel_times_cols<15>, amx_panel_times_cols<16>},
+    8};  // eight A groups a pack: the pack costs about one pass
 
 }  // namespace qg::detail::cpu::q4q8
 

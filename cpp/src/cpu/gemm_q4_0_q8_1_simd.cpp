@@ -219,7 +219,7 @@ Status gemm_tiled(const GemmArgs& g, const TileKernels& k) {
 // task's next panel as it ends), then passes over it from L2 once per group.
 // Tasks run chunk by chunk, so the threads share one chunk of A (64 rows:
 // 1.15 MB with their sums and scales at K = 14336) in L3 while W streams past.
-constexpr int64_t kPanelChunkGroups = 4;
+constexpr int64_t kPanelChunkGroups = 4;  // unless the kernels ask for more (PanelKernels::chunk_groups)
 constexpr int64_t kPanelsPerTask = 4;
 
 Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
@@ -244,11 +244,12 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
 
   const int64_t panels = (m_rows + kPanelRows - 1) / kPanelRows;
   const int64_t panel_tasks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
-  const int64_t chunks = (groups + kPanelChunkGroups - 1) / kPanelChunkGroups;
+  const int64_t chunk_groups = p.chunk_groups > 0 ? p.chunk_groups : kPanelChunkGroups;
+  const int64_t chunks = (groups + chunk_groups - 1) / chunk_groups;
   run_tiles(panel_tasks * chunks, m_rows * n_rows * g.a.k, [&](int64_t t) {
-    const int64_t p0 = (t % panel_tasks) * kPanelsPerTask, g0 = (t / panel_tasks) * kPanelChunkGroups;
+    const int64_t p0 = (t % panel_tasks) * kPanelsPerTask, g0 = (t / panel_tasks) * chunk_groups;
     const int64_t p1 = p0 + kPanelsPerTask < panels ? p0 + kPanelsPerTask : panels;
-    const int64_t g1 = g0 + kPanelChunkGroups < groups ? g0 + kPanelChunkGroups : groups;
+    const int64_t g1 = g0 + chunk_groups < groups ? g0 + chunk_groups : groups;
     // The panel's own scratch (not call_scratch: this thread may be the
     // caller, whose call_scratch holds A): kept per thread up to
     // kKeptScratchBytes (K up to about 233k), the task's own beyond.

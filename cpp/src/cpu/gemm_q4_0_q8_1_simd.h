@@ -88,6 +88,9 @@ using PanelFn = void (*)(const uint8_t* panel, int64_t nb, const uint8_t* group,
 struct PanelKernels {
   PackFn pack;                    // null where the kernel file was not compiled for its ISA
   PanelFn cols[kPanelCols + 1];   // [1..16]; [0] unused
+  // A groups a task passes over a packed panel (the driver's chunk): a pass
+  // that is cheap beside the pack wants more of them per pack. 0: four.
+  int64_t chunk_groups = 0;
 };
 
 // Defined by the kernel files; all null where their ISA was not compiled in
