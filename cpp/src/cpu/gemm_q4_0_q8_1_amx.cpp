@@ -31,10 +31,11 @@
 // takes about 35 cycles (tile loads 14 + 11, zero and tdpbssd 18, tile store
 // 14, partly overlapped), the vector work about 26 (48 instructions on two
 // ports), and the two add up (66) whatever the distance between them in the
-// instruction stream: they do not overlap. Per 16 x 16 x 32 multiply-adds
-// that is still about 1.5x the AVX-512 VNNI pass (128 vpdpbusd and the same
-// 48), and both halves need 16-row tiles to pay: it is taken from N = 16
-// (forced at N = 4 and 8 the panel pass was faster or level).
+// instruction stream: they do not overlap. The AVX-512 VNNI pass spends 128
+// vpdpbusd and the same 48 on those 16 x 16 x 32 multiply-adds; whole calls
+// on AMX took 0.74-0.82x its time at N = 64 and 128. Both halves need
+// 16-row tiles to pay: it is taken from N = 16 (forced at N = 4 and 8 the
+// panel pass was faster or level).
 #include "cpu/gemm_q4_0_q8_1_simd.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
