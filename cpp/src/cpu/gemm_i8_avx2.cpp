@@ -320,8 +320,13 @@ Status gemm_i8_amx(const GemmArgs& g) {
       const size_t bytes = static_cast<size_t>(kAmxRows * kp);
       ScratchBytes& buf = bytes <= kKeptScratchBytes ? kept_rows : own_rows;
       if (buf.size() < bytes) buf.resize(bytes);
-      std::memset(buf.data(), 0, bytes);
-      for (int r = 0; r < rows; ++r) std::memcpy(buf.data() + r * kp, a + r * g.a.row_stride, static_cast<size_t>(c.k));
+      // Each byte written once: a row's codes, then zeros to kp; missing rows all zeros.
+      for (int r = 0; r < kAmxRows; ++r) {
+        uint8_t* dst = buf.data() + r * kp;
+        const int64_t have = r < rows ? c.k : 0;
+        if (have > 0) std::memcpy(dst, a + r * g.a.row_stride, static_cast<size_t>(have));
+        std::memset(dst + have, 0, static_cast<size_t>(kp - have));
+      }
       a = buf.data();
       a_stride = kp;
     }

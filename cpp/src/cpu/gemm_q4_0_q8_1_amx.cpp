@@ -42,8 +42,6 @@
     defined(__AVX512VL__) && defined(__AVX512VNNI__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "cpu/amx_tiles.h"
 #include "cpu/float_elem.h"
 #include "cpu/panel_pack_avx512.h"
