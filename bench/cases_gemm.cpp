@@ -58,7 +58,8 @@ bool slow_reference(const GemmKernel& k, qg::Format fa) {
 
 Work gemm_work(qg::Format fa, qg::Format fb, int64_t m, int64_t n, int64_t k) {
   const double scales = weight_only(fa, fb) ? 2.0 * m * (k / g_opt.wo_group) : 0.0;
-  return {2.0 * m * n * k, double(m * qg::row_bytes(qg::format_traits(fa), k)) +
+  const qg::FormatTraits& ta = qg::format_traits(fa);
+  return {2.0 * m * n * k, double(m / ta.rows_per_block * qg::row_bytes(ta, k)) +
                                double(n * qg::row_bytes(qg::format_traits(fb), k)) + 4.0 * m * n + scales};
 }
 Work gemm_fp16_work(int64_t m, int64_t n, int64_t k) {

@@ -1025,10 +1025,29 @@ std::string qg_error(const char* what, const qg::Status& s) {
   return std::string(what) + ": " + qg::status_code_name(s.code()) + ": " + s.message();
 }
 
+// q4_0x16 (CPU only): rows quantized to Q4_0, then qg::repack'ed.
+std::string cpu_fill_repacked(qg::Format fmt, void* dst, int64_t rows, int64_t k, uint64_t seed) {
+  std::vector<uint8_t> q4(static_cast<size_t>(rows * packed_row_bytes(qg::Format::q4_0, k)));
+  std::string err = cpu_fill_quantized(qg::Format::q4_0, q4.data(), rows, k, seed);
+  if (!err.empty()) return err;
+  qg::RepackArgs r;
+  r.from = qg::Format::q4_0;
+  r.to = fmt;
+  r.x = q4.data();
+  r.rows = rows;
+  r.k = k;
+  r.x_row_stride = packed_row_bytes(qg::Format::q4_0, k);
+  r.y = dst;
+  r.y_row_stride = packed_row_bytes(fmt, k);
+  return qg_error("qg::repack", qg::repack(r));
+}
+
 std::string packed_rows(Backend b, const char* role, qg::Format format, int64_t rows, int64_t k, RotationPtr* out) {
   const qg::FormatTraits& t = qg::format_traits(format);
-  if (!t.quantizable) return std::string("qg cannot produce ") + t.name + " from float data";
-  const int64_t bytes = rows * packed_row_bytes(format, k);
+  const bool repacked = t.rows_per_block > 1;
+  if (repacked && b != Backend::cpu) return std::string(t.name) + " is a CPU layout";
+  if (!t.quantizable && !repacked) return std::string("qg cannot produce ") + t.name + " from float data";
+  const int64_t bytes = rows / t.rows_per_block * packed_row_bytes(format, k);
   const uint64_t seed = std::string(role) == "w" ? 1000 : 2000;
   FillFn fill, fill_all;
 #if QG_BENCH_CUDA
@@ -1038,8 +1057,9 @@ std::string packed_rows(Backend b, const char* role, qg::Format format, int64_t 
   }
 #endif
   if (b == Backend::cpu) {
-    fill = [=](void* p, int i) { return cpu_fill_quantized(format, p, rows, k, seed + uint64_t(i)); };
-    fill_all = [=](void* p, int slots) { return cpu_fill_quantized(format, p, slots * rows, k, seed + 999); };
+    const auto cpu_fill = repacked ? cpu_fill_repacked : cpu_fill_quantized;
+    fill = [=](void* p, int i) { return cpu_fill(format, p, rows, k, seed + uint64_t(i)); };
+    fill_all = [=](void* p, int slots) { return cpu_fill(format, p, slots * rows, k, seed + 999); };
   }
   return make_rotation(b, key_of(b, std::string(role) + "_" + t.name, rows, k), bytes, cold_count(b, bytes),
                        fill, fill_all, out);

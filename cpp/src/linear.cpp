@@ -104,7 +104,10 @@ Status linear_q4_0(const LinearQ4_0Args& a, Stream stream) {
   q.y = a.xq_workspace;
   q.y_row_stride = xq_row;
   q.q8_1_convention = Q8_1Convention::reference;
-  g.a = packed_operand(a.weight_q, Format::q4_0, a.m, a.k);
+  if (a.weight_format != Format::q4_0 && a.weight_format != Format::q4_0x16)
+    return invalid(fn, std::string("weight_format must be q4_0 or q4_0x16, got ") +
+                           format_traits(a.weight_format).name);
+  g.a = packed_operand(a.weight_q, a.weight_format, a.m, a.k);
   g.a.row_stride = a.weight_row_stride;
   g.b = packed_operand(a.xq_workspace, Format::q8_1, a.n, a.k);
 
@@ -114,7 +117,7 @@ Status linear_q4_0(const LinearQ4_0Args& a, Stream stream) {
   // workspace must not alias what the GEMM reads, nor y the input x.
   const LinearSpans io = spans_of(a);
   const detail::Span ws = span_of(a.xq_workspace, a.n, xq_row, xq_row);
-  const detail::Span w = span_of(a.weight_q, a.m, a.weight_row_stride, row_bytes(format_traits(Format::q4_0), a.k));
+  const detail::Span w = detail::operand_span(g.a);
   if (overlaps(ws, w) || overlaps(ws, io.bias))
     return invalid(fn, "xq_workspace overlaps the weight or the bias; pass a separate workspace");
   if (overlaps(io.y, io.x)) return invalid(fn, "y overlaps x; pass a separate output");

@@ -104,6 +104,10 @@ int64_t product(const TensorView& v, int drop) {
   return p;
 }
 
+// The rows a packed [..., blocks, bytes] view holds: its leading dims' product,
+// times the rows interleaved in each stored row (q4_0x16: 16).
+int64_t blocked_rows(const TensorView& v, Format f) { return product(v, 2) * format_traits(f).rows_per_block; }
+
 // The leading dims of a view multiply to its row count: that product (and the
 // whole element count) must fit in int64, or rows would wrap around.
 Status check_extent(const char* fn, const char* arg, const TensorView& v) {
@@ -284,7 +288,7 @@ Status operand_shape(const char* fn, const char* arg, const TensorView& v, Forma
   if (t.blocked_view) {
     if (Status s = detail::check_packed_view(fn, arg, v, f); !s.ok()) return s;
     if (Status s = check_extent(fn, arg, v); !s.ok()) return s;
-    o->rows = product(v, 2);
+    o->rows = blocked_rows(v, f);
     o->k = v.shape[v.ndim - 2] * t.block_size;
     if (need_layout) {
       detail::RowLayout l;
@@ -372,7 +376,7 @@ Status result_spec(const GemmViews& v, ResultSpec* out) {
     return invalid(fn, std::string(v.a_name) + " has " + std::to_string(v.a.shape[v.a.ndim - 2]) +
                            " blocks per row (K=" + std::to_string(ka) + ") but " + v.b_name + " has " +
                            std::to_string(v.b.shape[v.b.ndim - 2]) + " (K=" + std::to_string(kb) + ")");
-  const int64_t m = product(v.a, 2), n = product(v.b, 2);
+  const int64_t m = blocked_rows(v.a, v.a_format), n = blocked_rows(v.b, v.b_format);
   if (v.k >= 0 && v.k % ta.block_size != 0)
     return invalid(fn, "K=" + std::to_string(v.k) + " is not a multiple of " + std::to_string(ta.block_size) +
                            ", the " + ta.name + " block size");
@@ -539,8 +543,8 @@ Status to_args(const GemmViews& v, const TensorView* out, GemmArgs* g) {
       if (Status s = detail::check_output(fn, *out, spec, v.a.device); !s.ok()) return s;
       g->c = out->data;
     }
-    g->a = {v.a.data, v.a_format, product(v.a, 2), k, al.row_stride, {}, {}};
-    g->b = {v.b.data, v.b_format, product(v.b, 2), k, bl.row_stride, {}, {}};
+    g->a = {v.a.data, v.a_format, blocked_rows(v.a, v.a_format), k, al.row_stride, {}, {}};
+    g->b = {v.b.data, v.b_format, blocked_rows(v.b, v.b_format), k, bl.row_stride, {}, {}};
   }
   const int64_t m = g->a.rows, n = g->b.rows;
   g->c_dtype = v.out_dtype;

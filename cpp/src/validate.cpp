@@ -25,6 +25,9 @@ Status check_rows_k(const char* fn, const char* what, const FormatTraits& t, int
   if (k % t.block_size != 0 && !t.pads_k)
     return invalid(fn, "K=" + num(k) + " is not a multiple of " + num(t.block_size) + ", the " + t.name +
                            " block size");
+  if (rows % t.rows_per_block != 0)
+    return invalid(fn, std::string(what) + ": " + num(rows) + " rows are not a multiple of " +
+                           num(t.rows_per_block) + ", the rows of one " + t.name + " block");
   // The last byte addressed must be representable: rows * row bytes < 2^63.
   const int64_t rb = row_bytes(t, k);
   if (rows > 0 && rb > 0 && rows > std::numeric_limits<int64_t>::max() / 4 / rb)
@@ -72,7 +75,7 @@ Status check_operand(const char* fn, const char* arg, const Operand& op) {
   if (op.rows == 0 || op.k == 0) return {};
   if (op.data == nullptr) return invalid(fn, std::string(arg) + " must not be null");
   const int64_t rb = row_bytes(t, op.k);
-  if (op.block_stride != 0 && op.block_stride != t.bytes_per_block) {
+  if (op.block_stride != 0 && op.block_stride != t.bytes_per_block && t.rows_per_block == 1) {
     // Blocks strided along K (a [K, N] matrix read as N rows): (row, block)
     // must map to distinct bytes, i.e. one stride steps over the other's extent.
     const int64_t nb = row_blocks(t, op.k);
@@ -83,20 +86,16 @@ Status check_operand(const char* fn, const char* arg, const Operand& op) {
                              num(op.block_stride) + " bytes make its elements overlap; pass a contiguous array");
     return {};
   }
-  if (op.rows > 1 && op.row_stride < rb)
+  if (t.rows_per_block > 1 && op.block_stride != 0 && op.block_stride != t.bytes_per_block)
+    return invalid(fn, std::string(arg) + ": " + t.name + " blocks must be contiguous along K (block stride " +
+                           num(t.bytes_per_block) + " bytes, got " + num(op.block_stride) + ")");
+  if (stored_rows(t, op.rows) > 1 && op.row_stride < rb)
     return invalid(fn, std::string(arg) + " row stride " + num(op.row_stride) + " bytes is less than a row of " +
                            t.name + " blocks (" + num(rb) + " bytes for K=" + num(op.k) +
                            "); rows would overlap: pass row_stride >= " + num(rb));
   return {};
 }
 
-Span operand_span(const Operand& op) {
-  const FormatTraits& t = format_traits(op.format);
-  if (op.block_stride != 0 && op.block_stride != t.bytes_per_block && op.rows > 0 && op.k > 0)
-    return span_of(op.data, 1, 0,
-                   (op.rows - 1) * op.row_stride + (row_blocks(t, op.k) - 1) * op.block_stride + t.bytes_per_block);
-  return span_of(op.data, op.rows, op.row_stride, row_bytes(t, op.k));
-}
 
 // Integer x integer GEMMs accumulate in int32: the largest K whose sum
 // cannot overflow, from the formats' code ranges and the zero points.
@@ -170,6 +169,14 @@ Span span_of(const void* p, int64_t rows, int64_t row_stride_bytes, int64_t row_
 }
 bool overlaps(Span a, Span b) { return a.lo < b.hi && b.lo < a.hi && a.hi > a.lo && b.hi > b.lo; }
 
+Span operand_span(const Operand& op) {
+  const FormatTraits& t = format_traits(op.format);
+  if (op.block_stride != 0 && op.block_stride != t.bytes_per_block && op.rows > 0 && op.k > 0)
+    return span_of(op.data, 1, 0,
+                   (op.rows - 1) * op.row_stride + (row_blocks(t, op.k) - 1) * op.block_stride + t.bytes_per_block);
+  return span_of(op.data, stored_rows(t, op.rows), op.row_stride, row_bytes(t, op.k));
+}
+
 std::string shape_string(const int64_t* shape, int ndim) {
   std::string s = "[";
   for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + num(shape[i]);
@@ -242,7 +249,9 @@ Status check_scopes(const char* fn, const FormatTraits& t, Granularity g, int64_
 Status check_quantize_args(const QuantizeArgs& a, bool need_output) {
   const FormatTraits& t = format_traits(a.format);
   const char* fn = a.fn ? a.fn : t.quantize_fn;
-  if (!t.quantizable) return invalid(fn, std::string("qg cannot quantize to ") + t.name);
+  if (!t.quantizable)
+    return invalid(fn, std::string("qg cannot quantize to ") + t.name +
+                           (t.rows_per_block > 1 ? "; quantize to q4_0, then convert with qg.repack" : ""));
   if (!is_float_dtype(a.x_dtype))
     return type_error(fn, std::string("x must be float32, float16 or bfloat16, got ") + dtype_name(a.x_dtype));
   if (Status s = check_rows_k(fn, "x", t, a.rows, a.k); !s.ok()) return s;

@@ -22,6 +22,8 @@ struct Span {
 };
 Span span_of(const void* p, int64_t rows, int64_t row_stride_bytes, int64_t row_bytes);
 bool overlaps(Span a, Span b);
+// The bytes an operand's data covers (its rows, or q4_0x16's groups of them).
+Span operand_span(const Operand& op);
 
 // Raw-pointer arguments: sizes, strides, pointers, dtypes, overlap.
 // need_output=false (explain) skips the checks on the output.

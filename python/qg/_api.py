@@ -25,7 +25,9 @@ from ._args import int_arg
 Q4_0, Q8_0, Q8_1 = 0, 1, 2
 I8, I4, I4X8 = 3, 4, 5  # integer codes, scales kept outside
 F16, BF16, F32 = 6, 7, 8  # plain floats (activations of weight-only GEMMs)
+Q4_0X16 = 9  # Q4_0 rows in groups of 16 (qg.repack; the CPU kernels' layout)
 FORMATS = {"q4_0": Q4_0, "q8_0": Q8_0, "q8_1": Q8_1}
+_REPACK_FORMATS = {"q4_0": Q4_0, "q4_0x16": Q4_0X16}
 INT_FORMATS = {"i8": I8, "i4": I4, "i4x8": I4X8}
 FLOAT_FORMATS = {"float16": F16, "bfloat16": BF16, "float32": F32}
 # Granularity ids: the C++ enum's values (qg/ops.h).
@@ -69,7 +71,7 @@ def _convention(convention, fn: str) -> int:
 
 
 _FLOAT_IN = "float32, float16 or bfloat16"
-_FORMAT_NAMES = {v: k for k, v in FORMATS.items()}
+_FORMAT_NAMES = {**{v: k for k, v in FORMATS.items()}, Q4_0X16: "q4_0x16"}
 _FLAT_EXPECT = {
     I8: "int8 (i8 codes)",
     I4: "uint8 (i4 codes, two per byte)",
@@ -425,6 +427,42 @@ def dequantize_q8_1(xq, K=None, *, out=None, stream=None):
     return _run_dequantize(_DEQUANTIZE["q8_1"], xq, K, out, stream)
 
 
+_GEMM_Q4_0X16_Q8_1 = _Op("gemm", "qg.gemm_q4_0_q8_1", a_fmt=Q4_0X16, b_fmt=Q8_1, a_name="weight_q",
+                         b_name="activation_q")
+_Q4_0X16_BYTES = 288
+
+
+def _is_x16(weight_q) -> bool:
+    """A weight of qg.repack's q4_0x16 layout: [M // 16, K // 32, 288] (Q4_0's last dim is 18)."""
+    shape = getattr(weight_q, "shape", None)
+    return shape is not None and len(shape) >= 1 and shape[-1] == _Q4_0X16_BYTES
+
+
+def repack(weight_q, to: str):
+    """The same Q4_0 blocks in another layout, exactly: to="q4_0x16" takes Q4_0
+    uint8 [..., K//32, 18] whose rows (the product of the leading dims) are a
+    multiple of 16 and returns uint8 [rows // 16, K//32, 288]; to="q4_0" turns
+    that back into [rows, K//32, 18].
+
+    q4_0x16 holds 16 rows' blocks at one K position together (per block: 4 x 16
+    x 4 code bytes, code byte j of row r at [j // 4][r][j % 4], then the 16 fp16
+    scales), the layout qg's CPU kernels read in one stream: gemm_q4_0_q8_1 and
+    linear_q4_0 take it as weight_q. A load-time step for CPU (host) arrays.
+    """
+    fn = "qg.repack"
+    if not isinstance(to, str) or to not in _REPACK_FORMATS:
+        raise ValueError(f"{fn}: to must be 'q4_0x16' or 'q4_0', got {to!r}")
+    src = "q4_0" if to == "q4_0x16" else "q4_0x16"
+    src_fmt, dst_fmt = _REPACK_FORMATS[src], _REPACK_FORMATS[to]
+    w = fw.where(weight_q, fn, "weight_q")
+    xin, _ = fw.prepare_input(weight_q, w, fn, "weight_q", f"uint8 (packed {src} blocks)")
+    with fw.device_context(w):
+        shape, dtype = _core(fn, _qg.repack_spec, src_fmt, dst_fmt, xin, fn, names=("weight_q",))
+        result = fw.empty(w, shape, dtype)
+        _core(fn, _qg.repack, src_fmt, dst_fmt, xin, result, fn, names=("weight_q", "out"))
+    return fw.finish(result, w, None)
+
+
 def gemm_q4_0_q8_1(weight_q, activation_q, M=None, N=None, K=None, *, out=None, stream=None):
     """C[M, N] = W[M, K] @ A[N, K]^T with W in Q4_0 and A in Q8_1, float32 out.
 
@@ -433,11 +471,15 @@ def gemm_q4_0_q8_1(weight_q, activation_q, M=None, N=None, K=None, *, out=None, 
     M, N, K may be omitted; when given they are checked against the shapes.
     C[m, n] = sum over blocks b of fp32(d_w) * fp32(d_a) * sum_i (w_i - 8) * a_i,
     the integer part exact; the Q8_1 sum field s is not used.
+    weight_q may also be qg.repack(w, "q4_0x16"): uint8 [M // 16, K // 32, 288]
+    on the CPU, the same products summed as the Q4_0 panel kernels sum them.
     """
-    return _run_gemm(_GEMM_Q4_0_Q8_1, weight_q, activation_q, M, N, K, out, stream)
+    op = _GEMM_Q4_0X16_Q8_1 if _is_x16(weight_q) else _GEMM_Q4_0_Q8_1
+    return _run_gemm(op, weight_q, activation_q, M, N, K, out, stream)
 
 
 _LINEAR_Q4_0 = _Op("gemm", "qg.linear_q4_0", a_fmt=Q4_0, b_fmt=Q8_1, a_name="weight_q", b_name="x")
+_LINEAR_Q4_0X16 = _Op("gemm", "qg.linear_q4_0", a_fmt=Q4_0X16, b_fmt=Q8_1, a_name="weight_q", b_name="x")
 _LINEAR_Q4_0_QUANTIZE = _Op("quantize", "qg.linear_q4_0", fmt=Q8_1)
 
 
@@ -445,7 +487,9 @@ def linear_q4_0(x, weight_q, bias=None, *, stream=None):
     """y = x @ W^T + bias with W in Q4_0: the call a model's linear layer makes.
 
     x: float32, float16 or bfloat16 [..., K] activations; weight_q: Q4_0 uint8
-    [M, K//32, 18] (M = product of its leading dims); bias: [M] float or None.
+    [M, K//32, 18] (M = product of its leading dims), or on the CPU the
+    q4_0x16 layout qg.repack makes of it ([M//16, K//32, 288]: faster
+    decode, the same products); bias: [M] float or None.
     Returns [..., M] in x's dtype (torch.nn.functional.linear's orientation).
     x is quantized to Q8_1 (ggml's reference rounding), multiplied exactly as
     gemm_q4_0_q8_1 does, and the bias add and the cast to x's dtype happen in
@@ -461,7 +505,8 @@ def linear_q4_0(x, weight_q, bias=None, *, stream=None):
     dtype = _linear_q4_0_x_dtype(x)
     shape = tuple(x.shape)
     xq = _run_quantize(_LINEAR_Q4_0_QUANTIZE, x, None, stream)
-    y = _run_gemm(_LINEAR_Q4_0, weight_q, xq, None, None, None, None, stream, _Epilogue(bias, dtype, True))
+    op = _LINEAR_Q4_0X16 if _is_x16(weight_q) else _LINEAR_Q4_0
+    y = _run_gemm(op, weight_q, xq, None, None, None, None, stream, _Epilogue(bias, dtype, True))
     return y.reshape(*shape[:-1], y.shape[-1])
 
 
@@ -487,7 +532,7 @@ def _linear_q4_0_plan(x, weight_q, bias=None):
     chosen warpgroup kernel quantizes x itself in the call."""
     dtype = _linear_q4_0_x_dtype(x)
     xq = _run_quantize(_LINEAR_Q4_0_QUANTIZE, x, None, None)
-    return _LINEAR_Q4_0, weight_q, xq, None, _Epilogue(bias, dtype, True), None
+    return _LINEAR_Q4_0X16 if _is_x16(weight_q) else _LINEAR_Q4_0, weight_q, xq, None, _Epilogue(bias, dtype, True), None
 
 
 # -------------------------------------------------------------------- explain
@@ -545,6 +590,8 @@ def explain(op, *arrays, **kwargs) -> Explanation:
         plan = _GEMM_PLANS.get(op)
     except TypeError:  # unhashable
         spec = plan = None
+    if spec is _GEMM_Q4_0_Q8_1 and arrays and _is_x16(arrays[0]):
+        spec = _GEMM_Q4_0X16_Q8_1
     if plan is not None:
         gop, a, b, k, epi, _ = plan(*arrays, **kwargs)
         d = _explain_gemm(gop, a, b, k, epi)

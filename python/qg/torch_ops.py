@@ -180,7 +180,7 @@ def _operand_rows_k(fn: str, arg: str, x, fmt: int, k_major: bool, k_given: int)
     t = _TRAITS[fmt]
     if t["blocked_view"]:
         _check_packed(fn, arg, x, t["name"])
-        return _rows(x, 2), x.shape[-2] * t["block_size"]
+        return _rows(x, 2) * t["rows_per_block"], x.shape[-2] * t["block_size"]
     if x.dtype != _TORCH_DTYPES[t["storage"]]:
         raise TypeError(f"{fn}: {arg} must be {t['storage']} ({t['name']} codes), got {_dtype_name(x.dtype)}")
     need = 2 if k_major else 1

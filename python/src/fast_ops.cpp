@@ -212,7 +212,11 @@ nb::object linear_q4_0(nb::handle x, nb::handle weight_q, nb::handle bias, const
   // does the Python steps' intermediate Q8_1 array.
   TensorView xq;
   const nb::object workspace = allocate(api, fn, xq_spec, device, &xq);
-  GemmViews v = gemm_views(static_cast<int>(Format::q4_0), static_cast<int>(Format::q8_1), wv, xq, -1, -1, -1, fn,
+  // [M / 16, K / 32, 288]: a weight qg.repack made q4_0x16 (CPU kernels).
+  const Format w_fmt =
+      wv.ndim >= 1 && wv.shape[wv.ndim - 1] == format_traits(Format::q4_0x16).bytes_per_block ? Format::q4_0x16
+                                                                                              : Format::q4_0;
+  GemmViews v = gemm_views(static_cast<int>(w_fmt), static_cast<int>(Format::q8_1), wv, xq, -1, -1, -1, fn,
                            "weight_q", "x");
   set_epilogue(&v, has_bias ? &biasv : nullptr, dtype, true);
   throw_if_error(result_spec(v, &spec));  // [N, M]
@@ -223,7 +227,8 @@ nb::object linear_q4_0(nb::handle x, nb::handle weight_q, nb::handle bias, const
   fast::fill_linear(&a, xv, spec, y, v.out_dtype, has_bias ? &biasv : nullptr, relu, fn);
   a.xq_workspace = xq.data;
   a.weight_q = wv.data;
-  a.weight_row_stride = row_bytes(format_traits(Format::q4_0), a.k);
+  a.weight_format = w_fmt;
+  a.weight_row_stride = row_bytes(format_traits(w_fmt), a.k);
   const Stream stream = current_stream(api, device);
   throw_if_error(run_released(device, [&] { return qg::linear_q4_0(a, stream); }));
   return result;

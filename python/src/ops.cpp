@@ -208,6 +208,23 @@ void bind_ops(nb::module_& m) {
       "fmt"_a, "xq"_a, "k"_a, "out"_a.noconvert(), "stream"_a, "fn"_a, "granularity"_a = 0, "group_size"_a = 0,
       "scales"_a.none() = nb::none(), "zero_points"_a.none() = nb::none());
   m.def(
+      "repack_spec",
+      [](int from, int to, const InArray& x, const char* fn) {
+        RepackViews v{format_from(from), format_from(to), to_view(x, fn, "x"), fn};
+        ResultSpec spec;
+        throw_if_error(result_spec(v, &spec));
+        return spec_tuple(spec);
+      },
+      "from_fmt"_a, "to_fmt"_a, "x"_a, "fn"_a);
+  m.def(
+      "repack",
+      [](int from, int to, const InArray& x, const OutArray& out, const char* fn) {
+        RepackViews v{format_from(from), format_from(to), to_view(x, fn, "x"), fn};
+        const TensorView ov = to_view(out, fn);
+        throw_if_error(run_released(ov.device, [&] { return repack(v, ov); }));
+      },
+      "from_fmt"_a, "to_fmt"_a, "x"_a, "out"_a.noconvert(), "fn"_a);
+  m.def(
       "gemm_spec",
       [](int a_fmt, int b_fmt, const InArray& a, const InArray& b, int64_t M, int64_t N, int64_t K,
          const char* fn, const char* a_name, const char* b_name, QG_GEMM_EXTRA_PARAMS) {
@@ -272,6 +289,7 @@ void bind_ops(nb::module_& m) {
     d["quantizable"] = t.quantizable;
     d["storage"] = std::string(dtype_name(t.storage));
     d["blocked_view"] = t.blocked_view;
+    d["rows_per_block"] = t.rows_per_block;
     d["pads_k"] = t.pads_k;
     d["has_zero_point"] = t.has_zero_point;
     d["outside_scales"] = t.scale_place == ScalePlace::outside;

@@ -18,9 +18,31 @@
 #include <string>
 #include <vector>
 
+#include <algorithm>
+
+#include "backend.h"
 #include "test_util.h"
 
 namespace qgtest::cpu_simd {
+
+// Whether the CPU registry's kernel `name` runs here (its ISA on this CPU,
+// under QG_CPU_ISA); why not, if not.
+inline bool kernel_runs_here(const std::string& name, std::string* why) {
+  const qg::detail::GemmKernel* k = find_gemm_kernel(qg::detail::cpu::registry(), name);
+  if (!k) {
+    *why = "the CPU registry has no kernel named " + name;
+    return false;
+  }
+  return gemm_kernel_runs_on(*k, qg::Device::cpu(), why);
+}
+
+// A test's N values each raised to a kernel's least N, without repeats.
+inline std::vector<int64_t> at_least(std::vector<int64_t> ns, int64_t min_n) {
+  for (int64_t& n : ns) n = std::max(n, min_n);
+  std::sort(ns.begin(), ns.end());
+  ns.erase(std::unique(ns.begin(), ns.end()), ns.end());
+  return ns;
+}
 
 // fn(rng, m, n, k) at every K x M x N (in that order; case i's rng seeded
 // seed_base + i); stops at the first failure.

@@ -33,17 +33,9 @@
 
 namespace {
 
+using qgtest::cpu_simd::kernel_runs_here;
 using qgtest::f2u;
 using qgtest::GemmCase;
-
-bool kernel_runs_here(const std::string& name, std::string* why) {
-  const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cpu::registry(), name);
-  if (!k) {
-    *why = "the CPU registry has no kernel named " + name;
-    return false;
-  }
-  return qgtest::gemm_kernel_runs_on(*k, qg::Device::cpu(), why);
-}
 
 int64_t min_n_of(const std::string& name) {
   if (name == "cpu_amx") return qg::detail::cpu::kQ4AmxMinN;
@@ -53,10 +45,7 @@ int64_t min_n_of(const std::string& name) {
 // The N of a test's shapes that `name` takes: each raised to its least N,
 // without repeats.
 std::vector<int64_t> ns_for(const std::string& name, std::vector<int64_t> ns) {
-  for (int64_t& n : ns) n = std::max(n, min_n_of(name));
-  std::sort(ns.begin(), ns.end());
-  ns.erase(std::unique(ns.begin(), ns.end()), ns.end());
-  return ns;
+  return qgtest::cpu_simd::at_least(std::move(ns), min_n_of(name));
 }
 
 class CpuPanel : public ::testing::TestWithParam<std::string> {

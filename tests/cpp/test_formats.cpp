@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "qg/qg.h"
 #include "quant_block.h"
@@ -64,7 +65,7 @@ TEST(Formats, TraitsTable) {
       {qg::Format::q8_0, "q8_0", 32, 34, 8, true, 0, qg::Packing::bytes, false},
       {qg::Format::q8_1, "q8_1", 32, 36, 8, true, 0, qg::Packing::bytes, true},
   };
-  ASSERT_EQ(qg::kFormatCount, 9);
+  ASSERT_EQ(qg::kFormatCount, 10);
   for (const auto& e : table) {
     const qg::FormatTraits& t = qg::format_traits(e.f);
     SCOPED_TRACE(e.name);
@@ -89,6 +90,7 @@ TEST(Formats, TraitsTable) {
     EXPECT_EQ(qg::row_bytes(t, 32 * 5), 5 * e.bytes);
     EXPECT_TRUE(t.blocked_view);
     EXPECT_EQ(t.storage, qg::DType::u8);
+    EXPECT_EQ(t.rows_per_block, 1);
     qg::Format back;
     ASSERT_TRUE(qg::format_from_name(e.name, &back));
     EXPECT_EQ(back, e.f);
@@ -96,6 +98,40 @@ TEST(Formats, TraitsTable) {
   qg::Format f;
   EXPECT_FALSE(qg::format_from_name("q4_1", &f));
   EXPECT_FALSE(qg::format_from_name(nullptr, &f));
+}
+
+// q4_0x16: 16 Q4_0 rows' blocks at one K position in one 288-byte block
+// (made by qg::repack only: not quantizable), viewed [rows / 16, K / 32, 288].
+TEST(Formats, Q4_0x16Row) {
+  const qg::FormatTraits& t = qg::format_traits(qg::Format::q4_0x16);
+  EXPECT_STREQ(t.name, "q4_0x16");
+  EXPECT_EQ(t.block_size, 32);
+  EXPECT_EQ(t.bytes_per_block, 16 * 18);
+  EXPECT_EQ(sizeof(qg::block_q4_0x16), 288u);
+  EXPECT_EQ(offsetof(qg::block_q4_0x16, d), 256u);
+  EXPECT_EQ(t.rows_per_block, 16);
+  EXPECT_EQ(t.packing, qg::Packing::nibbles_rows16);
+  EXPECT_EQ(t.code_offset, 8);
+  EXPECT_FALSE(t.quantizable);
+  EXPECT_TRUE(t.blocked_view);
+  EXPECT_EQ(qg::stored_rows(t, 64), 4);
+  qg::Format back;
+  ASSERT_TRUE(qg::format_from_name("q4_0x16", &back));
+  EXPECT_EQ(back, qg::Format::q4_0x16);
+  // Quantizing straight to it is refused with the way to make it.
+  std::vector<float> x(32);
+  std::vector<uint8_t> y(288 * 16);
+  qg::QuantizeArgs q;
+  q.format = qg::Format::q4_0x16;
+  q.x = x.data();
+  q.rows = 16;
+  q.k = 32;
+  q.x_row_stride = 32;
+  q.y = y.data();
+  q.y_row_stride = 288;
+  const qg::Status s = qg::quantize(q);
+  EXPECT_EQ(s.code(), qg::StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("qg.repack"), std::string::npos) << s.message();
 }
 
 // The integer family keeps its scales outside the codes and is viewed as

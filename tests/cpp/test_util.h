@@ -575,8 +575,12 @@ inline std::string param_name(const ::testing::TestParamInfo<std::string>& info)
 
 class GemmKernelTester {
  public:
-  GemmKernelTester(const qg::detail::Registry& registry, std::string name, Memory& mem, qg::Stream stream = nullptr)
-      : name_(std::move(name)), mem_(mem), stream_(stream) {
+  // weight_format: the layout the kernel gets W in. A case's a always holds
+  // Q4_0 rows (what the reference reads and tests edit); for q4_0x16 the
+  // tester hands the kernel qg::repack's groups of them (M a multiple of 16).
+  GemmKernelTester(const qg::detail::Registry& registry, std::string name, Memory& mem, qg::Stream stream = nullptr,
+                   qg::Format weight_format = qg::Format::q4_0)
+      : name_(std::move(name)), mem_(mem), stream_(stream), weight_format_(weight_format) {
     if (name_ != "dispatch") kernel_ = find_gemm_kernel(registry, name_);
   }
   const std::string& name() const { return name_; }
@@ -594,11 +598,13 @@ class GemmKernelTester {
       ADD_FAILURE() << "no kernel named " << name_ << " in the registry";
       return false;
     }
-    MemBytes a(mem_, c.a, c.a_offset), b(mem_, c.b, c.b_offset), cbuf(mem_, c.c_init, c.c_offset);
+    int64_t a_stride = c.a_stride;
+    const std::vector<uint8_t> a_bytes = weight_bytes(c, weight_format_, &a_stride);
+    MemBytes a(mem_, a_bytes, c.a_offset), b(mem_, c.b, c.b_offset), cbuf(mem_, c.c_init, c.c_offset);
     MemBytes rs(mem_, as_bytes(c.row_scale), c.scale_offset), cs(mem_, as_bytes(c.col_scale), c.scale_offset);
     MemBytes bias(mem_, c.bias, c.bias_offset);
     qg::GemmArgs g;
-    g.a = {a.ptr(), qg::Format::q4_0, c.m, c.k, c.a_stride, {}, {}};
+    g.a = {a.ptr(), weight_format_, c.m, c.k, a_stride, {}, {}};
     g.b = {b.ptr(), qg::Format::q8_1, c.n, c.k, c.b_stride, {}, {}};
     g.c = cbuf.ptr() + kCFront;
     g.c_dtype = c.c_dtype;
@@ -637,10 +643,30 @@ class GemmKernelTester {
     EXPECT_TRUE(s.ok()) << name_ << ": " << qg::status_code_name(s.code()) << ": " << s.message() << " ("
                         << c.describe() << ")";
     c.c_out = cbuf.read();
-    EXPECT_EQ(a.read(), c.a) << name_ << " wrote to its input a";
+    EXPECT_EQ(a.read(), a_bytes) << name_ << " wrote to its input a";
     EXPECT_EQ(b.read(), c.b) << name_ << " wrote to its input b";
     ++ran_;
     return s.ok();
+  }
+
+  // W as the kernel gets it: c.a, or its q4_0x16 groups, made by
+  // qg::repack on the host; a group's stride carries the case's row padding
+  // (a_stride past its blocks). stride: bytes between stored rows.
+  static std::vector<uint8_t> weight_bytes(const GemmCase& c, qg::Format format, int64_t* stride) {
+    if (format != qg::Format::q4_0x16) return c.a;
+    const int64_t group = c.k / 32 * 288 + (c.m > 1 ? c.a_stride - c.k / 32 * 18 : 0);
+    std::vector<uint8_t> x16(static_cast<size_t>(c.m / 16 * group), 0xA5);
+    qg::RepackArgs r;
+    r.x = c.a.data();
+    r.rows = c.m;
+    r.k = c.k;
+    r.x_row_stride = c.a_stride;
+    r.y = x16.data();
+    r.y_row_stride = group;
+    const qg::Status s = qg::repack(r);
+    EXPECT_TRUE(s.ok()) << "qg::repack: " << s.message() << " (" << c.describe() << ")";
+    *stride = group;
+    return x16;
   }
 
   // Runs c and checks it against the reference; false when refused.
@@ -655,6 +681,7 @@ class GemmKernelTester {
   const qg::detail::GemmKernel* kernel_ = nullptr;
   Memory& mem_;
   qg::Stream stream_;
+  qg::Format weight_format_;
   int ran_ = 0, refused_ = 0;
   std::string refusals_;
 };

@@ -168,6 +168,25 @@ struct DequantizeArgs {
 Status quantize(const QuantizeArgs& args, Stream stream = nullptr);
 Status dequantize(const DequantizeArgs& args, Stream stream = nullptr);
 
+// ------------------------------------------------------------------- repack
+// The same blocks in another layout of one format: q4_0 rows <-> q4_0x16
+// groups of 16 rows (formats.h), exact both ways (every byte moved, none
+// changed). rows: the weight's rows, a multiple of 16; k a multiple of 32.
+// Strides in bytes between stored rows of each side (a q4_0 row, a q4_0x16
+// group). Host memory only: q4_0x16 is the layout of qg's CPU kernels.
+struct RepackArgs {
+  Format from = Format::q4_0;
+  Format to = Format::q4_0x16;
+  const void* x = nullptr;
+  int64_t rows = 0, k = 0, x_row_stride = 0;
+  void* y = nullptr;
+  int64_t y_row_stride = 0;
+  Device device;
+  const char* fn = nullptr;        // default "qg.repack"
+};
+
+Status repack(const RepackArgs& args);
+
 // ------------------------------------------------------------------- linear
 // A model's linear layer with Q4_0 weights: y[n, m] = x[n] . W[m]^T + bias[m].
 // x is quantized to Q8_1 (the reference convention), then multiplied as
@@ -183,8 +202,9 @@ struct LinearQ4_0Args {
   DType x_dtype = DType::f32;
   int64_t n = 0, k = 0, x_row_stride = 0;
   void* xq_workspace = nullptr;    // n * (k / 32) * 36 bytes on `device`, caller-owned scratch
-  const void* weight_q = nullptr;  // [m, k / 32] Q4_0 blocks
-  int64_t m = 0, weight_row_stride = 0;
+  const void* weight_q = nullptr;  // [m, k / 32] Q4_0 blocks, or [m / 16, k / 32] q4_0x16 (CPU)
+  int64_t m = 0, weight_row_stride = 0;  // bytes between stored rows (q4_0x16: groups of 16)
+  Format weight_format = Format::q4_0;   // q4_0 or q4_0x16
   void* y = nullptr;               // [n, m], row n at y + n * ldy
   DType y_dtype = DType::f32;      // f32, f16 or bf16
   int64_t ldy = 0;
@@ -306,6 +326,15 @@ struct GemmViews {
   int64_t group_size = 0;
 };
 
+// x [..., K / 32, bytes of `from`] -> [rows / 16, K / 32, 288] (to q4_0x16,
+// rows = the product of x's leading dims) or [rows, K / 32, 18] (to q4_0).
+struct RepackViews {
+  Format from = Format::q4_0;
+  Format to = Format::q4_0x16;
+  TensorView x;
+  const char* fn = nullptr;        // default "qg.repack"
+};
+
 Status result_spec(const QuantizeViews& v, ResultSpec* out);
 // The shape of an integer quantization's scales (and zero points).
 Status scales_spec(const QuantizeViews& v, ResultSpec* out);
@@ -315,6 +344,8 @@ Status quantize(const QuantizeViews& v, const TensorView& out, Stream stream = n
 Status quantize(const QuantizeViews& v, const QuantizeOutputs& out, Stream stream = nullptr);
 Status dequantize(const DequantizeViews& v, const TensorView& out, Stream stream = nullptr);
 Status gemm(const GemmViews& v, const TensorView& out, Stream stream = nullptr);
+Status result_spec(const RepackViews& v, ResultSpec* out);
+Status repack(const RepackViews& v, const TensorView& out);
 
 // ------------------------------------------------------------------ explain
 // Which kernel a call with these arguments would run, and why each other

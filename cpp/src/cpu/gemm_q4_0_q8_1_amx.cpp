@@ -125,7 +125,9 @@ extern const PanelKernels kAmxPanel = {
      amx_panel_times_cols<5>, amx_panel_times_cols<6>, amx_panel_times_cols<7>, amx_panel_times_cols<8>,
      amx_panel_times_cols<9>, amx_panel_times_cols<10>, amx_panel_times_cols<11>, amx_panel_times_cols<12>,
      amx_panel_times_cols<13>, amx_panel_times_cols<14>, amx_panel_times_cols<15>, amx_panel_times_cols<16>},
-    8};  // eight A groups a pack: the pack costs about one pass
+    8,  // eight A groups a pack: the pack costs about one pass
+    {},
+    pack_x16<true>};
 
 }  // namespace qg::detail::cpu::q4q8
 

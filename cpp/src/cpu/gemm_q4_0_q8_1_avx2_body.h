@@ -54,6 +54,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <utility>
 
 #include "cpu/float_elem.h"
 #include "cpu/gemm_q4_0_q8_1_simd.h"
@@ -262,13 +263,42 @@ void pack_panel(const uint8_t* const* w0, int64_t nb, int64_t next, uint8_t* pan
 // order, so the same bits as cpu_avx512_vnni_panel. At most four A rows a
 // pass: their int16 and fp32 sums, the panel vector, the broadcast and the
 // scales fill 13 of the 16 ymm registers.
-template <int NC, int J0, int NJ>
+//
+// Blocks: where the pass finds half h of a block's code vector c (eight
+// rows' unsigned nibbles) and those rows' fp32 scales: a packed panel, or a
+// q4_0x16 group in place (nibbles split, fp16 scales widened as they load:
+// the same values, so the same integers, products and bits).
+struct PanelBlocks {
+  static constexpr int64_t kBytes = kPanelBlockBytes;
+  [[gnu::always_inline]] static __m256i codes(const uint8_t* p, int half, int c) {
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 * half + 64 * c));
+  }
+  [[gnu::always_inline]] static __m256 scales(const uint8_t* p, int half) {
+    return _mm256_load_ps(reinterpret_cast<const float*>(p + 512 + 32 * half));
+  }
+};
+struct X16Blocks {
+  static constexpr int64_t kBytes = kX16BlockBytes;
+  [[gnu::always_inline]] static __m256i codes(const uint8_t* p, int half, int c) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * half + 64 * (c & 3)));
+    return _mm256_and_si256(c < 4 ? q : _mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0F));
+  }
+  // Once a block and pass: its 4.5 lines prefetched kPrefetchBytes ahead
+  // (a group streams from memory in one pass at small N).
+  [[gnu::always_inline]] static __m256 scales(const uint8_t* p, int half) {
+#pragma GCC unroll 5
+    for (int i = 0; i < 5; ++i) __builtin_prefetch(p + kX16PrefetchBytes + 64 * i, 0, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 256 + 16 * half)));
+  }
+};
+
+template <int NC, int J0, int NJ, class Blocks>
 void half_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, int half, float (*out)[kPanelRows]) {
   constexpr int64_t kGroupBlockBytes = panel_group_block_bytes(NC);
-  const uint8_t* ph = panel + 32 * half;
+  const uint8_t* ph = panel;
   __m256 acc[NJ];
   for (int j = 0; j < NJ; ++j) acc[j] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, ph += kPanelBlockBytes, group += kGroupBlockBytes) {
+  for (int64_t b = 0; b < nb; ++b, ph += Blocks::kBytes, group += kGroupBlockBytes) {
     __m256i t[NJ];
 #if QG_Q4_AVX2_VNNI
     // vpdpbusd adds each lane's four products into an int32 sum: two chains
@@ -283,7 +313,7 @@ void half_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, int
     }
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
-      const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ph + 64 * c));
+      const __m256i wv = Blocks::codes(ph, half, c);
 #pragma GCC unroll 4
       for (int j = 0; j < NJ; ++j) {
         __m256i& sum = c % 2 == 0 ? t[j] : u[j];
@@ -296,7 +326,7 @@ void half_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, int
     const __m256i ones16 = _mm256_set1_epi16(1);
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
-      const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ph + 64 * c));
+      const __m256i wv = Blocks::codes(ph, half, c);
 #pragma GCC unroll 4
       for (int j = 0; j < NJ; ++j) {
         const __m256i m = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(load_i32(group + 32 * (J0 + j) + 4 * c)));
@@ -311,7 +341,7 @@ void half_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, int
       t[j] = _mm256_add_epi32(_mm256_madd_epi16(t[j], ones16),
                               _mm256_set1_epi32(load_i32(group + NC * 32 + 4 * (J0 + j))));
 #endif
-    const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(ph + 512));
+    const __m256 dw = Blocks::scales(ph, half);
 #pragma GCC unroll 4
     for (int j = 0; j < NJ; ++j) {
       const __m256i s = t[j];
@@ -329,27 +359,25 @@ constexpr int kPassCols = 4;
 constexpr int passes(int nc) { return (nc + kPassCols - 1) / kPassCols; }
 constexpr int pass_start(int nc, int i) { return i * (nc / passes(nc)) + (i < nc % passes(nc) ? i : nc % passes(nc)); }
 
-template <int NC, int I>
+template <int NC, int I, class Blocks>
 void passes_from(const uint8_t* panel, int64_t nb, const uint8_t* group, int half, float (*out)[kPanelRows]) {
   constexpr int j0 = pass_start(NC, I), nj = pass_start(NC, I + 1) - j0;
-  half_times_cols<NC, j0, nj>(panel, nb, group, half, out);
-  if constexpr (I + 1 < passes(NC)) passes_from<NC, I + 1>(panel, nb, group, half, out);
+  half_times_cols<NC, j0, nj, Blocks>(panel, nb, group, half, out);
+  if constexpr (I + 1 < passes(NC)) passes_from<NC, I + 1, Blocks>(panel, nb, group, half, out);
 }
 
-template <int NC>
+template <int NC, class Blocks>
 void panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]) {
-  for (int half = 0; half < 2; ++half) passes_from<NC, 0>(panel, nb, group, half, out);
+  for (int half = 0; half < 2; ++half) passes_from<NC, 0, Blocks>(panel, nb, group, half, out);
 }
 
 // The kernel tables, one pair per file that compiles this.
-constexpr PanelKernels panel_kernels() {
-  return {
-    pack_panel,
-    {nullptr, panel_times_cols<1>, panel_times_cols<2>, panel_times_cols<3>, panel_times_cols<4>,
-     panel_times_cols<5>, panel_times_cols<6>, panel_times_cols<7>, panel_times_cols<8>, panel_times_cols<9>,
-     panel_times_cols<10>, panel_times_cols<11>, panel_times_cols<12>, panel_times_cols<13>, panel_times_cols<14>,
-     panel_times_cols<15>, panel_times_cols<16>}};
+template <size_t... I>
+constexpr PanelKernels panel_kernels_of(std::index_sequence<I...>) {
+  return {pack_panel, {nullptr, panel_times_cols<I + 1, PanelBlocks>...}, 0,
+          {nullptr, panel_times_cols<I + 1, X16Blocks>...}, nullptr};
 }
+constexpr PanelKernels panel_kernels() { return panel_kernels_of(std::make_index_sequence<kPanelCols>{}); }
 
 constexpr TileKernels tile_kernels() {
   return {

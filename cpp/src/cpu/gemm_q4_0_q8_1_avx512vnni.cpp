@@ -47,6 +47,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <utility>
 
 #include "cpu/float_elem.h"
 #include "cpu/panel_pack_avx512.h"
@@ -164,30 +165,69 @@ void four_rows_times_one(const uint8_t* const* w0, int64_t next, const uint8_t* 
 
 // ---- the panel path (gemm_q4_0_q8_1_simd.h, PanelKernels) ----
 
-// The panel against NC rows of an A group. Per block and A row: the integer
+// Where a pass finds a block's eight vectors of unsigned nibbles (lane r:
+// W row r) and the 16 rows' scales as fp32: a packed panel, or a q4_0x16
+// group in place (its nibbles split and its fp16 scales widened here: the
+// same values, so the pass's integers and products are the same).
+struct PanelBlocks {
+  static constexpr int64_t kBytes = kPanelBlockBytes;
+  [[gnu::always_inline]] static void load(const uint8_t* p, __m512i* wv, __m512* dw) {
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) wv[c] = _mm512_load_si512(p + c * 64);
+    *dw = _mm512_load_ps(reinterpret_cast<const float*>(p + 512));
+  }
+};
+// A group streams from memory in one pass at small N (decode): each of its
+// 4.5 lines a block is prefetched kPrefetchBytes ahead, running on into the
+// task's next group (adjacent where the groups are packed).
+struct X16Blocks {
+  static constexpr int64_t kBytes = kX16BlockBytes;
+  [[gnu::always_inline]] static void load(const uint8_t* p, __m512i* wv, __m512* dw) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 5
+    for (int i = 0; i < 5; ++i) __builtin_prefetch(p + kX16PrefetchBytes + 64 * i, 0, 2);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m512i q = _mm512_loadu_si512(p + c * 64);
+      wv[c] = _mm512_and_si512(q, low4);
+      wv[4 + c] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+    }
+    *dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 256)));
+  }
+};
+
+// The 16 W rows against NC rows of an A group. Per block and A row: the integer
 // sum starts at -8 * sum a (the nibbles enter unsigned, as in the tiles),
 // eight vpdpbusd add the block's 32 products for all 16 W rows, each against
 // four A codes broadcast from memory ({1to16}: no shuffle, no register), then
 // one convert and one FMA with d_w * d_a. The block's integer sum is at most
 // 2^15 in magnitude, so its conversion is exact. Every A operand sits at a fixed offset
 // from `group` (the interleaved layout), so the unrolled loop needs no
-// pointer per row; NC accumulators, the eight panel vectors and the scales
+// pointer per row; NC accumulators, the eight code vectors and the scales
 // take 25 of the 32 zmm registers at NC = 16.
-template <int NC>
+template <int NC, class Blocks>
 void panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]) {
   __m512 acc[NC];
   for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
   constexpr int64_t kGroupBlockBytes = panel_group_block_bytes(NC);
-  for (int64_t b = 0; b < nb; ++b, panel += kPanelBlockBytes, group += kGroupBlockBytes) {
+  for (int64_t b = 0; b < nb; ++b, panel += Blocks::kBytes, group += kGroupBlockBytes) {
     __m512i wv[8];
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) wv[c] = _mm512_load_si512(panel + c * 64);
-    const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(panel + 512));
+    __m512 dw;
+    Blocks::load(panel, wv, &dw);
 #pragma GCC unroll 16
     for (int j = 0; j < NC; ++j) {
+      // At NC <= 2 a block's eight dependent vpdpbusd (5 cycles each) would
+      // outlast its other work: two chains (even and odd c), added at the end
+      // (the same integer). Wider groups have NC chains to overlap.
+      constexpr bool kTwoChains = NC <= 2;
       __m512i s = _mm512_set1_epi32(load_i32(group + NC * 32 + 4 * j));
+      __m512i odd = _mm512_setzero_si512();
 #pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) s = _mm512_dpbusd_epi32(s, wv[c], _mm512_set1_epi32(load_i32(group + 32 * j + 4 * c)));
+      for (int c = 0; c < 8; ++c) {
+        __m512i& chain = kTwoChains && c % 2 == 1 ? odd : s;
+        chain = _mm512_dpbusd_epi32(chain, wv[c], _mm512_set1_epi32(load_i32(group + 32 * j + 4 * c)));
+      }
+      if (kTwoChains) s = _mm512_add_epi32(s, odd);
       const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(load_f32(group + NC * 36 + 4 * j)));
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[j]);
     }
@@ -195,14 +235,15 @@ void panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, fl
   for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], acc[j]);
 }
 
+template <size_t... I>
+constexpr PanelKernels panel_kernels(std::index_sequence<I...>) {
+  return {pack_panel<false>, {nullptr, panel_times_cols<I + 1, PanelBlocks>...}, 0,
+          {nullptr, panel_times_cols<I + 1, X16Blocks>...}, nullptr};
+}
+
 }  // namespace
 
-extern const PanelKernels kAvx512VnniPanel = {
-    pack_panel<false>,
-    {nullptr, panel_times_cols<1>, panel_times_cols<2>, panel_times_cols<3>, panel_times_cols<4>,
-     panel_times_cols<5>, panel_times_cols<6>, panel_times_cols<7>, panel_times_cols<8>, panel_times_cols<9>,
-     panel_times_cols<10>, panel_times_cols<11>, panel_times_cols<12>, panel_times_cols<13>, panel_times_cols<14>,
-     panel_times_cols<15>, panel_times_cols<16>}};
+extern const PanelKernels kAvx512VnniPanel = panel_kernels(std::make_index_sequence<kPanelCols>{});
 
 extern const TileKernels kAvx512VnniTiles = {
     4,

@@ -43,6 +43,7 @@ Status not_compiled(const char* what) {
 #include "cpu/call_scratch.h"
 #include "cpu/epilogue_rows.h"
 #include "cpu/float_elem.h"
+#include "cpu/q4_0x16_rows.h"
 #include "cpu/row_ranges.h"
 #include "cpu/thread_pool.h"
 #include "epilogue.h"
@@ -106,16 +107,24 @@ void prepare_a_group(const uint8_t* a0, int64_t row_stride, int64_t nb, int cols
 
 // Output (r, j) of the tile, from scratch, as the scalar kernel computes it:
 // sum_b d * (exact integer sum). Only for outputs that came out non-finite.
-float exact_element(const uint8_t* w, const uint8_t* a, int64_t nb) {
+// get(b, &block): W's block b of the row (q4_0 rows, or a q4_0x16 group's row).
+template <class RowBlock>
+float exact_sum(const RowBlock& get, const uint8_t* a, int64_t nb) {
   float acc = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     block_q4_0 wb;
     block_q8_1 ab;
-    std::memcpy(&wb, w + b * kQ4Bytes, sizeof wb);
+    get(b, &wb);
     std::memcpy(&ab, a + b * kQ8Bytes, sizeof ab);
     acc += fp16_to_fp32(wb.d) * fp16_to_fp32(ab.d) * static_cast<float>(dot_block_q4_0_q8_1(&wb, &ab));
   }
   return acc;
+}
+float exact_element(const uint8_t* w, const uint8_t* a, int64_t nb) {
+  return exact_sum([&](int64_t b, block_q4_0* wb) { std::memcpy(wb, w + b * kQ4Bytes, sizeof *wb); }, a, nb);
+}
+float exact_element_x16(const uint8_t* grp, int r, const uint8_t* a, int64_t nb) {
+  return exact_sum([&](int64_t b, block_q4_0* wb) { x16_get_row(grp + b * kX16BlockBytes, r, wb); }, a, nb);
 }
 
 // The per-call A side data (20 bytes per A block). Up to kKeptPrepBytes it is
@@ -211,7 +220,10 @@ Status gemm_tiled(const GemmArgs& g, const TileKernels& k) {
   return {};
 }
 
-// The panel path: the A rows in groups of at most kPanelCols (as even as
+// The panel path: W as 16-row panels, packed per task from q4_0 rows, or
+// q4_0x16 groups (rows_per_block 16: M a multiple of 16) passed over where
+// they lie or unpacked (PanelKernels::x16_cols, pack_x16). The A rows in
+// groups of at most kPanelCols (as even as
 // possible: N = 17 is 9 + 8, not 16 + 1, since a pass over a panel costs its
 // loads whatever its width), and pool tasks of kPanelsPerTask consecutive
 // kPanelRows-row panels of W by kPanelChunkGroups groups. A task packs each
@@ -228,6 +240,8 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
   const EpilogueParams ep = epilogue_params(g);
   const auto* W = static_cast<const uint8_t*>(g.a.data);
   const auto* A = static_cast<const uint8_t*>(g.b.data);
+  const bool x16 = g.a.format == Format::q4_0x16;
+  const bool in_place = x16 && p.x16_cols[1] != nullptr;
 
   const int64_t groups = (n_rows + kPanelCols - 1) / kPanelCols;
   const int64_t base = n_rows / groups, extra = n_rows % groups;  // the first `extra` groups take one more
@@ -255,7 +269,7 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
     // kKeptScratchBytes (K up to about 233k), the task's own beyond.
     thread_local ScratchBytes kept_panel;
     ScratchBytes own_panel;
-    const size_t panel_bytes = static_cast<size_t>(nb * kPanelBlockBytes) + 63;
+    const size_t panel_bytes = in_place ? 64 : static_cast<size_t>(nb * kPanelBlockBytes) + 63;
     ScratchBytes& panel_buf = panel_bytes <= kKeptScratchBytes ? kept_panel : own_panel;
     if (panel_buf.size() < panel_bytes) panel_buf.resize(panel_bytes);
     uint8_t* panel = panel_buf.data() + ((64 - (reinterpret_cast<uintptr_t>(panel_buf.data()) & 63)) & 63);
@@ -263,11 +277,26 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
       const int64_t m0 = pi * kPanelRows;
       const int rows = static_cast<int>(m_rows - m0 < kPanelRows ? m_rows - m0 : kPanelRows);
       const uint8_t* w[kPanelRows];
-      for (int r = 0; r < kPanelRows; ++r) w[r] = W + (m0 + (r < rows ? r : rows - 1)) * g.a.row_stride;
-      // The next panel's rows start kPanelRows rows on (its last may be
-      // shorter: those prefetches then fall on rows of this panel or past W,
-      // harmless either way).
-      p.pack(w, nb, pi + 1 < p1 ? kPanelRows * g.a.row_stride : 0, panel);
+      const uint8_t* x16_group = W + pi * g.a.row_stride;  // q4_0x16: this panel's group
+      const uint8_t* blocks = panel;                       // what the passes read
+      const PanelFn* passes = p.cols;
+      if (!x16) {
+        for (int r = 0; r < kPanelRows; ++r) w[r] = W + (m0 + (r < rows ? r : rows - 1)) * g.a.row_stride;
+        // The next panel's rows start kPanelRows rows on (its last may be
+        // shorter: those prefetches then fall on rows of this panel or past
+        // W, harmless either way).
+        p.pack(w, nb, pi + 1 < p1 ? kPanelRows * g.a.row_stride : 0, panel);
+      } else if (in_place) {
+        blocks = x16_group;
+        passes = p.x16_cols;
+      } else {
+        p.pack_x16(x16_group, nb, panel);
+      }
+      // An output that came out non-finite, from scratch (see the top).
+      const auto exact = [&](int r, int64_t n) {
+        const uint8_t* a = A + n * g.b.row_stride;
+        return x16 ? exact_element_x16(x16_group, r, a, nb) : exact_element(w[r], a, nb);
+      };
       static_assert(kPanelRows <= kMaxEpilogueRun, "a panel's rows are one epilogue run");
       RowTerms terms;  // the panel's rows' bias and scale, loaded once for all its columns
       load_row_terms(ep, m0, rows, &terms);
@@ -275,18 +304,18 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
         const int64_t n = group_start(grp);
         const int cols = static_cast<int>(group_start(grp + 1) - n);
         float out[kPanelCols][kPanelRows];
-        p.cols[cols](panel, nb, group_data(agroups, grp), out);
+        passes[cols](blocks, nb, group_data(agroups, grp), out);
         if (ep.plain) {
           for (int j = 0; j < cols; ++j)
             for (int r = 0; r < rows; ++r) {
               float v = out[j][r];
-              if (!is_finite(v)) v = exact_element(w[r], A + (n + j) * g.b.row_stride, nb);
+              if (!is_finite(v)) v = exact(r, n + j);
               epilogue_store(ep, m0 + r, n + j, v);
             }
         } else {
           for (int j = 0; j < cols; ++j) {
             for (int r = 0; r < rows; ++r)
-              if (!is_finite(out[j][r])) out[j][r] = exact_element(w[r], A + (n + j) * g.b.row_stride, nb);
+              if (!is_finite(out[j][r])) out[j][r] = exact(r, n + j);
             epilogue_store_rows(ep, terms, m0, rows, n + j, out[j]);
           }
         }
@@ -336,6 +365,13 @@ Status gemm_q4_0_q8_1_avxvnni_panel(const GemmArgs& g) {
 }
 
 Status gemm_q4_0_q8_1_amx(const GemmArgs& g) { return run_panel_of(g, q4q8::kAmxPanel, "AMX"); }
+
+Status gemm_q4_0x16_avx2(const GemmArgs& g) { return run_panel_of(g, q4q8::kAvx2Panel, "AVX2 q4_0x16"); }
+Status gemm_q4_0x16_avx512vnni(const GemmArgs& g) {
+  return run_panel_of(g, q4q8::kAvx512VnniPanel, "AVX-512 VNNI q4_0x16");
+}
+Status gemm_q4_0x16_avxvnni(const GemmArgs& g) { return run_panel_of(g, q4q8::kAvxVnniPanel, "AVX-VNNI q4_0x16"); }
+Status gemm_q4_0x16_amx(const GemmArgs& g) { return run_panel_of(g, q4q8::kAmxPanel, "AMX q4_0x16"); }
 
 bool amx_kernels_compiled() { return q4q8::kAmxPanel.pack != nullptr && kI8Amx.block_2x2 != nullptr; }
 

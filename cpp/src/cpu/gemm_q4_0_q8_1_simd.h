@@ -85,12 +85,29 @@ using PackFn = void (*)(const uint8_t* const* w, int64_t nb, int64_t next, uint8
 // layout of a c-row group: its offsets depend on the width); out[j][r] gets W
 // row r's sum for the group's row j.
 using PanelFn = void (*)(const uint8_t* panel, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]);
+// q4_0x16 weights (formats.h, block_q4_0x16; 288 bytes a block of 16 rows):
+// a group of 16 rows is already one int32 lane a row, its nibbles not yet
+// split and its scales fp16. Kernels either pass over a group where it lies,
+// splitting the nibbles as they load them (the same integers and products
+// as a pass over the panel packed from the same rows, so the same bits), or
+// unpack it into a panel first (X16PackFn: no gathers, four loads a block).
+constexpr int64_t kX16BlockBytes = 288;
+// How far ahead a pass over a group prefetches: one stream a thread, so
+// further than the four-row streams' kPrefetchBytes (measured at N = 1 on a
+// 2-core Xeon VM, cold: 1536 bytes 1253-1469 us, 3072 1149-1284, 6144
+// 1142-1419, 12288 1238-1388; bench/RESULTS.md).
+constexpr int64_t kX16PrefetchBytes = 3072;
+using X16PackFn = void (*)(const uint8_t* group, int64_t nb, uint8_t* panel);
 struct PanelKernels {
   PackFn pack;                    // null where the kernel file was not compiled for its ISA
   PanelFn cols[kPanelCols + 1];   // [1..16]; [0] unused
   // A groups a task passes over a packed panel (the driver's chunk): a pass
   // that is cheap beside the pack wants more of them per pack. 0: four.
   int64_t chunk_groups = 0;
+  // q4_0x16: passes over a group in place ([1..16]; all null where the
+  // kernels take packed panels only), else the unpack into a panel.
+  PanelFn x16_cols[kPanelCols + 1] = {};
+  X16PackFn pack_x16 = nullptr;
 };
 
 // Defined by the kernel files; all null where their ISA was not compiled in

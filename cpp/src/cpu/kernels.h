@@ -141,6 +141,20 @@ constexpr int64_t kQ4AmxMinN = 16;
 // Whether this build has the AMX kernels (the compiler took -mamx-int8).
 bool amx_kernels_compiled();
 
+// q4_0x16 weights (formats.h): the same kernels' passes reading 16-row
+// groups as they lie, with no per-call rearrangement, so from N = 1. The
+// panel kernels' arithmetic, so their bits: cpu_q4_0x16_scalar (any CPU;
+// the reference), _avx2, _avx_vnni and _avx512_vnni (the passes split each group's
+// nibbles as they load them), _amx (from kQ4AmxMinN, the group's codes
+// unpacked into a signed panel first, as cpu_amx packs one).
+Status gemm_q4_0x16_scalar(const GemmArgs& args);
+Status gemm_q4_0x16_avx2(const GemmArgs& args);
+Status gemm_q4_0x16_avx512vnni(const GemmArgs& args);
+Status gemm_q4_0x16_avxvnni(const GemmArgs& args);
+Status gemm_q4_0x16_amx(const GemmArgs& args);
+// qg::repack's copy (checked by it): q4_0 rows <-> q4_0x16 groups, on the pool.
+void repack_rows(const RepackArgs& args);
+
 // How the GEMM is cut into pool tasks: tiles of kTileM rows of W by kTileN
 // rows of A, so a tile's W rows stay in L2 while its A rows stream past.
 constexpr int64_t kTileM = 16;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// cpu/panel_pack_avx512.h: 16 rows of Q4_0 W rearranged into the panel layout
-// (gemm_q4_0_q8_1_simd.h) with AVX-512, for the two kernel files that pass
+// cpu/panel_pack_avx512.h: 16 rows of Q4_0 W (or one q4_0x16 group)
+// rearranged into the panel layout (gemm_q4_0_q8_1_simd.h) with AVX-512, for the two kernel files that pass
 // over such panels: the AVX-512 VNNI one keeps the nibbles unsigned
 // (vpdpbusd's unsigned operand; the -8 comes in through the A side's sums),
 // the AMX one stores the codes minus 8 (tdpbssd multiplies signed bytes on
@@ -80,6 +80,25 @@ void pack_panel(const uint8_t* const* w0, int64_t nb, int64_t next, uint8_t* pan
     const __m512d d = _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(d_lo)), _mm256_castps_pd(d_hi), 1);
     _mm512_store_pd(reinterpret_cast<double*>(panel + 512), d);
     for (int r = 0; r < kPanelRows; ++r) w[r] += kQ4Bytes;
+  }
+}
+
+// A q4_0x16 group (gemm_q4_0_q8_1_simd.h) unpacked into the panel layout:
+// its four code vectors are already pack_panel's T_c, so a block is four
+// loads, the nibble split and one vcvtph2ps of the 16 scales.
+template <bool kSigned>
+void pack_x16(const uint8_t* group, int64_t nb, uint8_t* panel) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i eight = _mm512_set1_epi8(8);
+  const auto codes = [&](__m512i nibbles) { return kSigned ? _mm512_sub_epi8(nibbles, eight) : nibbles; };
+  for (int64_t b = 0; b < nb; ++b, panel += kPanelBlockBytes, group += kX16BlockBytes) {
+    for (int c = 0; c < 4; ++c) {
+      const __m512i t = _mm512_loadu_si512(group + c * 64);
+      _mm512_store_si512(panel + c * 64, codes(_mm512_and_si512(t, low4)));
+      _mm512_store_si512(panel + (4 + c) * 64, codes(_mm512_and_si512(_mm512_srli_epi16(t, 4), low4)));
+    }
+    _mm512_store_ps(reinterpret_cast<float*>(panel + 512),
+                    _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 256))));
   }
 }
 

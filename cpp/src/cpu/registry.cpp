@@ -146,6 +146,18 @@ Registry make_registry() {
        [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_avx2(a); }},
       {"cpu_scalar", Format::q4_0, Format::q8_1, kAnyCpu, kEpiFloatAll, any_shape<GemmArgs>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_scalar(a); }},
+      // q4_0x16 weights (qg.repack): the panel passes with no per-call
+      // rearrangement, so from N = 1; AMX from where it beats them on q4_0.
+      {"cpu_q4_0x16_amx", Format::q4_0x16, Format::q8_1, kAmx, kEpiFloatAll, q4_panel_can_run<kQ4AmxMinN>,
+       [](const GemmArgs& a, Stream) { return gemm_q4_0x16_amx(a); }},
+      {"cpu_q4_0x16_avx512_vnni", Format::q4_0x16, Format::q8_1, kAvx512Vnni, kEpiFloatAll, any_shape<GemmArgs>,
+       [](const GemmArgs& a, Stream) { return gemm_q4_0x16_avx512vnni(a); }},
+      {"cpu_q4_0x16_avx_vnni", Format::q4_0x16, Format::q8_1, kAvxVnni, kEpiFloatAll, any_shape<GemmArgs>,
+       [](const GemmArgs& a, Stream) { return gemm_q4_0x16_avxvnni(a); }},
+      {"cpu_q4_0x16_avx2", Format::q4_0x16, Format::q8_1, kAvx2, kEpiFloatAll, any_shape<GemmArgs>,
+       [](const GemmArgs& a, Stream) { return gemm_q4_0x16_avx2(a); }},
+      {"cpu_q4_0x16_scalar", Format::q4_0x16, Format::q8_1, kAnyCpu, kEpiFloatAll, any_shape<GemmArgs>,
+       [](const GemmArgs& a, Stream) { return gemm_q4_0x16_scalar(a); }},
   };
   // The integer family: every pair of integer formats, and integer weights
   // with group scales times float activations (weight-only).

@@ -7,7 +7,17 @@
 // it runs out it closes the seats and waits only for the workers that joined.
 // So the caller never waits for a worker that was not woken, and a job never
 // wakes more workers than it has tasks for.
+//
+// Spins: a worker that finishes a job watches for the next one for about
+// kWorkerSpin before it sleeps, and a caller that runs out of tasks watches
+// its joined workers finish for up to kCallerSpin before it sleeps. Calls in
+// a loop (decode: one GEMM after another) then hand work over without a
+// futex wake-up, which costs tens of microseconds on a VM. The condition
+// variables stay the authority: a spin that sees nothing falls through to
+// the same wait as before.
 #include "cpu/thread_pool.h"
+
+#include <chrono>
 
 #include <algorithm>
 #include <cstdlib>
@@ -28,6 +38,26 @@ int default_threads() {
 
 void run_inline(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
   for (int64_t t = 0; t < n_tasks; ++t) fn(t);
+}
+
+constexpr std::chrono::microseconds kWorkerSpin{200};
+constexpr std::chrono::microseconds kCallerSpin{2000};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins until done() or `limit` has passed; true if done().
+template <class Done>
+bool spin_until(const Done& done, std::chrono::microseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > end) return false;
+    cpu_relax();
+  }
 }
 }  // namespace
 
@@ -75,6 +105,7 @@ void ThreadPool::run_tasks() {
 
 void ThreadPool::worker_loop(uint64_t seen) {
   for (;;) {
+    spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; }, kWorkerSpin);
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return quit_ || (generation_ != seen && seats_ > 0); });
@@ -82,9 +113,11 @@ void ThreadPool::worker_loop(uint64_t seen) {
       seen = generation_;
       --seats_;
       ++active_;
+      running_.fetch_add(1, std::memory_order_relaxed);
       joined_.fetch_add(1, std::memory_order_relaxed);
     }
     run_tasks();
+    running_.fetch_sub(1, std::memory_order_release);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (--active_ == 0) done_.notify_one();
@@ -120,6 +153,7 @@ void ThreadPool::run_on_pool(int64_t n_tasks, const std::function<void(int64_t)>
     seats_ = seats;
     active_ = 0;
     ++generation_;
+    posted_.store(generation_, std::memory_order_release);
   }
   // Waking only as many workers as there are seats; a wake-up that reaches a
   // worker which then finds no seat costs a little time, never correctness.
@@ -129,6 +163,7 @@ void ThreadPool::run_on_pool(int64_t n_tasks, const std::function<void(int64_t)>
     for (int i = 0; i < seats; ++i) wake_.notify_one();
   }
   run_tasks();
+  spin_until([&] { return running_.load(std::memory_order_acquire) == 0; }, kCallerSpin);
   std::unique_lock<std::mutex> lock(mutex_);
   seats_ = 0;  // every task is taken: a worker waking now would find nothing to do
   done_.wait(lock, [&] { return active_ == 0; });

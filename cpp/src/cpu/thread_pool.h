@@ -62,6 +62,11 @@ class ThreadPool {
   std::atomic<int64_t> joined_{0};
   uint64_t generation_ = 0;
   bool quit_ = false;
+  // Read without mutex_ by the short spins that spare a wake-up (see
+  // thread_pool.cpp): the last posted generation, and the joined workers
+  // still running tasks.
+  std::atomic<uint64_t> posted_{0};
+  std::atomic<int> running_{0};
 };
 
 }  // namespace qg::detail::cpu
