@@ -435,7 +435,7 @@ _Q4_0X16_BYTES = 288
 def _is_x16(weight_q) -> bool:
     """A weight of qg.repack's q4_0x16 layout: [M // 16, K // 32, 288] (Q4_0's last dim is 18)."""
     shape = getattr(weight_q, "shape", None)
-    return shape is not None and len(shape) >= 1 and shape[-1] == _Q4_0X16_BYTES
+    return shape is not None and len(shape) >= 2 and shape[-1] == _Q4_0X16_BYTES
 
 
 def repack(weight_q, to: str):

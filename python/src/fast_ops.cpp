@@ -214,7 +214,7 @@ nb::object linear_q4_0(nb::handle x, nb::handle weight_q, nb::handle bias, const
   const nb::object workspace = allocate(api, fn, xq_spec, device, &xq);
   // [M / 16, K / 32, 288]: a weight qg.repack made q4_0x16 (CPU kernels).
   const Format w_fmt =
-      wv.ndim >= 1 && wv.shape[wv.ndim - 1] == format_traits(Format::q4_0x16).bytes_per_block ? Format::q4_0x16
+      wv.ndim >= 2 && wv.shape[wv.ndim - 1] == format_traits(Format::q4_0x16).bytes_per_block ? Format::q4_0x16
                                                                                               : Format::q4_0;
   GemmViews v = gemm_views(static_cast<int>(w_fmt), static_cast<int>(Format::q8_1), wv, xq, -1, -1, -1, fn,
                            "weight_q", "x");

@@ -142,7 +142,7 @@ TEST(Repack, RefusesWithTheFix) {
 
 // ----------------------------------------------------------- the kernels
 
-int64_t min_n_of(const std::string& name) { return name == "cpu_q4_0x16_amx" ? qg::detail::cpu::kQ4AmxMinN : 1; }
+int64_t min_n_of(const std::string& name) { return name == "cpu_q4_0x16_amx" ? qg::detail::cpu::kQ4x16AmxMinN : 1; }
 
 std::vector<int64_t> ns_for(const std::string& name, std::vector<int64_t> ns) {
   return qgtest::cpu_simd::at_least(std::move(ns), min_n_of(name));
@@ -168,13 +168,15 @@ class CpuQ4x16 : public ::testing::TestWithParam<std::string> {
   }
 };
 
-// M = 16..80: one to five groups (a task takes four); N from 1 to 17 every
-// A group width, 19..33 two groups, 63..65 the four-group chunk edge, 129
-// three chunks; K = 32 one block, 96 an odd count.
+// M = 16..80: one to five groups (a task takes four, or at small N the
+// decode's row ranges); N from 1 to 17 every A group width, 19..33 two
+// groups, 35..47 three of 11 to 16 rows (the AMX kernel's tile widths, from
+// its least N), 63..65 the four-group chunk edge, 129 three chunks; K = 32
+// one block, 96 an odd count.
 TEST_P(CpuQ4x16, EveryWidthAndGroupCount) {
   qgtest::cpu_simd::random_shapes(
       {32, 96}, {16, 32, 48, 80},
-      ns_for(GetParam(), {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 19, 23, 29, 31, 33, 63, 64, 65, 129}),
+      ns_for(GetParam(), {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 19, 23, 29, 31, 32, 33, 35, 39, 43, 47, 63, 64, 65, 129}),
       [this](const GemmCase& c) { run_check(c); }, 9200);
 }
 

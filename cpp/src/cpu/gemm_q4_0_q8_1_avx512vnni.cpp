@@ -216,18 +216,24 @@ void panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, fl
     Blocks::load(panel, wv, &dw);
 #pragma GCC unroll 16
     for (int j = 0; j < NC; ++j) {
-      // At NC <= 2 a block's eight dependent vpdpbusd (5 cycles each) would
-      // outlast its other work: two chains (even and odd c), added at the end
-      // (the same integer). Wider groups have NC chains to overlap.
-      constexpr bool kTwoChains = NC <= 2;
-      __m512i s = _mm512_set1_epi32(load_i32(group + NC * 32 + 4 * j));
-      __m512i odd = _mm512_setzero_si512();
+      // A block's eight vpdpbusd in one dependent chain (about 5 cycles
+      // each) would outlast the rest of its work where few A rows give few
+      // chains: at NC = 1 four chains (c mod 4), at NC = 2 two, added at the
+      // end (the same integer). Wider groups have NC chains to overlap.
+      constexpr int kChains = NC == 1 ? 4 : NC == 2 ? 2 : 1;
+      __m512i chain[kChains];
+      chain[0] = _mm512_set1_epi32(load_i32(group + NC * 32 + 4 * j));
+      for (int i = 1; i < kChains; ++i) chain[i] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) {
-        __m512i& chain = kTwoChains && c % 2 == 1 ? odd : s;
-        chain = _mm512_dpbusd_epi32(chain, wv[c], _mm512_set1_epi32(load_i32(group + 32 * j + 4 * c)));
+      for (int c = 0; c < 8; ++c)
+        chain[c % kChains] =
+            _mm512_dpbusd_epi32(chain[c % kChains], wv[c], _mm512_set1_epi32(load_i32(group + 32 * j + 4 * c)));
+      if constexpr (kChains == 4) {
+        chain[0] = _mm512_add_epi32(chain[0], chain[1]);
+        chain[2] = _mm512_add_epi32(chain[2], chain[3]);
       }
-      if (kTwoChains) s = _mm512_add_epi32(s, odd);
+      if constexpr (kChains >= 2) chain[0] = _mm512_add_epi32(chain[0], chain[kChains / 2]);
+      const __m512i s = chain[0];
       const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(load_f32(group + NC * 36 + 4 * j)));
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[j]);
     }

@@ -257,12 +257,19 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
   });
 
   const int64_t panels = (m_rows + kPanelRows - 1) / kPanelRows;
-  const int64_t panel_tasks = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
+  // q4_0x16 read in place with all A rows in one chunk (decode and small
+  // N): W streams from memory once, each task's groups as one run, so the
+  // decode paths' longer row ranges (row_ranges.h), in whole groups.
   const int64_t chunk_groups = p.chunk_groups > 0 ? p.chunk_groups : kPanelChunkGroups;
+  const int64_t panels_per_task =
+      in_place && groups <= chunk_groups
+          ? decode_row_ranges(m_rows, ThreadPool::instance().threads()).rows_per_task / kPanelRows
+          : kPanelsPerTask;
+  const int64_t panel_tasks = (panels + panels_per_task - 1) / panels_per_task;
   const int64_t chunks = (groups + chunk_groups - 1) / chunk_groups;
   run_tiles(panel_tasks * chunks, m_rows * n_rows * g.a.k, [&](int64_t t) {
-    const int64_t p0 = (t % panel_tasks) * kPanelsPerTask, g0 = (t / panel_tasks) * chunk_groups;
-    const int64_t p1 = p0 + kPanelsPerTask < panels ? p0 + kPanelsPerTask : panels;
+    const int64_t p0 = (t % panel_tasks) * panels_per_task, g0 = (t / panel_tasks) * chunk_groups;
+    const int64_t p1 = p0 + panels_per_task < panels ? p0 + panels_per_task : panels;
     const int64_t g1 = g0 + chunk_groups < groups ? g0 + chunk_groups : groups;
     // The panel's own scratch (not call_scratch: this thread may be the
     // caller, whose call_scratch holds A): kept per thread up to

@@ -146,12 +146,17 @@ bool amx_kernels_compiled();
 // panel kernels' arithmetic, so their bits: cpu_q4_0x16_scalar (any CPU;
 // the reference), _avx2, _avx_vnni and _avx512_vnni (the passes split each group's
 // nibbles as they load them), _amx (from kQ4AmxMinN, the group's codes
-// unpacked into a signed panel first, as cpu_amx packs one).
+// unpacked into a signed panel first, as cpu_amx packs one; from
+// kQ4x16AmxMinN).
 Status gemm_q4_0x16_scalar(const GemmArgs& args);
 Status gemm_q4_0x16_avx2(const GemmArgs& args);
 Status gemm_q4_0x16_avx512vnni(const GemmArgs& args);
 Status gemm_q4_0x16_avxvnni(const GemmArgs& args);
 Status gemm_q4_0x16_amx(const GemmArgs& args);
+// From here AMX's unpack and tile pass beat the AVX-512 pass in place (2-core
+// Xeon VM, cold: N = 24 5.0-5.2 ms against 4.4-4.6, N = 32 level, N = 48
+// 7.4-8.1 against 8.6-8.8; bench/RESULTS.md).
+constexpr int64_t kQ4x16AmxMinN = 32;
 // qg::repack's copy (checked by it): q4_0 rows <-> q4_0x16 groups, on the pool.
 void repack_rows(const RepackArgs& args);
 

@@ -147,8 +147,8 @@ Registry make_registry() {
       {"cpu_scalar", Format::q4_0, Format::q8_1, kAnyCpu, kEpiFloatAll, any_shape<GemmArgs>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0_q8_1_scalar(a); }},
       // q4_0x16 weights (qg.repack): the panel passes with no per-call
-      // rearrangement, so from N = 1; AMX from where it beats them on q4_0.
-      {"cpu_q4_0x16_amx", Format::q4_0x16, Format::q8_1, kAmx, kEpiFloatAll, q4_panel_can_run<kQ4AmxMinN>,
+      // rearrangement, so from N = 1; AMX from where it beats them.
+      {"cpu_q4_0x16_amx", Format::q4_0x16, Format::q8_1, kAmx, kEpiFloatAll, q4_panel_can_run<kQ4x16AmxMinN>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0x16_amx(a); }},
       {"cpu_q4_0x16_avx512_vnni", Format::q4_0x16, Format::q8_1, kAvx512Vnni, kEpiFloatAll, any_shape<GemmArgs>,
        [](const GemmArgs& a, Stream) { return gemm_q4_0x16_avx512vnni(a); }},
