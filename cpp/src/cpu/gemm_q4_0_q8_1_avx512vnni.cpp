@@ -241,10 +241,48 @@ void panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, fl
   for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], acc[j]);
 }
 
+// N = 1 on q4_0x16 (gemm_q4_0_q8_1_simd.h, X16DecodeFn): G groups a pass,
+// block by block, so G accumulators and G streams are in flight (one group
+// a pass leaves a block's eight vpdpbusd and its FMA waiting on each other,
+// and one stream a thread). The A row's eight code dwords are broadcast
+// once a block for all G. Per group the operations of panel_times_cols<1>
+// on the same values (its integer sum in two chains instead of four: the
+// same integer): the same bits. (The high nibbles taken as byte & 0xF0 in
+// a chain shifted down at the end, one logic op a vector fewer, measured
+// level: the pass waits on L3 and memory, not on its ports.)
+template <int G>
+void x16_decode(const uint8_t* w, int64_t stride, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]) {
+  __m512 acc[G];
+  for (int q = 0; q < G; ++q) acc[q] = _mm512_setzero_ps();
+  constexpr int64_t kGroupBlockBytes = panel_group_block_bytes(1);
+  for (int64_t b = 0; b < nb; ++b, w += kX16BlockBytes, group += kGroupBlockBytes) {
+    __m512i a[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) a[c] = _mm512_set1_epi32(load_i32(group + 4 * c));
+    const __m512 da = _mm512_set1_ps(load_f32(group + 36));
+#pragma GCC unroll 4
+    for (int q = 0; q < G; ++q) {
+      __m512i wv[8];
+      __m512 dw;
+      X16Blocks::load(w + q * stride, wv, &dw);
+      __m512i chain[2] = {_mm512_set1_epi32(load_i32(group + 32)), _mm512_setzero_si512()};
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) chain[c % 2] = _mm512_dpbusd_epi32(chain[c % 2], wv[c], a[c]);
+      const __m512i s = _mm512_add_epi32(chain[0], chain[1]);
+      acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, da), acc[q]);
+    }
+  }
+  for (int q = 0; q < G; ++q) _mm512_storeu_ps(out[q], acc[q]);
+}
+
 template <size_t... I>
 constexpr PanelKernels panel_kernels(std::index_sequence<I...>) {
-  return {pack_panel<false>, {nullptr, panel_times_cols<I + 1, PanelBlocks>...}, 0,
-          {nullptr, panel_times_cols<I + 1, X16Blocks>...}, nullptr};
+  return {pack_panel<false>,
+          {nullptr, panel_times_cols<I + 1, PanelBlocks>...},
+          0,
+          {nullptr, panel_times_cols<I + 1, X16Blocks>...},
+          nullptr,
+          {nullptr, x16_decode<1>, x16_decode<2>, x16_decode<3>, x16_decode<4>}};
 }
 
 }  // namespace

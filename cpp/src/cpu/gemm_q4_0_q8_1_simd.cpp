@@ -242,6 +242,7 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
   const auto* A = static_cast<const uint8_t*>(g.b.data);
   const bool x16 = g.a.format == Format::q4_0x16;
   const bool in_place = x16 && p.x16_cols[1] != nullptr;
+  const bool decode_groups = in_place && n_rows == 1 && p.x16_decode[1] != nullptr;
 
   const int64_t groups = (n_rows + kPanelCols - 1) / kPanelCols;
   const int64_t base = n_rows / groups, extra = n_rows % groups;  // the first `extra` groups take one more
@@ -280,12 +281,54 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
     ScratchBytes& panel_buf = panel_bytes <= kKeptScratchBytes ? kept_panel : own_panel;
     if (panel_buf.size() < panel_bytes) panel_buf.resize(panel_bytes);
     uint8_t* panel = panel_buf.data() + ((64 - (reinterpret_cast<uintptr_t>(panel_buf.data()) & 63)) & 63);
+    // Panel pi's outputs for A group grp (out[j][r]: A row j, W row r)
+    // through the epilogue; w: its rows (q4_0), unused for q4_0x16.
+    const auto finish = [&](int64_t pi, const uint8_t* const* w, const RowTerms& terms, int64_t grp,
+                            float (*out)[kPanelRows]) {
+      const int64_t m0 = pi * kPanelRows, n = group_start(grp);
+      const int rows = static_cast<int>(m_rows - m0 < kPanelRows ? m_rows - m0 : kPanelRows);
+      const int cols = static_cast<int>(group_start(grp + 1) - n);
+      // An output that came out non-finite, from scratch (see the top).
+      const auto exact = [&](int r, int64_t col) {
+        const uint8_t* a = A + col * g.b.row_stride;
+        return x16 ? exact_element_x16(W + pi * g.a.row_stride, r, a, nb) : exact_element(w[r], a, nb);
+      };
+      if (ep.plain) {
+        for (int j = 0; j < cols; ++j)
+          for (int r = 0; r < rows; ++r) {
+            float v = out[j][r];
+            if (!is_finite(v)) v = exact(r, n + j);
+            epilogue_store(ep, m0 + r, n + j, v);
+          }
+      } else {
+        for (int j = 0; j < cols; ++j) {
+          for (int r = 0; r < rows; ++r)
+            if (!is_finite(out[j][r])) out[j][r] = exact(r, n + j);
+          epilogue_store_rows(ep, terms, m0, rows, n + j, out[j]);
+        }
+      }
+    };
+    static_assert(kPanelRows <= kMaxEpilogueRun, "a panel's rows are one epilogue run");
+    if (decode_groups) {
+      // One A row against q4_0x16 groups in place: up to kX16DecodeGroups
+      // groups a pass, interleaved block by block (x16_decode).
+      for (int64_t pi = p0; pi < p1; pi += kX16DecodeGroups) {
+        const int count = static_cast<int>(p1 - pi < kX16DecodeGroups ? p1 - pi : kX16DecodeGroups);
+        float out[kX16DecodeGroups][kPanelRows];
+        p.x16_decode[count](W + pi * g.a.row_stride, g.a.row_stride, nb, group_data(agroups, 0), out);
+        for (int q = 0; q < count; ++q) {
+          RowTerms terms;
+          load_row_terms(ep, (pi + q) * kPanelRows, kPanelRows, &terms);
+          finish(pi + q, nullptr, terms, 0, &out[q]);
+        }
+      }
+      return;
+    }
     for (int64_t pi = p0; pi < p1; ++pi) {
       const int64_t m0 = pi * kPanelRows;
       const int rows = static_cast<int>(m_rows - m0 < kPanelRows ? m_rows - m0 : kPanelRows);
       const uint8_t* w[kPanelRows];
-      const uint8_t* x16_group = W + pi * g.a.row_stride;  // q4_0x16: this panel's group
-      const uint8_t* blocks = panel;                       // what the passes read
+      const uint8_t* blocks = panel;  // what the passes read
       const PanelFn* passes = p.cols;
       if (!x16) {
         for (int r = 0; r < kPanelRows; ++r) w[r] = W + (m0 + (r < rows ? r : rows - 1)) * g.a.row_stride;
@@ -294,38 +337,17 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
         // W, harmless either way).
         p.pack(w, nb, pi + 1 < p1 ? kPanelRows * g.a.row_stride : 0, panel);
       } else if (in_place) {
-        blocks = x16_group;
+        blocks = W + pi * g.a.row_stride;
         passes = p.x16_cols;
       } else {
-        p.pack_x16(x16_group, nb, panel);
+        p.pack_x16(W + pi * g.a.row_stride, nb, panel);
       }
-      // An output that came out non-finite, from scratch (see the top).
-      const auto exact = [&](int r, int64_t n) {
-        const uint8_t* a = A + n * g.b.row_stride;
-        return x16 ? exact_element_x16(x16_group, r, a, nb) : exact_element(w[r], a, nb);
-      };
-      static_assert(kPanelRows <= kMaxEpilogueRun, "a panel's rows are one epilogue run");
       RowTerms terms;  // the panel's rows' bias and scale, loaded once for all its columns
       load_row_terms(ep, m0, rows, &terms);
       for (int64_t grp = g0; grp < g1; ++grp) {
-        const int64_t n = group_start(grp);
-        const int cols = static_cast<int>(group_start(grp + 1) - n);
         float out[kPanelCols][kPanelRows];
-        passes[cols](blocks, nb, group_data(agroups, grp), out);
-        if (ep.plain) {
-          for (int j = 0; j < cols; ++j)
-            for (int r = 0; r < rows; ++r) {
-              float v = out[j][r];
-              if (!is_finite(v)) v = exact(r, n + j);
-              epilogue_store(ep, m0 + r, n + j, v);
-            }
-        } else {
-          for (int j = 0; j < cols; ++j) {
-            for (int r = 0; r < rows; ++r)
-              if (!is_finite(out[j][r])) out[j][r] = exact(r, n + j);
-            epilogue_store_rows(ep, terms, m0, rows, n + j, out[j]);
-          }
-        }
+        passes[group_start(grp + 1) - group_start(grp)](blocks, nb, group_data(agroups, grp), out);
+        finish(pi, w, terms, grp, out);
       }
     }
   });

@@ -98,6 +98,13 @@ constexpr int64_t kX16BlockBytes = 288;
 // 1142-1419, 12288 1238-1388; bench/RESULTS.md).
 constexpr int64_t kX16PrefetchBytes = 3072;
 using X16PackFn = void (*)(const uint8_t* group, int64_t nb, uint8_t* panel);
+// N = 1 on q4_0x16 in place: `count` groups (stride bytes apart) against
+// the one A row (a one-row A group), their blocks interleaved so that a
+// pass keeps `count` accumulators and `count` memory streams going;
+// out[q] gets group q's 16 sums. The same arithmetic as x16_cols[1].
+constexpr int kX16DecodeGroups = 4;
+using X16DecodeFn = void (*)(const uint8_t* groups, int64_t stride, int64_t nb, const uint8_t* a_group,
+                             float (*out)[kPanelRows]);
 struct PanelKernels {
   PackFn pack;                    // null where the kernel file was not compiled for its ISA
   PanelFn cols[kPanelCols + 1];   // [1..16]; [0] unused
@@ -108,6 +115,7 @@ struct PanelKernels {
   // kernels take packed panels only), else the unpack into a panel.
   PanelFn x16_cols[kPanelCols + 1] = {};
   X16PackFn pack_x16 = nullptr;
+  X16DecodeFn x16_decode[kX16DecodeGroups + 1] = {};  // [1..4]; null: x16_cols[1] a group at a time
 };
 
 // Defined by the kernel files; all null where their ISA was not compiled in
