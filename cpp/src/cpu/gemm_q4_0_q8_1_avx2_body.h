@@ -276,6 +276,7 @@ struct PanelBlocks {
   [[gnu::always_inline]] static __m256 scales(const uint8_t* p, int half) {
     return _mm256_load_ps(reinterpret_cast<const float*>(p + 512 + 32 * half));
   }
+  static void prefetch(const uint8_t*) {}  // a panel is in L2: its task packed it
 };
 struct X16Blocks {
   static constexpr int64_t kBytes = kX16BlockBytes;
@@ -283,12 +284,14 @@ struct X16Blocks {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * half + 64 * (c & 3)));
     return _mm256_and_si256(c < 4 ? q : _mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0F));
   }
-  // Once a block and pass: its 4.5 lines prefetched kPrefetchBytes ahead
-  // (a group streams from memory in one pass at small N).
   [[gnu::always_inline]] static __m256 scales(const uint8_t* p, int half) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 256 + 16 * half)));
+  }
+  // Once a block and pass: its 4.5 lines kX16PrefetchBytes ahead (a group
+  // streams from memory in one pass at small N).
+  [[gnu::always_inline]] static void prefetch(const uint8_t* p) {
 #pragma GCC unroll 5
     for (int i = 0; i < 5; ++i) __builtin_prefetch(p + kX16PrefetchBytes + 64 * i, 0, 2);
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 256 + 16 * half)));
   }
 };
 
@@ -299,6 +302,7 @@ void half_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, int
   __m256 acc[NJ];
   for (int j = 0; j < NJ; ++j) acc[j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, ph += Blocks::kBytes, group += kGroupBlockBytes) {
+    Blocks::prefetch(ph);
     __m256i t[NJ];
 #if QG_Q4_AVX2_VNNI
     // vpdpbusd adds each lane's four products into an int32 sum: two chains
@@ -352,6 +356,57 @@ void half_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, int
   for (int j = 0; j < NJ; ++j) _mm256_storeu_ps(out[J0 + j] + 8 * half, acc[j]);
 }
 
+// N = 1 on q4_0x16 (gemm_q4_0_q8_1_simd.h, X16DecodeFn): G groups a pass,
+// block by block, each in its two halves, so 2G accumulators and G streams
+// are in flight where one group a pass waits on each block's chain; the A
+// row's code dwords broadcast once a block for all of them. Per group and
+// half the operations of half_times_cols<1, 0, 1, X16Blocks> on the same
+// values in the same order: the same bits. G <= 2: the eight broadcasts,
+// four accumulators and a block's sums fill the 16 ymm registers.
+template <int G>
+void x16_decode(const uint8_t* w, int64_t stride, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]) {
+  __m256 acc[G][2];
+  for (int q = 0; q < G; ++q) acc[q][0] = acc[q][1] = _mm256_setzero_ps();
+  constexpr int64_t kGroupBlockBytes = panel_group_block_bytes(1);
+  for (int64_t b = 0; b < nb; ++b, w += kX16BlockBytes, group += kGroupBlockBytes) {
+    __m256i a[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) a[c] = _mm256_set1_epi32(load_i32(group + 4 * c));
+    const __m256 da = _mm256_set1_ps(load_f32(group + 36));
+#pragma GCC unroll 2
+    for (int q = 0; q < G; ++q) {
+      const uint8_t* p = w + q * stride;
+      X16Blocks::prefetch(p);
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+#if QG_Q4_AVX2_VNNI
+        __m256i t = _mm256_set1_epi32(load_i32(group + 32)), u = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+          __m256i& sum = c % 2 == 0 ? t : u;
+          sum = _mm256_dpbusd_avx_epi32(sum, X16Blocks::codes(p, half, c), a[c]);
+        }
+        t = _mm256_add_epi32(t, u);
+#else
+        __m256i t = _mm256_maddubs_epi16(X16Blocks::codes(p, half, 0), a[0]);
+#pragma GCC unroll 7
+        for (int c = 1; c < 8; ++c) {
+          t = _mm256_add_epi16(t, _mm256_maddubs_epi16(X16Blocks::codes(p, half, c), a[c]));
+          __asm__("" : "+x"(t));  // this order, as half_times_cols keeps it
+        }
+        t = _mm256_add_epi32(_mm256_madd_epi16(t, _mm256_set1_epi16(1)), _mm256_set1_epi32(load_i32(group + 32)));
+#endif
+        const __m256 d = _mm256_mul_ps(X16Blocks::scales(p, half), da);
+        acc[q][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), d, acc[q][half]);
+      }
+    }
+  }
+  for (int q = 0; q < G; ++q) {
+    _mm256_storeu_ps(out[q], acc[q][0]);
+    _mm256_storeu_ps(out[q] + 8, acc[q][1]);
+  }
+}
+
 // The group's NC rows in ceil(NC / 4) passes as even as possible (5 = 3 + 2,
 // not 4 + 1: a pass costs its panel loads whatever its width), for each half
 // of the panel.
@@ -375,7 +430,8 @@ void panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, fl
 template <size_t... I>
 constexpr PanelKernels panel_kernels_of(std::index_sequence<I...>) {
   return {pack_panel, {nullptr, panel_times_cols<I + 1, PanelBlocks>...}, 0,
-          {nullptr, panel_times_cols<I + 1, X16Blocks>...}, nullptr};
+          {nullptr, panel_times_cols<I + 1, X16Blocks>...}, nullptr,
+          {nullptr, x16_decode<1>, x16_decode<2>, nullptr, nullptr}};
 }
 constexpr PanelKernels panel_kernels() { return panel_kernels_of(std::make_index_sequence<kPanelCols>{}); }
 

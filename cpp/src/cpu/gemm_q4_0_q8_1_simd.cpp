@@ -310,10 +310,12 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
     };
     static_assert(kPanelRows <= kMaxEpilogueRun, "a panel's rows are one epilogue run");
     if (decode_groups) {
-      // One A row against q4_0x16 groups in place: up to kX16DecodeGroups
-      // groups a pass, interleaved block by block (x16_decode).
-      for (int64_t pi = p0; pi < p1; pi += kX16DecodeGroups) {
-        const int count = static_cast<int>(p1 - pi < kX16DecodeGroups ? p1 - pi : kX16DecodeGroups);
+      // One A row against q4_0x16 groups in place: as many groups a pass as
+      // the kernels take (x16_decode), interleaved block by block.
+      int most = 1;
+      while (most < kX16DecodeGroups && p.x16_decode[most + 1]) ++most;
+      for (int64_t pi = p0; pi < p1; pi += most) {
+        const int count = static_cast<int>(p1 - pi < most ? p1 - pi : most);
         float out[kX16DecodeGroups][kPanelRows];
         p.x16_decode[count](W + pi * g.a.row_stride, g.a.row_stride, nb, group_data(agroups, 0), out);
         for (int q = 0; q < count; ++q) {

@@ -115,7 +115,9 @@ struct PanelKernels {
   // kernels take packed panels only), else the unpack into a panel.
   PanelFn x16_cols[kPanelCols + 1] = {};
   X16PackFn pack_x16 = nullptr;
-  X16DecodeFn x16_decode[kX16DecodeGroups + 1] = {};  // [1..4]; null: x16_cols[1] a group at a time
+  // [1..G]: G the most a pass takes (the rest null); all null: x16_cols[1],
+  // a group at a time.
+  X16DecodeFn x16_decode[kX16DecodeGroups + 1] = {};
 };
 
 // Defined by the kernel files; all null where their ISA was not compiled in
