@@ -19,8 +19,8 @@ constexpr FormatTraits kTraits[kFormatCount] = {
     {Format::f16,  "f16",   16,  true,   0,  1,      2,                  Packing::native,        ScalePlace::none,     ScaleType::none, false, false, false, "qg.quantize_tensor", "qg.dequantize_tensor", DType::f16,  false, false, 1},
     {Format::bf16, "bf16",  16,  true,   0,  1,      2,                  Packing::native,        ScalePlace::none,     ScaleType::none, false, false, false, "qg.quantize_tensor", "qg.dequantize_tensor", DType::bf16, false, false, 1},
     {Format::f32,  "f32",   32,  true,   0,  1,      4,                  Packing::native,        ScalePlace::none,     ScaleType::none, false, false, false, "qg.quantize_tensor", "qg.dequantize_tensor", DType::f32,  false, false, 1},
-    // Made from q4_0 by qg.repack (not quantized directly); back to q4_0 the same way.
-    {Format::q4_0x16, "q4_0x16", 4, false, 8, kQK4_0, sizeof(block_q4_0x16), Packing::nibbles_rows16, ScalePlace::in_block, ScaleType::f16, false, false, false, "qg.repack", "qg.repack", DType::u8, true, false, kQ4_0x16Rows},
+    // Made from q4_0 by qg.repack, back to q4_0 the same way (quantize and dequantize refuse it).
+    {Format::q4_0x16, "q4_0x16", 4, false, 8, kQK4_0, sizeof(block_q4_0x16), Packing::nibbles_rows16, ScalePlace::in_block, ScaleType::f16, false, false, false, "qg::quantize", "qg::dequantize", DType::u8, true, false, kQ4_0x16Rows},
 };
 // clang-format on
 

@@ -163,6 +163,7 @@ Status result_spec(const QuantizeViews& v, ResultSpec* out) {
   if (k % t.block_size != 0 && !t.pads_k)
     return invalid(fn, "K=" + std::to_string(k) + " (x.shape[-1]) is not a multiple of " +
                            std::to_string(t.block_size) + ", the " + t.name + " block size");
+  if (Status s = detail::check_not_repacked(fn, t, "quantize to"); !s.ok()) return s;
   if (!t.quantizable || t.scale_place == ScalePlace::none)
     return invalid(fn, std::string("qg cannot quantize to ") + t.name);
   if (t.blocked_view) set_spec(out, DType::u8, v.x.shape, v.x.ndim - 1, {k / t.block_size, t.bytes_per_block});
@@ -220,6 +221,7 @@ Status check_flat_view(const char* fn, const char* arg, const TensorView& v, con
 Status result_spec(const DequantizeViews& v, ResultSpec* out) {
   const FormatTraits& t = format_traits(v.format);
   const char* fn = name_or(v.fn, t.dequantize_fn);
+  if (Status s = detail::check_not_repacked(fn, t, "dequantize"); !s.ok()) return s;
   if (!t.blocked_view) {
     if (Status s = check_flat_view(fn, "xq", v.xq, t, 1); !s.ok()) return s;
     int64_t k;

@@ -3,7 +3,9 @@
 // the same codes (q4_0 <-> q4_0x16). Checked here, then done on the host by
 // cpu::repack_rows (cpu/repack_q4_0x16.cpp): a copy, no arithmetic, so it
 // needs no kernel table.
+#include <limits>
 #include <string>
+#include <tuple>
 
 #include "cpu/kernels.h"
 #include "validate.h"
@@ -48,6 +50,10 @@ Status repack(const RepackArgs& a) {
   if (xr > 1 && a.x_row_stride < xb)
     return invalid(fn, "x row stride " + num(a.x_row_stride) + " bytes is less than a row of " + tf.name +
                            " blocks (" + num(xb) + " bytes)");
+  for (const auto& [stored, stride, what] : {std::tuple{xr, a.x_row_stride, "x"}, std::tuple{yr, a.y_row_stride, "y"}})
+    if (stored > 1 && stride > 0 && stored - 1 > (std::numeric_limits<int64_t>::max() / 4) / stride)
+      return Status(StatusCode::overflow, std::string(fn) + ": " + what + " of " + num(stored) + " stored rows, " +
+                                              num(stride) + " bytes apart, is too large to address");
   if (yr > 1 && a.y_row_stride < yb)
     return invalid(fn, "y row stride " + num(a.y_row_stride) + " bytes is less than a row of " + tt.name +
                            " blocks (" + num(yb) + " bytes)");
@@ -60,16 +66,14 @@ Status repack(const RepackArgs& a) {
 Status result_spec(const RepackViews& v, ResultSpec* out) {
   const char* fn = v.fn ? v.fn : "qg.repack";
   if (Status s = check_pair(fn, v.from, v.to); !s.ok()) return s;
-  if (Status s = detail::check_packed_view(fn, "x", v.x, v.from); !s.ok()) return s;
+  const char* arg = v.x_name ? v.x_name : "x";
+  // check_packed_view also checks that the rows (leading dims x rows_per_block) are an int64.
+  if (Status s = detail::check_packed_view(fn, arg, v.x, v.from); !s.ok()) return s;
   const FormatTraits &tf = format_traits(v.from), &tt = format_traits(v.to);
-  int64_t lead = 1;
-  for (int d = 0; d < v.x.ndim - 2; ++d)
-    if (__builtin_mul_overflow(lead, v.x.shape[d], &lead))
-      return Status(StatusCode::overflow, std::string(fn) + ": x of shape " + detail::shape_string(v.x) +
-                                              " has more rows than a 64-bit index can address");
-  const int64_t rows = lead * tf.rows_per_block;
+  int64_t rows = tf.rows_per_block;
+  for (int d = 0; d < v.x.ndim - 2; ++d) rows *= v.x.shape[d];
   if (rows % tt.rows_per_block != 0)
-    return invalid(fn, "x holds " + num(rows) + " rows (shape " + detail::shape_string(v.x) +
+    return invalid(fn, std::string(arg) + " holds " + num(rows) + " rows (shape " + detail::shape_string(v.x) +
                            "), not a multiple of 16, the rows of one q4_0x16 block; keep such a weight in q4_0");
   out->dtype = DType::u8;
   out->ndim = 3;
@@ -84,7 +88,7 @@ Status repack(const RepackViews& v, const TensorView& out) {
   ResultSpec spec;
   if (Status s = result_spec(v, &spec); !s.ok()) return s;
   detail::RowLayout xl;
-  if (Status s = detail::row_layout(fn, "x", v.x, 2, &xl); !s.ok()) return s;
+  if (Status s = detail::row_layout(fn, v.x_name ? v.x_name : "x", v.x, 2, &xl); !s.ok()) return s;
   if (Status s = detail::check_output(fn, out, spec, v.x.device); !s.ok()) return s;
   RepackArgs a;
   a.from = v.from;

@@ -122,6 +122,20 @@ Status check_zero_point_range(const char* fn, const char* what, const int32_t* z
   return {};
 }
 
+// A layout made for the CPU kernels from another format's rows (q4_0x16,
+// rows_per_block > 1): a weight (operand a), on the host. Elsewhere no kernel
+// takes it; the message says how to get the rows back.
+Status check_repacked_weight(const char* fn, const GemmArgs& g) {
+  if (format_traits(g.b.format).rows_per_block > 1)
+    return invalid(fn, std::string("b is ") + format_traits(g.b.format).name +
+                           ", a weight layout (operand a, the weight rows); pass the activations as q8_1");
+  const FormatTraits& t = format_traits(g.a.format);
+  if (t.rows_per_block > 1 && g.device.type != DeviceType::cpu)
+    return invalid(fn, std::string(t.name) + " is the layout of qg's CPU kernels; for " + device_name(g.device) +
+                           " pass the weight as q4_0 (qg.repack(w, \"q4_0\") on the host)");
+  return {};
+}
+
 Status check_gemm_formats(const char* fn, const GemmArgs& g) {
   const bool ia = is_integer_format(g.a.format), ib = is_integer_format(g.b.format);
   const Epilogue& e = g.epilogue;
@@ -194,6 +208,7 @@ Status check_gemm_args(const GemmArgs& g, bool need_output) {
     return invalid(fn, "a has K=" + num(g.a.k) + " but b has K=" + num(g.b.k) + "; both operands run along one K");
   if (Status s = check_operand(fn, "a", g.a); !s.ok()) return s;
   if (Status s = check_operand(fn, "b", g.b); !s.ok()) return s;
+  if (Status s = check_repacked_weight(fn, g); !s.ok()) return s;
   if (!is_float_dtype(g.c_dtype) && g.c_dtype != DType::i32)
     return type_error(fn, std::string("the output dtype must be float32, float16, bfloat16 or int32, got ") +
                               dtype_name(g.c_dtype));
@@ -249,9 +264,8 @@ Status check_scopes(const char* fn, const FormatTraits& t, Granularity g, int64_
 Status check_quantize_args(const QuantizeArgs& a, bool need_output) {
   const FormatTraits& t = format_traits(a.format);
   const char* fn = a.fn ? a.fn : t.quantize_fn;
-  if (!t.quantizable)
-    return invalid(fn, std::string("qg cannot quantize to ") + t.name +
-                           (t.rows_per_block > 1 ? "; quantize to q4_0, then convert with qg.repack" : ""));
+  if (Status s = check_not_repacked(fn, t, "quantize to"); !s.ok()) return s;
+  if (!t.quantizable) return invalid(fn, std::string("qg cannot quantize to ") + t.name);
   if (!is_float_dtype(a.x_dtype))
     return type_error(fn, std::string("x must be float32, float16 or bfloat16, got ") + dtype_name(a.x_dtype));
   if (Status s = check_rows_k(fn, "x", t, a.rows, a.k); !s.ok()) return s;
@@ -297,6 +311,7 @@ Status check_quantize_args(const QuantizeArgs& a, bool need_output) {
 Status check_dequantize_args(const DequantizeArgs& a, bool need_output) {
   const FormatTraits& t = format_traits(a.format);
   const char* fn = a.fn ? a.fn : t.dequantize_fn;
+  if (Status s = check_not_repacked(fn, t, "dequantize"); !s.ok()) return s;
   if (Status s = check_rows_k(fn, "xq", t, a.rows, a.k); !s.ok()) return s;
   if (Status s = check_device(fn, a.device); !s.ok()) return s;
   if (Status s = check_scopes(fn, t, a.granularity, a.group_size, a.k); !s.ok()) return s;
@@ -328,6 +343,13 @@ Status check_view(const char* fn, const char* arg, const TensorView& v) {
   return {};
 }
 
+Status check_not_repacked(const char* fn, const FormatTraits& t, const char* what) {
+  if (t.rows_per_block > 1)
+    return invalid(fn, std::string("qg cannot ") + what + " " + t.name + " directly; it is q4_0 repacked for the CPU "
+                           "kernels: go through q4_0 (qg.repack converts both ways)");
+  return {};
+}
+
 Status check_packed_view(const char* fn, const char* arg, const TensorView& v, Format format) {
   const FormatTraits& t = format_traits(format);
   if (v.dtype != DType::u8)
@@ -341,6 +363,12 @@ Status check_packed_view(const char* fn, const char* arg, const TensorView& v, F
   if (v.shape[v.ndim - 1] != t.bytes_per_block)
     return invalid(fn, std::string(arg) + ".shape[-1] must be " + num(t.bytes_per_block) + " (bytes per " + t.name +
                            " block), got " + num(v.shape[v.ndim - 1]) + " (shape " + shape_string(v) + ")");
+  // The rows it holds (the leading dims times rows_per_block) must be an int64.
+  int64_t rows = t.rows_per_block;
+  for (int d = 0; d < v.ndim - 2; ++d)
+    if (v.shape[d] >= 0 && __builtin_mul_overflow(rows, v.shape[d], &rows))
+      return Status(StatusCode::overflow, std::string(fn) + ": " + arg + " of shape " + shape_string(v) +
+                                              " holds more rows than a 64-bit index can address");
   return {};
 }
 

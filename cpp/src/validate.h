@@ -43,6 +43,10 @@ Status row_layout(const char* fn, const char* arg, const TensorView& view, int i
 // The shape and dims of a view are sane: 0..kMaxDims dims, no negative sizes.
 Status check_view(const char* fn, const char* arg, const TensorView& view);
 
+// Quantize / dequantize of a layout made by qg::repack (rows_per_block > 1):
+// refused, naming the way through q4_0. what: "quantize to", "dequantize".
+Status check_not_repacked(const char* fn, const FormatTraits& t, const char* what);
+
 // A packed view of `format`: uint8 [..., blocks, bytes_per_block].
 Status check_packed_view(const char* fn, const char* arg, const TensorView& view, Format format);
 

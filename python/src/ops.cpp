@@ -210,7 +210,7 @@ void bind_ops(nb::module_& m) {
   m.def(
       "repack_spec",
       [](int from, int to, const InArray& x, const char* fn) {
-        RepackViews v{format_from(from), format_from(to), to_view(x, fn, "x"), fn};
+        RepackViews v{format_from(from), format_from(to), to_view(x, fn, "weight_q"), fn, "weight_q"};
         ResultSpec spec;
         throw_if_error(result_spec(v, &spec));
         return spec_tuple(spec);
@@ -219,7 +219,7 @@ void bind_ops(nb::module_& m) {
   m.def(
       "repack",
       [](int from, int to, const InArray& x, const OutArray& out, const char* fn) {
-        RepackViews v{format_from(from), format_from(to), to_view(x, fn, "x"), fn};
+        RepackViews v{format_from(from), format_from(to), to_view(x, fn, "weight_q"), fn, "weight_q"};
         const TensorView ov = to_view(out, fn);
         throw_if_error(run_released(ov.device, [&] { return repack(v, ov); }));
       },

@@ -321,6 +321,49 @@ TEST(Q4x16Public, GemmRefusesRowsThatAreNotGroups) {
   EXPECT_NE(s.message().find("not a multiple of 16"), std::string::npos) << s.message();
 }
 
+// q4_0x16 is a CPU weight layout: on another device, as the activation
+// operand, and to quantize or dequantize it is refused with the fix (no
+// kernel would take it; a generic one must never misread it as q4_0).
+TEST(Q4x16Public, RefusedWhereNoKernelReadsIt) {
+  std::vector<uint8_t> w(288 * 2), a(36 * 16);
+  std::vector<float> y(256), x(512);
+  const auto expect = [](const qg::Status& s, const std::string& part) {
+    EXPECT_EQ(s.code(), qg::StatusCode::invalid_argument) << s.message();
+    EXPECT_NE(s.message().find(part), std::string::npos) << s.message();
+  };
+  qg::GemmArgs g;
+  g.a = qg::packed_operand(w.data(), kX16, 16, 32);
+  g.b = qg::packed_operand(a.data(), qg::Format::q8_1, 1, 32);
+  g.c = y.data();
+  g.ldc = 1;
+  g.device = qg::Device::cuda(0);
+  expect(qg::gemm(g), "layout of qg's CPU kernels");
+  expect(qg::gemm(g), "qg.repack(w, \"q4_0\")");
+  g.device = qg::Device::cpu();
+  g.b = qg::packed_operand(w.data(), kX16, 16, 32);
+  expect(qg::gemm(g), "b is q4_0x16, a weight layout");
+  qg::DequantizeArgs d;
+  d.format = kX16;
+  d.xq = w.data();
+  d.rows = 16;
+  d.k = 32;
+  d.xq_row_stride = 288;
+  d.y = x.data();
+  d.y_row_stride = 32;
+  expect(qg::dequantize(d), "go through q4_0");
+  qg::TensorView v;
+  const int64_t shape[3] = {1, 1, 288};
+  v.data = w.data();
+  v.dtype = qg::DType::u8;
+  v.ndim = 3;
+  for (int i = 0; i < 3; ++i) v.shape[i] = shape[i];
+  v.strides[0] = 288;
+  v.strides[1] = 288;
+  v.strides[2] = 1;
+  qg::ResultSpec spec;
+  expect(qg::result_spec(qg::DequantizeViews{kX16, v}, &spec), "go through q4_0");
+}
+
 // linear_q4_0 with weight_format q4_0x16: the same bits as with the Q4_0
 // rows wherever both run the panel arithmetic, and close to them where the
 // Q4_0 call runs a tile kernel (N < 4: a block's four lanes summed apart).

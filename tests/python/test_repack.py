@@ -98,13 +98,13 @@ def test_torch_compile_records_the_repacked_call(rng, fresh_dynamo):
 
 def test_errors_name_the_function_and_the_fix(rng):
     wq = _weight(rng, 24, 64)
-    with pytest.raises(ValueError, match=r"^qg\.repack: x holds 24 rows .* not a multiple of 16"):
+    with pytest.raises(ValueError, match=r"^qg\.repack: weight_q holds 24 rows .* not a multiple of 16"):
         qg.repack(wq, "q4_0x16")
     with pytest.raises(ValueError, match=r"^qg\.repack: to must be 'q4_0x16' or 'q4_0'"):
         qg.repack(wq, "q8_0")
-    with pytest.raises(ValueError, match=r"^qg\.repack: x\.shape\[-1\] must be 18"):
+    with pytest.raises(ValueError, match=r"^qg\.repack: weight_q\.shape\[-1\] must be 18"):
         qg.repack(qg.repack(wq[:16], "q4_0x16"), "q4_0x16")
-    with pytest.raises(TypeError, match=r"^qg\.repack: x must be uint8"):
+    with pytest.raises(TypeError, match=r"^qg\.repack: weight_q must be uint8"):
         qg.repack(wq.astype(np.int8), "q4_0x16")
     x16 = qg.repack(wq[:16], "q4_0x16")
     with pytest.raises(ValueError, match=r"^qg\.gemm_q4_0_q8_1: weight_q has 2 blocks per row \(K=64\) but"):

@@ -333,6 +333,7 @@ struct RepackViews {
   Format to = Format::q4_0x16;
   TensorView x;
   const char* fn = nullptr;        // default "qg.repack"
+  const char* x_name = nullptr;    // x's name in messages (default "x")
 };
 
 Status result_spec(const QuantizeViews& v, ResultSpec* out);

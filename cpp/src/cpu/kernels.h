@@ -145,9 +145,8 @@ bool amx_kernels_compiled();
 // groups as they lie, with no per-call rearrangement, so from N = 1. The
 // panel kernels' arithmetic, so their bits: cpu_q4_0x16_scalar (any CPU;
 // the reference), _avx2, _avx_vnni and _avx512_vnni (the passes split each group's
-// nibbles as they load them), _amx (from kQ4AmxMinN, the group's codes
-// unpacked into a signed panel first, as cpu_amx packs one; from
-// kQ4x16AmxMinN).
+// nibbles as they load them), _amx (from kQ4x16AmxMinN, the group's codes
+// unpacked into a signed panel first, as cpu_amx packs one).
 Status gemm_q4_0x16_scalar(const GemmArgs& args);
 Status gemm_q4_0x16_avx2(const GemmArgs& args);
 Status gemm_q4_0x16_avx512vnni(const GemmArgs& args);
