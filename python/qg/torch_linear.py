@@ -10,6 +10,9 @@ fused into the GEMM's epilogue.
 * "int4": group-wise INT4 weights (GPTQ/AWQ style), float activations
   (weight-only, qg.linear_int4).
 * "q4_0": ggml's Q4_0 weights, Q8_1 activations (qg.linear_q4_0).
+* "q4_0x16": the same Q4_0 codes repacked for qg's CPU kernels
+  (qg.repack; out_features a multiple of 16): faster CPU decode, the same
+  products; a CPU layer (on CUDA use "q4_0").
 
 Gradients: the weights are frozen (buffers). The input gets a
 straight-through gradient, grad_x = grad_y @ W_deq (masked by the ReLU),
@@ -27,11 +30,12 @@ import math
 import torch
 
 from . import _api, _qg, torch_ops
-from ._api import BF16, F16, F32, I4, I8, Q4_0, Q8_1, _Epilogue, _Op
+from ._api import BF16, F16, F32, I4, I8, Q4_0, Q4_0X16, Q8_1, _Epilogue, _Op
 from ._int import quantize_tensor
 
 _FN = "qg.torch.QuantizedLinear"
-_FORMATS = ("int8", "int4", "q4_0")
+_FORMATS = ("int8", "int4", "q4_0", "q4_0x16")
+_Q4_FORMATS = ("q4_0", "q4_0x16")  # Q4_0 codes, Q8_1 activations
 _OUT = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _Q4_0_BLOCK = 32
 
@@ -44,7 +48,10 @@ _GEMM_I4 = {
     "float32": _Op("gemm", _FN, a_fmt=I4, b_fmt=F32, a_name="weight_q", b_name="x"),
 }
 _QUANTIZE_X_Q8_1 = _Op("quantize", _FN, fmt=Q8_1)
-_GEMM_Q4_0 = _Op("gemm", _FN, a_fmt=Q4_0, b_fmt=Q8_1, a_name="weight_q", b_name="x")
+_GEMM_Q4 = {
+    "q4_0": _Op("gemm", _FN, a_fmt=Q4_0, b_fmt=Q8_1, a_name="weight_q", b_name="x"),
+    "q4_0x16": _Op("gemm", _FN, a_fmt=Q4_0X16, b_fmt=Q8_1, a_name="weight_q", b_name="x"),
+}
 
 
 def _forward(x, bias, weight_q, weight_scale, weight_zero_point, fmt: str, group_size: int, relu: bool,
@@ -67,7 +74,7 @@ def _forward(x, bias, weight_q, weight_scale, weight_zero_point, fmt: str, group
         y = _qg.fast_linear_int4(x, weight_q, weight_scale, weight_zero_point, group_size, bias, act, _FN)
         if y is not None:
             return y
-    if fmt == "q4_0" and torch_ops.plain_ok(x, weight_q, bias):  # qg.linear_q4_0's one core call
+    if fmt in _Q4_FORMATS and torch_ops.plain_ok(x, weight_q, bias):  # qg.linear_q4_0's one core call
         y = _qg.fast_linear_q4_0(x, weight_q, bias, _FN, relu)
         if y is not None:
             return y
@@ -99,7 +106,7 @@ def _forward(x, bias, weight_q, weight_scale, weight_zero_point, fmt: str, group
         y = _api._run_gemm(_GEMM_I4[dtype], weight_q, x2, None, None, in_features, None, None, epi)
     else:
         xq = _api._run_quantize(_QUANTIZE_X_Q8_1, x2, None, None)
-        y = _api._run_gemm(_GEMM_Q4_0, weight_q, xq, None, None, None, None, None,
+        y = _api._run_gemm(_GEMM_Q4[fmt], weight_q, xq, None, None, None, None, None,
                            _Epilogue(bias, dtype, True, relu=relu))
     return y if ndim == 2 else y.reshape(*shape[:-1], y.shape[-1])
 
@@ -109,13 +116,25 @@ def _dequantized_weight(weight_q, weight_scale, weight_zero_point, fmt: str, gro
     multiplies. Calls qg's registered operators directly: backward runs them
     under torch.compile's strict tracing of autograd.Function backwards, which
     admits torch operators but not the public functions' Python glue."""
-    if fmt == "q4_0":
+    if fmt == "q4_0x16":
+        weight_q = _q4_0_rows(weight_q)
+    if fmt in _Q4_FORMATS:
         return torch_ops._dequantize_op(weight_q, "q4_0", in_features).reshape(weight_q.shape[0], in_features)
     scale = weight_scale.to(torch.float32)
     if fmt == "int8":
         return torch_ops._dequantize_int_op(weight_q, I8, in_features, "row", 0, scale, None, _FN)
     zp = None if weight_zero_point is None else weight_zero_point.to(torch.int32)
     return torch_ops._dequantize_int_op(weight_q, I4, in_features, "group", group_size, scale, zp, _FN)
+
+
+def _q4_0_rows(w16: torch.Tensor) -> torch.Tensor:
+    """q4_0x16 [G, nb, 288] -> Q4_0 [16 G, nb, 18] with torch ops (qg.repack's
+    inverse; traceable): code byte 4c+i of row r at [c][r][i], then the 16
+    rows' fp16 scales."""
+    g, nb = w16.shape[0], w16.shape[1]
+    codes = w16[..., :256].reshape(g, nb, 4, 16, 4).permute(0, 3, 1, 2, 4).reshape(g * 16, nb, 16)
+    scales = w16[..., 256:].reshape(g, nb, 16, 2).permute(0, 2, 1, 3).reshape(g * 16, nb, 2)
+    return torch.cat([scales, codes], dim=-1)
 
 
 class _QuantizedLinearFn(torch.autograd.Function):
@@ -157,12 +176,15 @@ class QuantizedLinear(torch.nn.Module):
 
     weight_format: "int8" (per-output-channel int8 weights x per-token int8
     activations), "int4" (group-wise int4 weights, float activations;
-    in_features must be a multiple of group_size) or "q4_0" (ggml Q4_0
-    weights x Q8_1 activations; in_features a multiple of 32).
+    in_features must be a multiple of group_size), "q4_0" (ggml Q4_0
+    weights x Q8_1 activations; in_features a multiple of 32) or "q4_0x16"
+    (the Q4_0 codes repacked for qg's CPU kernels, qg.repack: CPU only,
+    out_features also a multiple of 16).
     activation: None or "relu" (fused into the GEMM).
     Buffers (state_dict): weight_q (int8 [out, in] | uint8 [out, ceil(in/2)]
-    | uint8 [out, in/32, 18]), weight_scale (float32 [out] | float32 or
-    float16 [out, in/group_size]; absent for q4_0), weight_zero_point
+    | uint8 [out, in/32, 18] | uint8 [out/16, in/32, 288]), weight_scale
+    (float32 [out] | float32 or float16 [out, in/group_size]; absent for
+    q4_0 and q4_0x16), weight_zero_point
     (int4 only, optional: int8/int32 [out, in/group_size]); bias is a
     Parameter [out] (dtype: `dtype`, default float32) or None.
     forward(x): x float32 / float16 / bfloat16 [..., in_features] on the
@@ -204,9 +226,12 @@ class QuantizedLinear(torch.nn.Module):
                 f"{_FN}: weight_format='int4' needs in_features ({self.in_features}) to be a multiple of group_size "
                 f"({self.group_size}); pass a group_size that divides it (e.g. 32, 64 or 128)"
             )
-        if weight_format == "q4_0" and self.in_features % _Q4_0_BLOCK != 0:
-            raise ValueError(f"{_FN}: weight_format='q4_0' needs in_features ({self.in_features}) to be a multiple "
-                             f"of {_Q4_0_BLOCK}, the Q4_0 block size; pad the layer or use 'int8' or 'int4'")
+        if weight_format in _Q4_FORMATS and self.in_features % _Q4_0_BLOCK != 0:
+            raise ValueError(f"{_FN}: weight_format={weight_format!r} needs in_features ({self.in_features}) to be a "
+                             f"multiple of {_Q4_0_BLOCK}, the Q4_0 block size; pad the layer or use 'int8' or 'int4'")
+        if weight_format == "q4_0x16" and self.out_features % 16 != 0:
+            raise ValueError(f"{_FN}: weight_format='q4_0x16' needs out_features ({self.out_features}) to be a "
+                             "multiple of 16, the rows of one q4_0x16 block; use 'q4_0'")
 
     def _register_weight(self, w: torch.Tensor) -> None:
         """Quantizes a float weight [out, in] into the buffers."""
@@ -220,9 +245,14 @@ class QuantizedLinear(torch.nn.Module):
         elif self.weight_format == "int4":
             q, scale = quantize_tensor(w, bits=4, granularity="group", group_size=self.group_size)
         else:
-            from ._api import quantize_q4_0
+            from ._api import quantize_q4_0, repack
 
+            if self.weight_format == "q4_0x16" and w.device.type != "cpu":
+                raise ValueError(f"{_FN}: weight_format='q4_0x16' is the layout of qg's CPU kernels; the weight is on "
+                                 f"{w.device}: use 'q4_0' there, or build the layer on the CPU")
             q = quantize_q4_0(w.to(torch.float32))
+            if self.weight_format == "q4_0x16":
+                q = repack(q, "q4_0x16")
         self.register_buffer("weight_q", q)
         self.register_buffer("weight_scale", scale)
         self.register_buffer("weight_zero_point", zero_point)
@@ -231,7 +261,8 @@ class QuantizedLinear(torch.nn.Module):
     def from_linear(cls, linear: torch.nn.Linear, weight_format="int8", group_size=128, activation=None):
         """A QuantizedLinear holding linear's weight quantized (int8: per output
         channel, symmetric; int4: groups of group_size along in_features,
-        symmetric; q4_0: ggml's Q4_0) and a copy of its bias, on its device."""
+        symmetric; q4_0: ggml's Q4_0; q4_0x16: that, repacked for the CPU) and
+        a copy of its bias, on its device."""
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"{_FN}.from_linear: linear must be a torch.nn.Linear, got {type(linear).__name__}")
         m = cls.__new__(cls)

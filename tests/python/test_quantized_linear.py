@@ -21,12 +21,16 @@ pytestmark = needs_torch
 pytest.importorskip("torch")
 import qg.torch  # noqa: E402 - after the skip: it imports torch
 
-FORMATS = ["int8", "int4", "q4_0"]
+FORMATS = ["int8", "int4", "q4_0", "q4_0x16"]
+CUDA_FORMATS = ["int8", "int4", "q4_0"]  # q4_0x16 is a CPU layout
 TIER_A = 1e-6
 
 
-def _layer(fmt, bias, relu, in_features=64, out_features=24, seed=0, device="cpu"):
+def _layer(fmt, bias, relu, in_features=64, out_features=None, seed=0, device="cpu"):
     import torch
+
+    if out_features is None:
+        out_features = 32 if fmt == "q4_0x16" else 24  # q4_0x16: groups of 16 rows
 
     torch.manual_seed(seed)
     lin = torch.nn.Linear(in_features, out_features, bias=bias).to(device)
@@ -43,7 +47,7 @@ def _reference(layer, x):
     if layer.weight_format == "int8":
         codes, scale = qg.quantize_tensor(x2.float(), granularity="channel")
         xs = codes.double().numpy() * scale.double().numpy()[:, None]
-    elif layer.weight_format == "q4_0":
+    elif layer.weight_format in ("q4_0", "q4_0x16"):
         xq = qg.quantize_q8_1(x2.float()).numpy()
         d, _, c = qg_ref.unpack_q8(xq)
         xs = (c.astype(np.float64) * d[..., None]).reshape(x2.shape[0], -1)
@@ -67,7 +71,7 @@ def test_forward_matches_float64_from_the_same_codes(fmt, bias, relu):
     x = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         y = layer(x)
-    assert y.shape == (3, 5, 24) and y.dtype == torch.float32
+    assert y.shape == (3, 5, layer.out_features) and y.dtype == torch.float32
     ref = _reference(layer, x)
     assert R.nmse(y.numpy(), ref.numpy()) <= TIER_A
     # and near the float layer: within what the format's quantization allows
@@ -75,7 +79,7 @@ def test_forward_matches_float64_from_the_same_codes(fmt, bias, relu):
         full = lin(x)
         if relu:
             full = torch.relu(full)
-    limit = {"int8": 1e-3, "int4": 3e-2, "q4_0": 3e-2}[fmt]
+    limit = {"int8": 1e-3, "int4": 3e-2, "q4_0": 3e-2, "q4_0x16": 3e-2}[fmt]
     assert R.nmse(y.numpy(), full.numpy()) <= limit
 
 
@@ -89,7 +93,7 @@ def test_half_inputs_give_half_outputs(fmt, dtype):
     x = torch.randn(4, 64, generator=torch.Generator().manual_seed(2)).to(tdt)
     with torch.no_grad():
         y = layer(x)
-    assert y.dtype == tdt and y.shape == (4, 24)
+    assert y.dtype == tdt and y.shape == (4, layer.out_features)
     ref = _reference(layer, x.float()) if fmt != "int4" else _reference(layer, x)
     assert R.nmse(y.float().numpy(), ref.numpy()) <= (1e-4 if dtype == "bfloat16" else 1e-5)
 
@@ -123,13 +127,13 @@ def test_state_dict_round_trip(fmt, tmp_path):
     _, layer = _layer(fmt, True, True)
     path = tmp_path / "layer.pt"
     torch.save(layer.state_dict(), path)
-    fresh = qg.torch.QuantizedLinear(64, 24, weight_format=fmt, group_size=32, activation="relu")
+    fresh = qg.torch.QuantizedLinear(64, layer.out_features, weight_format=fmt, group_size=32, activation="relu")
     fresh.load_state_dict(torch.load(path))
     x = torch.randn(2, 64)
     with torch.no_grad():
         assert torch.equal(fresh(x), layer(x))
     keys = set(layer.state_dict())
-    assert keys == ({"weight_q", "bias"} | ({"weight_scale"} if fmt != "q4_0" else set()))
+    assert keys == ({"weight_q", "bias"} | ({"weight_scale"} if fmt not in ("q4_0", "q4_0x16") else set()))
 
 
 def test_constructor_and_errors():
@@ -155,13 +159,55 @@ def test_constructor_and_errors():
         qg.torch.QuantizedLinear.from_linear(torch.nn.Conv1d(1, 1, 1))
 
 
+def test_q4_0x16_is_q4_0_repacked():
+    """The q4_0x16 layer holds qg.repack of the q4_0 layer's codes and gives
+    its outputs (bit for bit where the q4_0 call runs a panel kernel) and its
+    input gradient; its shape rules and its CPU-only rule fail with the fix."""
+    import torch
+
+    lin = torch.nn.Linear(64, 48)
+    a = qg.torch.QuantizedLinear.from_linear(lin, weight_format="q4_0")
+    b = qg.torch.QuantizedLinear.from_linear(lin, weight_format="q4_0x16")
+    assert b.weight_q.shape == (3, 2, 288)
+    assert torch.equal(b.weight_q, qg.repack(a.weight_q, "q4_0x16"))
+    assert torch.equal(b.dequantized_weight(), a.dequantized_weight())
+    for n in (1, 5):
+        x = torch.randn(n, 64, generator=torch.Generator().manual_seed(n))
+        with torch.no_grad():
+            ya, yb = a(x), b(x)
+        chosen = qg.explain(qg.gemm_q4_0_q8_1, a.weight_q, qg.quantize_q8_1(x)).chosen
+        if chosen == "cpu_amx" or chosen.endswith("_panel"):
+            assert torch.equal(ya, yb)
+        assert R.nmse(yb.numpy(), ya.numpy()) <= TIER_A
+    with pytest.raises(ValueError, match=r"^qg\.torch\.QuantizedLinear: weight_format='q4_0x16' needs out_features "
+                                         r"\(24\) to be a multiple of 16"):
+        qg.torch.QuantizedLinear(64, 24, weight_format="q4_0x16")
+    with pytest.raises(ValueError, match=r"^qg\.torch\.QuantizedLinear: weight_format='q4_0x16' needs in_features"):
+        qg.torch.QuantizedLinear(40, 16, weight_format="q4_0x16")
+    assert "weight_format='q4_0x16'" in repr(b)
+
+
+@needs_torch_cuda
+def test_q4_0x16_refuses_cuda_with_the_fix():
+    import torch
+
+    with pytest.raises(ValueError, match=r"^qg\.torch\.QuantizedLinear: weight_format='q4_0x16' is the layout of "
+                                         r"qg's CPU kernels"):
+        qg.torch.QuantizedLinear.from_linear(torch.nn.Linear(64, 16).cuda(), weight_format="q4_0x16")
+    layer = qg.torch.QuantizedLinear(64, 16, weight_format="q4_0x16").cuda()
+    with pytest.raises(ValueError, match=r"q4_0x16 is the layout of qg's CPU kernels; for cuda:0 pass the weight "
+                                         r"as q4_0"):
+        with torch.no_grad():
+            layer(torch.randn(2, 64, device="cuda"))
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_empty_batch_and_module_half(fmt):
     import torch
 
     _, layer = _layer(fmt, True, False)
     with torch.no_grad():
-        assert layer(torch.zeros(0, 64)).shape == (0, 24)
+        assert layer(torch.zeros(0, 64)).shape == (0, layer.out_features)
         x = torch.randn(3, 64)
         y = layer(x)
         layer.half()  # scales and bias become float16: the layer still runs
@@ -175,7 +221,7 @@ def test_torch_compile_fullgraph(fmt, fresh_dynamo):
     import torch
 
     _, layer = _layer(fmt, True, True)
-    model = torch.nn.Sequential(layer, torch.nn.Linear(24, 4))
+    model = torch.nn.Sequential(layer, torch.nn.Linear(layer.out_features, 4))
     x = torch.randn(5, 64, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         explanation = torch._dynamo.explain(model)(x)
@@ -191,7 +237,7 @@ def test_torch_compile_fullgraph(fmt, fresh_dynamo):
 
 
 @needs_torch_cuda
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", CUDA_FORMATS)
 def test_cuda_matches_cpu_and_to_device(fmt):
     import torch
 
@@ -237,7 +283,7 @@ def test_int4_one_token_cuda_graph_capture(dtype):
 
 
 @needs_torch_cuda
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", CUDA_FORMATS)
 def test_cuda_graph_capture(fmt):
     import torch
 
