@@ -218,21 +218,18 @@ void panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, fl
     for (int j = 0; j < NC; ++j) {
       // A block's eight vpdpbusd in one dependent chain (about 5 cycles
       // each) would outlast the rest of its work where few A rows give few
-      // chains: at NC = 1 four chains (c mod 4), at NC = 2 two, added at the
-      // end (the same integer). Wider groups have NC chains to overlap.
-      constexpr int kChains = NC == 1 ? 4 : NC == 2 ? 2 : 1;
+      // chains: at NC <= 2 two chains (even and odd c), added at the end
+      // (the same integer). Wider groups have NC chains to overlap. (N = 1
+      // on q4_0x16 takes x16_decode below instead.)
+      constexpr int kChains = NC <= 2 ? 2 : 1;
       __m512i chain[kChains];
       chain[0] = _mm512_set1_epi32(load_i32(group + NC * 32 + 4 * j));
-      for (int i = 1; i < kChains; ++i) chain[i] = _mm512_setzero_si512();
+      if constexpr (kChains == 2) chain[1] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c)
         chain[c % kChains] =
             _mm512_dpbusd_epi32(chain[c % kChains], wv[c], _mm512_set1_epi32(load_i32(group + 32 * j + 4 * c)));
-      if constexpr (kChains == 4) {
-        chain[0] = _mm512_add_epi32(chain[0], chain[1]);
-        chain[2] = _mm512_add_epi32(chain[2], chain[3]);
-      }
-      if constexpr (kChains >= 2) chain[0] = _mm512_add_epi32(chain[0], chain[kChains / 2]);
+      if constexpr (kChains == 2) chain[0] = _mm512_add_epi32(chain[0], chain[1]);
       const __m512i s = chain[0];
       const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(load_f32(group + NC * 36 + 4 * j)));
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[j]);
