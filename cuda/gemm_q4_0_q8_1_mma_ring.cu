@@ -84,7 +84,7 @@ constexpr int kStageBlocks = 8;                         // 256 values of K
 constexpr int kWRowBytes = kStageBlocks * kQ4_0Bytes;   // 144: nine 16-byte pieces
 constexpr int kXRowBytes = kStageBlocks * kQ8_1Bytes;   // 288: eighteen
 constexpr int kXRowPieces = kXRowBytes / 16;
-constexpr int kMinCols = 3, kMaxCols = 16;              // N it takes (measured: docs/architecture.md)
+constexpr int kMinCols = 3, kMaxCols = 32;              // N it takes (measured: docs/architecture.md)
 constexpr int kMinColsOneWave = 4;  // N = 3 within one wave of 32-row groups: cuda_gemv_ring is faster
 // Rows a group: two m16 tiles (32 rows), or one (16) where the 16-row
 // groups fit one wave (pick_cta).
@@ -96,10 +96,13 @@ __host__ __device__ constexpr int w_bytes(int rt) { return group_rows(rt) * kWRo
 __host__ __device__ constexpr int w_pieces(int rt) { return group_rows(rt) * 9; }
 __host__ __device__ constexpr int w_lane_pieces(int rt) { return (w_pieces(rt) + 31) / 32; }
 // kNT n8 tiles: 8 kNT tokens a slot (N <= 8: one tile, 6912 bytes a slot at
-// 32 rows; N = 9..16: two, 9216). Only the N tokens' pieces are copied;
-// reads of the columns past N go to column N - 1's row.
+// 32 rows; N = 9..16: two, 9216; N = 17..32: four, 13824). Only the N
+// tokens' pieces are copied; reads of the columns past N go to column
+// N - 1's row.
 __host__ __device__ constexpr int slot_bytes(int nt, int rt) { return w_bytes(rt) + 8 * nt * kXRowBytes; }
 // Activation pieces a lane copies at most: 8 kNT tokens of 18.
+// n8 tiles for N tokens: one up to 8, two up to 16, four up to 32.
+__host__ __device__ constexpr int n8_tiles(int64_t n) { return n > 16 ? 4 : n > 8 ? 2 : 1; }
 __host__ __device__ constexpr int x_lane_pieces(int nt) { return (8 * nt * kXRowPieces + 31) / 32; }
 
 // Two slots a warp: against three, 2-11 % faster at every shape measured
@@ -170,7 +173,8 @@ __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const Epilog
   for (int i = 0; i < kXLane; ++i) {
     const int pc = lane + 32 * i;
     // Pieces of tokens past N are never copied (issue_x), but their
-    // offsets are formed too: can_run keeps 15 row strides inside int.
+    // offsets are formed too: can_run keeps 8 kNT - 1 row strides inside
+    // int.
     x_src[i] = static_cast<uint32_t>((pc / kXRowPieces) * p.ldx + s_begin * kXRowBytes + (pc % kXRowPieces) * 16);
   }
   auto issue_w = [&](int i) {
@@ -329,7 +333,8 @@ constexpr int launch_smem() {
 constexpr CtaForm kForms[] = {
     {1, 2, 8, 1}, {1, 2, 4, 2}, {1, 2, 4, 3}, {1, 2, 4, 4}, {1, 2, 2, 4},  // 32 rows, N <= 8
     {2, 2, 8, 1}, {2, 2, 4, 2}, {2, 2, 4, 3},                              // 32 rows, N = 9..16
-    {1, 1, 8, 1}, {2, 1, 8, 1},                                            // 16 rows, one wave
+    {4, 2, 8, 1}, {4, 2, 4, 2}, {4, 2, 2, 4},                              // 32 rows, N = 17..32
+    {1, 1, 8, 1}, {2, 1, 8, 1}, {4, 1, 8, 1},                              // 16 rows, one wave
 };
 
 // Within one wave of row groups (groups <= SMs), 8 warps, one CTA an SM.
@@ -359,8 +364,9 @@ CtaForm pick_cta(const GemmArgs& g) {
   const int64_t sms = device_limits(g.device.id).sms;
   auto per_sm = [&](int rows) { return ((g.a.rows + rows - 1) / rows + sms - 1) / sms; };
   const int64_t c = per_sm(32), c16 = per_sm(16);
-  const int nt = g.b.rows > 8 ? 2 : 1;
+  const int nt = n8_tiles(g.b.rows);
   if (c16 == 1) return {nt, 1, 8, 1};
+  if (nt == 4) return c <= 1 ? CtaForm{4, 2, 8, 1} : c == 2 ? CtaForm{4, 2, 4, 2} : CtaForm{4, 2, 2, 4};
   if (nt == 2) return c <= 1 ? CtaForm{2, 2, 8, 1} : c == 2 ? CtaForm{2, 2, 4, 2} : CtaForm{2, 2, 4, 3};
   switch (c) {
     case 0:
@@ -457,14 +463,15 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (!a_within_32_bit_offsets(args, why_not)) return false;
   // Each lane forms the int offsets of its activation pieces for all 8 kNT
   // tokens of the tile, those past N (never copied) included.
-  if (args.b.row_stride > std::numeric_limits<int>::max() / 15)
-    return no("A's row stride " + std::to_string(args.b.row_stride) +
-              " bytes: 15 of them must fit a 32-bit offset (16-token tiles)");
+  const int tile_tokens = 8 * n8_tiles(args.b.rows);
+  if (args.b.row_stride > std::numeric_limits<int>::max() / (tile_tokens - 1))
+    return no("A's row stride " + std::to_string(args.b.row_stride) + " bytes: " + std::to_string(tile_tokens - 1) +
+              " of them must fit a 32-bit offset (" + std::to_string(tile_tokens) + "-token tiles)");
   const int per_sm = resident_ctas_of_instance(args);
   if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
   // N <= 8: any number of row groups (past four an SM, in waves: pick_cta).
   if (args.b.rows <= 8) return true;
-  // N = 9..16: one row group a CTA, all resident at once (header: with more
+  // N = 9..32: one row group a CTA, all resident at once (header: with more
   // groups than that a persistent form was slower than cuda_wgmma).
   return row_groups_fit_one_wave(args, group_rows(form.rt), per_sm, sms, why_not);
 }

@@ -2,9 +2,9 @@
 // cuda/registry.cu: the CUDA backend's kernel tables, most specialised first.
 // Arch windows and epilogue capabilities are data here; each can_run judges
 // only shape and alignment.
+//   cuda_gemv_mma    q4_0 x q8_1, N = 3..32 (3: M <= 16 x SMs or more 32-row groups than SMs; 9..16: at most three an SM; 17..32: at most two, or four of 2-warp CTAs), K % 256 == 0, 16-byte W rows (sm_90): W and A through a cp.async ring a warp, 16-row groups up to 16 x SMs rows, 32-row past that, K sliced over a CTA's warps (8; 4 or 2 past one wave of groups), int8 mma.sync
 //   cuda_wgmma_folded q4_0 x q8_1, as cuda_wgmma with N >= 17: the scales folded into fp16 operands, one fp32 sum over K (NMSE ~1e-7)
 //   cuda_wgmma_f16   q4_0 x q8_1, as cuda_wgmma with N >= 65: the codes as fp16, fp16 MMAs summing exactly in fp32 (cuda_wgmma's bits)
-//   cuda_gemv_mma    q4_0 x q8_1, N = 3..16 (3: M <= 16 x SMs or more 32-row groups than SMs; 9..16: at most three an SM), K % 256 == 0, 16-byte W rows (sm_90): W and A through a cp.async ring a warp, 16-row groups up to 16 x SMs rows, 32-row past that, K sliced over a CTA's warps (8; 4 or 2 past one wave of groups), int8 mma.sync
 //   cuda_gemv_bulk   q4_0 x q8_1, N = 7..8, K % 256 == 0, 16-byte W rows (sm_90+): W by bulk copies (a producer warp), int8 mma.sync
 //   cuda_gemv_ring   q4_0 x q8_1, N = 1..6 (3..6: M in one wave of CTAs; 3..6 on sm_90 where cuda_gemv_mma refuses), K % 256 == 0, 16-byte W rows (sm_90): W through a cp.async ring a warp, A in shared memory, DP4A
 //   cuda_wgmma       q4_0 x q8_1, M >= 128, N >= 7, K % 256 == 0 (sm_90a): wgmma, W fragments from registers, activations re-laid by a first pass
@@ -53,12 +53,12 @@ constexpr ArchWindow kWgmma{90, 0, true, 0};
 Registry make_registry() {
   Registry r;
   r.gemm = {
+      {"cuda_gemv_mma", Format::q4_0, Format::q8_1, kRing, kEpiFloatAll, gemm_mma_ring_can_run, gemm_mma_ring_run,
+       gemm_mma_ring_run_quantizing},
       {"cuda_wgmma_folded", Format::q4_0, Format::q8_1, kWgmma, kEpiFloatAll, gemm_wgmma_folded_can_run,
        gemm_wgmma_folded_run, gemm_wgmma_folded_run_quantizing},
       {"cuda_wgmma_f16", Format::q4_0, Format::q8_1, kWgmma, kEpiFloatAll, gemm_wgmma_f16_can_run,
        gemm_wgmma_f16_run, gemm_wgmma_f16_run_quantizing},
-      {"cuda_gemv_mma", Format::q4_0, Format::q8_1, kRing, kEpiFloatAll, gemm_mma_ring_can_run, gemm_mma_ring_run,
-       gemm_mma_ring_run_quantizing},
       // N = 7..8 past sm_90, where cuda_gemv_mma (sm_90 only) does not run;
       // on sm_90 that one takes every shape this one does.
       {"cuda_gemv_bulk", Format::q4_0, Format::q8_1, kBulkCopy, kEpiFloatAll, gemm_bulk_can_run, gemm_bulk_run},

@@ -650,30 +650,35 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
   EXPECT_NE(tester.refusals().find("row groups of 32"), std::string::npos) << tester.refusals();
 }
 
-// The tensor-core ring GEMV (N = 3..16): K's stages of 8 blocks split over
+// The tensor-core ring GEMV (N = 3..32): K's stages of 8 blocks split over
 // a CTA's 8 warps, evenly (K = 2048: one a warp; 14336: seven) and not (K =
 // 256: one stage, seven warps idle; 2304: nine stages), W rows padded by 16
 // bytes and C rows by one element, A rows padded by 16 bytes, and A only
 // 4-byte aligned (its base 4 or 8 mod 16, or its row stride 4 mod 16:
 // 4-byte copies). With S SMs, up to M = 16 S rows go in groups of 16 (M =
-// 1, 45: a group's tail; 64, 300), every N it takes; past that in groups
-// of 32: within one wave (16 S + 45, 32 S - 5; N = 4, 8, 9, 16; at N = 4
-// and 9 also one stage, 4-byte A copies, padded W and C), one n8 tile at N
-// <= 8 and two at N = 9..16. Past one wave, c = ceil(groups / SMs) CTAs an
-// SM: 4 warps at c = 2 (M = 32 S + 1: N = 3, 5, 12) and 3 (2 x 32 S +
-// 33, 3 x 32 S: N = 4, 9, 14, 16), 2 warps at c = 4 (3 x 32 S + 7: N = 3,
-// 6, 7), 4 warps in waves of four an SM at c = 6 (5 x 32 S + 77: N = 8),
-// with stages split evenly, unevenly (K = 2304) and one stage for two
-// warps (K = 256).
-// Refused: N = 17; N = 3 within one wave of 32-row groups; at N = 9..16
-// more row groups than three an SM. The last cases run twice:
-// bit-identical.
+// 1, 45: a group's tail; 64, 300), N = 3..16 and seven N of four n8 tiles
+// (17..32); past that in groups of 32: within one wave (16 S + 45, 32 S -
+// 5; N = 4, 8, 9, 16, 17, 32; at N = 4, 9 and 21 also one stage, 4-byte A
+// copies, padded W and C), one n8 tile at N <= 8, two at N = 9..16, four
+// at 17..32. Past one wave, c = ceil(groups / SMs) CTAs an SM: 4 warps at
+// c = 2 (M = 32 S + 1: N = 3, 5, 12, 20) and 3 (2 x 32 S + 33, 3 x 32 S:
+// N = 4, 9, 14, 16), 2 warps at c = 4 (3 x 32 S + 7: N = 3, 6, 7; 4 x 32 S
+// - 3: N = 17) and, with four n8 tiles, at c = 3 (2 x 32 S + 33: N = 32),
+// 4 warps in waves of four an SM at c = 6 (5 x 32 S + 77: N = 8), with
+// stages split evenly, unevenly (K = 2304) and one stage for two warps (K
+// = 256). Non-finite activation scales at N = 6, 14 and 27.
+// Refused: N = 33; N = 3 within one wave of 32-row groups; more row groups
+// than three an SM at N = 9..16 and four at 17..32; an A row stride whose
+// tile's offsets pass 32 bits. The last cases run twice: bit-identical.
 TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   constexpr const char* kMmaRing = "cuda_gemv_mma";
   if (!kernel_takes(kMmaRing, 32, 16, 256)) GTEST_SKIP() << kMmaRing << " does not run on cuda:0";
   uint32_t seed = kSeed + 380;
   const int64_t one_wave = 32 * sm_count() - 5;
-  for (int64_t n = 3; n <= 16; ++n) {
+  std::vector<int64_t> ns;
+  for (int64_t n = 3; n <= 16; ++n) ns.push_back(n);
+  for (int64_t n : {17, 18, 23, 24, 25, 31, 32}) ns.push_back(n);  // four n8 tiles
+  for (const int64_t n : ns) {
     const GemmCase cases[] = {
         {1, n, 256, 0, 0, 0, 0, 0, nullptr, kMmaRing},       // one stage: seven warps idle
         {45, n, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing},     // nine stages over eight warps; a group's tail
@@ -685,12 +690,12 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
     };
     for (const GemmCase& g : cases) run_gemm_case(g, nullptr, seed++, nullptr);
   }
-  for (int64_t n : {4, 8, 9, 16}) {
+  for (int64_t n : {4, 8, 9, 16, 17, 32}) {
     run_gemm_case({one_wave, n, 4096, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
     run_gemm_case({16 * sm_count() + 45, n, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
   }
   // 32-row groups within one wave: one stage, 4-byte A copies, padded W and C.
-  for (int64_t n : {4, 9}) {
+  for (int64_t n : {4, 9, 21}) {
     const int64_t m = 16 * sm_count() + 45;
     run_gemm_case({m, n, 256, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
     run_gemm_case({m, n, 4096, 0, 4, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
@@ -709,27 +714,36 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
       {3 * 32 * sms + 7, 3, 256, 0, 0, 0, 0, 0, nullptr, kMmaRing},     // 2 warps, one stage
       {3 * 32 * sms + 7, 6, 2304, 16, 4, 0, 0, 0, nullptr, kMmaRing},   // 2 warps; padded W, 4-byte A copies
       {5 * 32 * sms + 77, 8, 512, 0, 0, 1, 0, 0, nullptr, kMmaRing},    // 4 warps, in waves of four an SM
+      {32 * sms + 1, 20, 2304, 0, 0, 1, 0, 0, nullptr, kMmaRing},       // four n8 tiles, 4 warps, two an SM
+      {2 * 32 * sms + 33, 32, 4096, 0, 0, 0, 0, 4, nullptr, kMmaRing},  // four n8 tiles, 2 warps; 4-byte A copies
+      {4 * 32 * sms - 3, 17, 256, 16, 0, 0, 0, 0, nullptr, kMmaRing},   // 2 warps, four an SM, one stage; padded W
   };
   for (const GemmCase& g : past) run_gemm_case(g, nullptr, seed++, nullptr);
   qgtest::CudaMemory mem;
   qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kMmaRing, mem);
-  // A's row stride such that 3 strides fit a 32-bit offset but 15 do not:
-  // the tile's offsets of the tokens past N would overflow (can_run reads
-  // only the addresses).
+  // A's row stride such that the N - 1 strides of A's span fit a 32-bit
+  // offset but the tile's 8 kNT - 1 do not: the offsets of the tokens past
+  // N would overflow (can_run reads only the addresses).
   {
     alignas(16) static uint8_t stand_in[16];
     qg::GemmArgs g;
     g.a = {stand_in, qg::Format::q4_0, 64, 256, 8 * 18, {}, {}};
-    g.b = {stand_in, qg::Format::q8_1, 4, 256, int64_t{160} << 20, {}, {}};
+    g.b = {stand_in, qg::Format::q8_1, 12, 256, int64_t{80} << 20, {}, {}};
     g.device = qg::Device::cuda(0);
     g.fn = "qg.gemm";
     const qg::detail::GemmKernel* kern = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), kMmaRing);
     ASSERT_NE(kern, nullptr);
     std::string why;
+    EXPECT_TRUE(kern->can_run(g, &why)) << why;  // 16-token tiles: 15 strides fit
+    g.b.rows = 20;                                // 32-token tiles: 31 do not
     EXPECT_FALSE(kern->can_run(g, &why));
-    EXPECT_NE(why.find("15 of them must fit a 32-bit offset"), std::string::npos) << why;
+    EXPECT_NE(why.find("31 of them must fit a 32-bit offset"), std::string::npos) << why;
+    g.b = {stand_in, qg::Format::q8_1, 4, 256, int64_t{320} << 20, {}, {}};  // 8-token tiles: 7 do not
+    why.clear();
+    EXPECT_FALSE(kern->can_run(g, &why));
+    EXPECT_NE(why.find("7 of them must fit a 32-bit offset"), std::string::npos) << why;
   }
-  const std::pair<int64_t, const char*> refused[] = {{3, "in one wave of row groups"}, {17, "outside 3..16"}};
+  const std::pair<int64_t, const char*> refused[] = {{3, "in one wave of row groups"}, {33, "outside 3..32"}};
   for (const auto& [n, why] : refused) {
     qgtest::GemmKernelTester fresh(qg::detail::cuda::registry(), kMmaRing, mem);  // its own refusal list
     QG_SEEDED_RNG(rng, 2300 + n);
@@ -743,6 +757,22 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
     qgtest::GemmCase c = qgtest::random_case(rng, 3 * 32 * sm_count() + 1, 12, 256);
     EXPECT_FALSE(fresh.run_and_check(c)) << "more row groups than three CTAs an SM should be refused at N = 12";
     EXPECT_NE(fresh.refusals().find("row groups of 32"), std::string::npos) << fresh.refusals();
+  }
+  {
+    qgtest::GemmKernelTester fresh(qg::detail::cuda::registry(), kMmaRing, mem);
+    QG_SEEDED_RNG(rng, 2326);
+    qgtest::GemmCase c = qgtest::random_case(rng, 4 * 32 * sm_count() + 1, 24, 256);
+    EXPECT_FALSE(fresh.run_and_check(c)) << "more row groups than four CTAs an SM should be refused at N = 24";
+    EXPECT_NE(fresh.refusals().find("row groups of 32"), std::string::npos) << fresh.refusals();
+  }
+  // The same at N = 27 (four n8 tiles; tokens 27..31 read token 26's
+  // scales): tokens 2 and 26.
+  {
+    QG_SEEDED_RNG(rng, 2332);
+    qgtest::GemmCase c = qgtest::random_case(rng, 70, 27, 4096);
+    qgtest::store_u16(c.a_block(2, 33), 0x7C00);
+    qgtest::store_u16(c.a_block(26, 120), 0x7E00);
+    EXPECT_TRUE(tester.run_and_check(c)) << tester.refusals();
   }
   // An activation block of +Inf scale and one of NaN (tokens 3 and 11),
   // each in a different stage of a different warp's slice: those stages take
@@ -765,7 +795,8 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   for (const GemmCase& g : {GemmCase{one_wave, 13, 14336, 0, 0, 0, 0, 0, nullptr, kMmaRing},
                             GemmCase{3 * 32 * sms + 7, 7, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing},
                             GemmCase{2 * 32 * sms + 33, 14, 4096, 0, 0, 0, 0, 0, nullptr, kMmaRing},
-                            GemmCase{300, 10, 14336, 0, 0, 0, 0, 0, nullptr, kMmaRing}}) {
+                            GemmCase{300, 10, 14336, 0, 0, 0, 0, 0, nullptr, kMmaRing},
+                            GemmCase{one_wave, 29, 14336, 0, 0, 0, 0, 0, nullptr, kMmaRing}}) {
     std::vector<float> first, again;
     run_gemm_case(g, nullptr, seed, &first);
     run_gemm_case(g, nullptr, seed, &again);
@@ -995,7 +1026,7 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
   const qg::detail::Registry& r = qg::detail::cuda::registry();
   EXPECT_EQ(&qg::detail::registry_for(qg::Device::cuda(0)), &r);
   EXPECT_EQ(qgtest::gemm_kernel_names(r, qg::Format::q4_0, qg::Format::q8_1),
-            (std::vector<std::string>{"cuda_wgmma_folded", "cuda_wgmma_f16", "cuda_gemv_mma", "cuda_gemv_bulk",
+            (std::vector<std::string>{"cuda_gemv_mma", "cuda_wgmma_folded", "cuda_wgmma_f16", "cuda_gemv_bulk",
                                       "cuda_wgmma", "cuda_gemv_ring", "cuda_mmvq", "cuda_mma", "cuda_dp4a_tiled",
                                       "cuda_generic", "dispatch"}));
   // The Q4_0 kernels come first (the integer family's follow: test_cuda_int*.cpp).
@@ -1005,12 +1036,12 @@ TEST(CudaRegistry, ListsTheKernelsInDispatchOrder) {
     SCOPED_TRACE(k.name);
     EXPECT_EQ(k.epilogue_caps, static_cast<uint32_t>(qg::detail::kEpiFloatAll));
     EXPECT_EQ(k.arch.cpu_features, 0u);
-    EXPECT_EQ(k.arch.arch_specific, i <= 1 || i == 4);  // wgmma: the sm_90a image only
+    EXPECT_EQ(k.arch.arch_specific, i == 1 || i == 2 || i == 4);  // wgmma: the sm_90a image only
   }
-  EXPECT_EQ(r.gemm[0].arch.min_cc, 90);  // wgmma, tensor copies
-  EXPECT_EQ(r.gemm[1].arch.min_cc, 90);
-  EXPECT_EQ(r.gemm[2].arch.min_cc, 90);  // griddepcontrol; measured on Hopper only
-  EXPECT_EQ(r.gemm[2].arch.max_cc, 90);
+  EXPECT_EQ(r.gemm[0].arch.min_cc, 90);  // griddepcontrol; measured on Hopper only
+  EXPECT_EQ(r.gemm[0].arch.max_cc, 90);
+  EXPECT_EQ(r.gemm[1].arch.min_cc, 90);  // wgmma, tensor copies
+  EXPECT_EQ(r.gemm[2].arch.min_cc, 90);
   EXPECT_EQ(r.gemm[3].arch.min_cc, 90);  // bulk copies (any sm_90 image)
   EXPECT_EQ(r.gemm[3].arch.max_cc, 0);
   EXPECT_EQ(r.gemm[4].arch.min_cc, 90);
