@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // cuda/gemm_q4_0_q8_1_mma_ring.cu: Q4_0 x Q8_1 for small batches on sm_90
-// (cuda_gemv_mma, N = 3..16): each warp streams a 32-row tile of W (16-row
+// (cuda_gemv_mma, N = 3..32): each warp streams a 32-row tile of W (16-row
 // where M is at most 16 rows an SM) and the activations of its slice of K
 // through its own cp.async ring, int8
 // mma.sync.m16n8k32 on them (q4_0_mma.cuh's arithmetic), and the CTA's warps
@@ -29,7 +29,8 @@
 // shared loads at fixed offsets. The price is shared memory: a slot holds
 // the stage's 32 W rows (144 bytes each, 8 blocks) and room for 8 kNT
 // tokens' 8 blocks (288 bytes each): 6912 bytes at N <= 8 (one n8 tile),
-// 9216 at N = 9..16 (two); 2304 bytes fewer with 16 rows.
+// 9216 at N = 9..16 (two), 13824 at N = 17..32 (four: 216 KiB for 8 warps'
+// two slots); 2304 bytes fewer with 16 rows.
 //
 // Slices. K's stages (8 blocks, 256 values) are split evenly over the CTA's
 // warps, and a CTA owns one row group. At the end each warp writes its
@@ -44,7 +45,8 @@
 // shared memory that at most c share an SM: every SM gets its share of the
 // groups, also when the grid is launched early behind linear_q4_0's
 // quantizer. At N = 9..16 (72 KiB a 4-warp CTA) can_run asks that all
-// groups be resident at once, c <= 3. On an H200 at 14336 x 4096
+// groups be resident at once, c <= 3; at N = 17..32 (108 KiB a 4-warp
+// CTA) c <= 2. On an H200 at 14336 x 4096
 // linear_q4_0's graph took 11-12 % less time at N = 4 and 8 than with waves
 // of two 8-warp CTAs an SM (one binary), and at 11008 x 4096 N = 12 / 16
 // 18-25 % less than on cuda_wgmma (docs/architecture.md, "Past one wave:
@@ -86,6 +88,7 @@ constexpr int kXRowBytes = kStageBlocks * kQ8_1Bytes;   // 288: eighteen
 constexpr int kXRowPieces = kXRowBytes / 16;
 constexpr int kMinCols = 3, kMaxCols = 32;              // N it takes (measured: docs/architecture.md)
 constexpr int kMinColsOneWave = 4;  // N = 3 within one wave of 32-row groups: cuda_gemv_ring is faster
+constexpr int kMaxColsOneWave = 24;  // and past 24 there cuda_wgmma_folded is
 // Rows a group: two m16 tiles (32 rows), or one (16) where the 16-row
 // groups fit one wave (pick_cta).
 __host__ __device__ constexpr int group_rows(int rt) { return 16 * rt; }
@@ -333,7 +336,7 @@ constexpr int launch_smem() {
 constexpr CtaForm kForms[] = {
     {1, 2, 8, 1}, {1, 2, 4, 2}, {1, 2, 4, 3}, {1, 2, 4, 4}, {1, 2, 2, 4},  // 32 rows, N <= 8
     {2, 2, 8, 1}, {2, 2, 4, 2}, {2, 2, 4, 3},                              // 32 rows, N = 9..16
-    {4, 2, 8, 1}, {4, 2, 4, 2}, {4, 2, 2, 4},                              // 32 rows, N = 17..32
+    {4, 2, 8, 1}, {4, 2, 4, 2},                                            // 32 rows, N = 17..32
     {1, 1, 8, 1}, {2, 1, 8, 1}, {4, 1, 8, 1},                              // 16 rows, one wave
 };
 
@@ -360,13 +363,21 @@ constexpr CtaForm kForms[] = {
 // against 13.9-14.0 / 16.3-16.4 for four of 32 rows (128), and so did each
 // group's K split
 // over a cluster of two CTAs (docs/architecture.md, "Past one wave").
+// Four n8 tiles (N = 17..32), against cuda_wgmma_folded, the GEMM cold on
+// an H200 (us, N = 17 / 24 / 32): 16-row groups (2048 x 14336) 20.3 /
+// 22.0 / 24.3 against 25.2 / 25.1 / 24.2; 32-row groups in one wave
+// (4096 x 14336) 28.5 / 30.2 / 32.3 against 31.2 / 31.0 / 30.0, so there
+// can_run stops at N = 24; c = 2 (8192 x 4096, 4 warps) 19.3 / 20.3 / 21.4
+// against 24.2 / 23.9 / 23.0; c = 4 (14336 x 4096, 2-warp CTAs four an
+// SM, an instance since removed) 32.0 / 34.3 / 35.7 against 28.8 / 28.7 /
+// 27.7, so can_run asks for c <= 2.
 CtaForm pick_cta(const GemmArgs& g) {
   const int64_t sms = device_limits(g.device.id).sms;
   auto per_sm = [&](int rows) { return ((g.a.rows + rows - 1) / rows + sms - 1) / sms; };
   const int64_t c = per_sm(32), c16 = per_sm(16);
   const int nt = n8_tiles(g.b.rows);
   if (c16 == 1) return {nt, 1, 8, 1};
-  if (nt == 4) return c <= 1 ? CtaForm{4, 2, 8, 1} : c == 2 ? CtaForm{4, 2, 4, 2} : CtaForm{4, 2, 2, 4};
+  if (nt == 4) return c <= 1 ? CtaForm{4, 2, 8, 1} : CtaForm{4, 2, 4, 2};
   if (nt == 2) return c <= 1 ? CtaForm{2, 2, 8, 1} : c == 2 ? CtaForm{2, 2, 4, 2} : CtaForm{2, 2, 4, 3};
   switch (c) {
     case 0:
@@ -454,6 +465,9 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.b.rows < kMinColsOneWave && form.rt == 2 && form.ctas == 1)
     return no("N=" + std::to_string(args.b.rows) + " with M=" + std::to_string(args.a.rows) +
               " in one wave of row groups of 32 (measured faster on cuda_gemv_ring)");
+  if (args.b.rows > kMaxColsOneWave && form.rt == 2 && form.ctas == 1)
+    return no("N=" + std::to_string(args.b.rows) + " with M=" + std::to_string(args.a.rows) +
+              " in one wave of row groups of 32 (measured faster on cuda_wgmma_folded)");
   if (args.a.k % 256 != 0 || args.a.k == 0)
     return no("K=" + std::to_string(args.a.k) +
               " is not a positive multiple of 256 (stages are whole 16-byte pieces of W and A)");
