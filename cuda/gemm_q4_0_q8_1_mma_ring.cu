@@ -88,7 +88,10 @@ constexpr int kXRowBytes = kStageBlocks * kQ8_1Bytes;   // 288: eighteen
 constexpr int kXRowPieces = kXRowBytes / 16;
 constexpr int kMinCols = 3, kMaxCols = 32;              // N it takes (measured: docs/architecture.md)
 constexpr int kMinColsOneWave = 4;  // N = 3 within one wave of 32-row groups: cuda_gemv_ring is faster
-constexpr int kMaxColsOneWave = 24;  // and past 24 there cuda_wgmma_folded is
+// and past N = 24 with 32-row groups cuda_wgmma_folded is, where K is past
+// 12288 (pick_cta)
+constexpr int kMaxColsOneWave = 24;
+constexpr int64_t kMaxKPastColsOneWave = 12288;
 // Rows a group: two m16 tiles (32 rows), or one (16) where the 16-row
 // groups fit one wave (pick_cta).
 __host__ __device__ constexpr int group_rows(int rt) { return 16 * rt; }
@@ -367,7 +370,10 @@ constexpr CtaForm kForms[] = {
 // an H200 (us, N = 17 / 24 / 32): 16-row groups (2048 x 14336) 20.3 /
 // 22.0 / 24.3 against 25.2 / 25.1 / 24.2; 32-row groups in one wave
 // (4096 x 14336) 28.5 / 30.2 / 32.3 against 31.2 / 31.0 / 30.0, so there
-// can_run stops at N = 24; c = 2 (8192 x 4096, 4 warps) 19.3 / 20.3 / 21.4
+// can_run stops at N = 24 where K is past 12288 (at N = 24 / 28 / 32:
+// 4096 x 4096 13.7 / 14.2 / 14.6 against 20.5 / 20.7 / 19.5, 4096 x 8192
+// 20.4 / 21.2 / 21.9 against 24.7 / 24.8 / 23.7, 4096 x 11008 24.8 /
+// 25.8 / 26.8 against 27.8 / 28.0 / 26.8); c = 2 (8192 x 4096, 4 warps) 19.3 / 20.3 / 21.4
 // against 24.2 / 23.9 / 23.0; c = 4 (14336 x 4096, 2-warp CTAs four an
 // SM, an instance since removed) 32.0 / 34.3 / 35.7 against 28.8 / 28.7 /
 // 27.7, so can_run asks for c <= 2.
@@ -465,9 +471,12 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.b.rows < kMinColsOneWave && form.rt == 2 && form.ctas == 1)
     return no("N=" + std::to_string(args.b.rows) + " with M=" + std::to_string(args.a.rows) +
               " in one wave of row groups of 32 (measured faster on cuda_gemv_ring)");
-  if (args.b.rows > kMaxColsOneWave && form.rt == 2 && form.ctas == 1)
-    return no("N=" + std::to_string(args.b.rows) + " with M=" + std::to_string(args.a.rows) +
-              " in one wave of row groups of 32 (measured faster on cuda_wgmma_folded)");
+  // Past N = 24 with 32-row groups and K > 12288 (measured in one wave;
+  // at c = 2 taken to hold as well, not measured).
+  if (args.b.rows > kMaxColsOneWave && args.a.k > kMaxKPastColsOneWave && form.rt == 2)
+    return no("N=" + std::to_string(args.b.rows) + " with M=" + std::to_string(args.a.rows) + " and K=" +
+              std::to_string(args.a.k) + " > " + std::to_string(kMaxKPastColsOneWave) +
+              " in row groups of 32 (measured faster on cuda_wgmma_folded)");
   if (args.a.k % 256 != 0 || args.a.k == 0)
     return no("K=" + std::to_string(args.a.k) +
               " is not a positive multiple of 256 (stages are whole 16-byte pieces of W and A)");

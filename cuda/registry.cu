@@ -2,7 +2,7 @@
 // cuda/registry.cu: the CUDA backend's kernel tables, most specialised first.
 // Arch windows and epilogue capabilities are data here; each can_run judges
 // only shape and alignment.
-//   cuda_gemv_mma    q4_0 x q8_1, N = 3..32 (3: M <= 16 x SMs or more 32-row groups than SMs; 9..16: at most three an SM; 17..32: at most two, or four of 2-warp CTAs), K % 256 == 0, 16-byte W rows (sm_90): W and A through a cp.async ring a warp, 16-row groups up to 16 x SMs rows, 32-row past that, K sliced over a CTA's warps (8; 4 or 2 past one wave of groups), int8 mma.sync
+//   cuda_gemv_mma    q4_0 x q8_1, N = 3..32 (3: M <= 16 x SMs or more 32-row groups than SMs; 9..16: at most three an SM; 17..32: at most two an SM, and to N = 24 where 32-row groups meet K > 12288), K % 256 == 0, 16-byte W rows (sm_90): W and A through a cp.async ring a warp, 16-row groups up to 16 x SMs rows, 32-row past that, K sliced over a CTA's warps (8; 4 or 2 past one wave of groups), int8 mma.sync
 //   cuda_wgmma_folded q4_0 x q8_1, as cuda_wgmma with N >= 17: the scales folded into fp16 operands, one fp32 sum over K (NMSE ~1e-7)
 //   cuda_wgmma_f16   q4_0 x q8_1, as cuda_wgmma with N >= 65: the codes as fp16, fp16 MMAs summing exactly in fp32 (cuda_wgmma's bits)
 //   cuda_gemv_bulk   q4_0 x q8_1, N = 7..8, K % 256 == 0, 16-byte W rows (sm_90+): W by bulk copies (a producer warp), int8 mma.sync

@@ -658,15 +658,16 @@ TEST_F(CudaBackend, GemvBulkRingAndTails) {
 // 4-byte copies). With S SMs, up to M = 16 S rows go in groups of 16 (M =
 // 1, 45: a group's tail; 64, 300), N = 3..16 and seven N of four n8 tiles
 // (17..32); past that in groups of 32: within one wave (16 S + 45, 32 S -
-// 5; N = 4, 8, 9, 16, 17, 24; at N = 4, 9 and 21 also one stage, 4-byte A
-// copies, padded W and C), one n8 tile at N <= 8, two at N = 9..16, four
-// at 17..24. Past one wave, c = ceil(groups / SMs) CTAs an SM: 4 warps at
+// 5; N = 4, 8, 9, 16, 17, 24; at N = 4, 9, 21 and 32 also one stage,
+// 4-byte A copies, padded W and C; N = 27 at K = 12288), one n8 tile at
+// N <= 8, two at N = 9..16, four at 17..32 (past K = 12288 to 24). Past one wave, c = ceil(groups / SMs) CTAs an SM: 4 warps at
 // c = 2 (M = 32 S + 1: N = 3, 5, 12, 20; 2 x 32 S - 3: N = 31, 32) and 3
 // (2 x 32 S + 33, 3 x 32 S: N = 4, 9, 14, 16), 2 warps at c = 4 (3 x 32 S
 // + 7: N = 3, 6, 7), 4 warps in waves of four an SM at c = 6 (5 x 32 S +
 // 77: N = 8), with stages split evenly, unevenly (K = 2304) and one stage
 // for two warps (K = 256). Non-finite activation scales at N = 6, 14 and
-// 27. Refused: N = 33; N = 3 and N = 25 within one wave of 32-row groups;
+// 27. Refused: N = 33; N = 3, and N = 25 at K = 12544, within one wave of
+// 32-row groups;
 // more row groups than three an SM at N = 9..16 and two at 17..32; an A
 // row stride whose tile's offsets pass 32 bits. The last cases run twice:
 // bit-identical.
@@ -695,12 +696,13 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
     run_gemm_case({16 * sm_count() + 45, n, 2304, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
   }
   // 32-row groups within one wave: one stage, 4-byte A copies, padded W and C.
-  for (int64_t n : {4, 9, 21}) {
+  for (int64_t n : {4, 9, 21, 32}) {  // N = 32: K up to 12288
     const int64_t m = 16 * sm_count() + 45;
     run_gemm_case({m, n, 256, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
     run_gemm_case({m, n, 4096, 0, 4, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
     run_gemm_case({m, n, 2304, 16, 0, 1, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
   }
+  run_gemm_case({16 * sm_count() + 45, 27, 12288, 0, 0, 0, 0, 0, nullptr, kMmaRing}, nullptr, seed++, nullptr);
   // Past one wave: CTAs of 4 warps, two or three an SM; of 2, four an SM;
   // of 4, in waves of four an SM.
   const int64_t sms = sm_count();
@@ -744,12 +746,12 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   }
   const std::pair<int64_t, const char*> refused[] = {
       {3, "in one wave of row groups of 32 (measured faster on cuda_gemv_ring)"},
-      {25, "in one wave of row groups of 32 (measured faster on cuda_wgmma_folded)"},
+      {25, "> 12288 in row groups of 32 (measured faster on cuda_wgmma_folded)"},
       {33, "outside 3..32"}};
   for (const auto& [n, why] : refused) {
     qgtest::GemmKernelTester fresh(qg::detail::cuda::registry(), kMmaRing, mem);  // its own refusal list
     QG_SEEDED_RNG(rng, 2300 + n);
-    qgtest::GemmCase c = qgtest::random_case(rng, n == 33 ? 64 : 16 * sm_count() + 45, n, 4096);
+    qgtest::GemmCase c = qgtest::random_case(rng, n == 33 ? 64 : 16 * sm_count() + 45, n, n == 25 ? 12544 : 4096);
     EXPECT_FALSE(fresh.run_and_check(c)) << "N = " << n << " should be refused";
     EXPECT_NE(fresh.refusals().find(why), std::string::npos) << fresh.refusals();
   }
