@@ -106,10 +106,14 @@ __host__ __device__ constexpr int w_lane_pieces(int rt) { return (w_pieces(rt) +
 // tokens' pieces are copied; reads of the columns past N go to column
 // N - 1's row.
 __host__ __device__ constexpr int slot_bytes(int nt, int rt) { return w_bytes(rt) + 8 * nt * kXRowBytes; }
-// Activation pieces a lane copies at most: 8 kNT tokens of 18.
 // n8 tiles for N tokens: one up to 8, two up to 16, four up to 32.
 __host__ __device__ constexpr int n8_tiles(int64_t n) { return n > 16 ? 4 : n > 8 ? 2 : 1; }
+// Activation pieces a lane copies at most: 8 kNT tokens of 18.
 __host__ __device__ constexpr int x_lane_pieces(int nt) { return (8 * nt * kXRowPieces + 31) / 32; }
+// The largest token index whose row offset a lane forms (its pieces
+// rounded up to whole rounds of the warp): 8, 15 or 31.
+__host__ __device__ constexpr int last_formed_token(int nt) { return (32 * x_lane_pieces(nt) - 1) / kXRowPieces; }
+static_assert(last_formed_token(1) == 8 && last_formed_token(2) == 15 && last_formed_token(4) == 31);
 
 // Two slots a warp: against three, 2-11 % faster at every shape measured
 // at N = 9..16, and 2-11 % cold at N = 1..8 (docs/architecture.md).
@@ -179,8 +183,8 @@ __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const Epilog
   for (int i = 0; i < kXLane; ++i) {
     const int pc = lane + 32 * i;
     // Pieces of tokens past N are never copied (issue_x), but their
-    // offsets are formed too: can_run keeps 8 kNT - 1 row strides inside
-    // int.
+    // offsets are formed too: can_run keeps last_formed_token(kNT) row
+    // strides inside int.
     x_src[i] = static_cast<uint32_t>((pc / kXRowPieces) * p.ldx + s_begin * kXRowBytes + (pc % kXRowPieces) * 16);
   }
   auto issue_w = [&](int i) {
@@ -485,11 +489,12 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (!gemm_operands_aligned(args, why_not)) return false;  // A's 4-byte copies at the least
   if (!a_within_32_bit_offsets(args, why_not)) return false;
   // Each lane forms the int offsets of its activation pieces for all 8 kNT
-  // tokens of the tile, those past N (never copied) included.
-  const int tile_tokens = 8 * n8_tiles(args.b.rows);
-  if (args.b.row_stride > std::numeric_limits<int>::max() / (tile_tokens - 1))
-    return no("A's row stride " + std::to_string(args.b.row_stride) + " bytes: " + std::to_string(tile_tokens - 1) +
-              " of them must fit a 32-bit offset (" + std::to_string(tile_tokens) + "-token tiles)");
+  // tokens of the tile (and one more at kNT = 1: five rounds of 32 pieces
+  // pass the 144 of 8 tokens), those past N (never copied) included.
+  const int nt = n8_tiles(args.b.rows), strides = last_formed_token(nt);
+  if (args.b.row_stride > std::numeric_limits<int>::max() / strides)
+    return no("A's row stride " + std::to_string(args.b.row_stride) + " bytes: " + std::to_string(strides) +
+              " of them must fit a 32-bit offset (" + std::to_string(8 * nt) + "-token tiles)");
   const int per_sm = resident_ctas_of_instance(args);
   if (!ctas_fit(per_sm, args.device.id, "sm_90", why_not)) return false;
   // N <= 8: any number of row groups (past four an SM, in waves: pick_cta).

@@ -723,8 +723,9 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   qgtest::CudaMemory mem;
   qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kMmaRing, mem);
   // A's row stride such that the N - 1 strides of A's span fit a 32-bit
-  // offset but the tile's 8 kNT - 1 do not: the offsets of the tokens past
-  // N would overflow (can_run reads only the addresses).
+  // offset but the 15, 31 or 8 of the tokens whose offsets a lane forms (16-,
+  // 32- and 8-token tiles) do not: the offsets of the tokens past N would
+  // overflow (can_run reads only the addresses).
   {
     alignas(16) static uint8_t stand_in[16];
     qg::GemmArgs g;
@@ -739,10 +740,10 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
     g.b.rows = 20;                                // 32-token tiles: 31 do not
     EXPECT_FALSE(kern->can_run(g, &why));
     EXPECT_NE(why.find("31 of them must fit a 32-bit offset"), std::string::npos) << why;
-    g.b = {stand_in, qg::Format::q8_1, 4, 256, int64_t{320} << 20, {}, {}};  // 8-token tiles: 7 do not
+    g.b = {stand_in, qg::Format::q8_1, 4, 256, int64_t{320} << 20, {}, {}};  // 8-token tiles: 8 do not
     why.clear();
     EXPECT_FALSE(kern->can_run(g, &why));
-    EXPECT_NE(why.find("7 of them must fit a 32-bit offset"), std::string::npos) << why;
+    EXPECT_NE(why.find("8 of them must fit a 32-bit offset"), std::string::npos) << why;
   }
   const std::pair<int64_t, const char*> refused[] = {
       {3, "in one wave of row groups of 32 (measured faster on cuda_gemv_ring)"},
