@@ -374,6 +374,9 @@ void run(const GemmArgs& g, const Layout& L, const XChunk<kBits>* xc) {
     StepScales ss;  // one allocation a task, reused by its steps
     for (int64_t m = m0; m < m1; m += kStepRows) {
       const StepRows<kStepRows> step(W, g.a.row_stride, m, m1);
+      const int64_t ahead = m1 - m - kStepRows < kStepRows ? m1 - m - kStepRows : kStepRows;
+      prefetch_group_scales(g.a.scales, m + kStepRows, ahead, L.groups);
+      prefetch_group_scales(g.a.zero_points, m + kStepRows, ahead, L.groups);
       convert_step_scales(g.a.scales, g.a.zero_points, L, step.idx, ss);
       float out[kStepRows][4];
       tile_fn(step.w, ss, xc, L, step.next, out);

@@ -59,12 +59,16 @@
 // Activations holding Inf or NaN have no fixed-point form: such a call runs
 // on cpu_wo_avx2, whose fp32 products carry them as the reference does.
 //
-// Work split, one for every N: tasks of 64 W rows by up to 64 X rows. A
-// task steps through its W rows four at a time against four X rows at a
-// time (16 accumulators); the first four X rows stream W from memory with a
-// software prefetch 4 KiB ahead on each row that runs on into the next
-// four rows, and the further X rows find the task's W rows (64 x K / 2
-// bytes: 448 KB at K = 14336) in L2. The prefetch goes into L2
+// Work split: tasks of 64 W rows by up to 64 X rows; at N <= 4 (one pass
+// over the X rows, nothing for L2 to keep) the decode row ranges of
+// row_ranges.h instead, 64 to 256 rows, so that a thread's stream restarts
+// less often (at 14336 x 4096, N = 1, cold: 1270-1297 against 1381-1420 us,
+// three rounds alternating on a 2-core Xeon VM). A task steps through its
+// W rows four at a time against four X rows at a time (16 accumulators);
+// the first four X rows stream W from memory with a software prefetch
+// 4 KiB ahead on each row that runs on into the next four rows (and the
+// next step's group scales, prefetch.h), and the further X rows find the
+// task's W rows (64 x K / 2 bytes: 448 KB at K = 14336) in L2. The prefetch goes into L2
 // (prefetcht1): on a 2-core Zen 4 VM, interleaved over three rounds at
 // N = 1, 995-1054 us against 1087-1210 with prefetcht0 at 4096 x 14336, and
 // 1155-1293 against 1278-1413 at 14336 x 4096 (distances of 2, 4 and 8 KiB
@@ -336,11 +340,16 @@ void run(const GemmArgs& g, const Layout& L, const XChunk* xc) {
                                        tile<kStepRows, 3, ZP, true>, tile<kStepRows, 4, ZP, true>};
   static constexpr TileFn kAgain[5] = {nullptr, tile<kStepRows, 1, ZP, false>, tile<kStepRows, 2, ZP, false>,
                                        tile<kStepRows, 3, ZP, false>, tile<kStepRows, 4, ZP, false>};
-  const int64_t tiles_m = (m_rows + kTaskRows - 1) / kTaskRows;
+  // With one pass over the X rows (N <= 4) no task's rows are read twice,
+  // so the decode paths' longer ranges (row_ranges.h) restart the stream
+  // less often; with more X rows, 64 rows a task stay in L2 between passes.
+  const int64_t task_rows =
+      n_rows <= 4 ? decode_row_ranges(m_rows, ThreadPool::instance().threads()).rows_per_task : kTaskRows;
+  const int64_t tiles_m = (m_rows + task_rows - 1) / task_rows;
   const int64_t tiles_n = (n_rows + kTaskCols - 1) / kTaskCols;
   run_tiles(tiles_m * tiles_n, m_rows * n_rows * L.k, [&](int64_t t) {
-    const int64_t m0 = (t / tiles_n) * kTaskRows, n0 = (t % tiles_n) * kTaskCols;
-    const int64_t m1 = m0 + kTaskRows < m_rows ? m0 + kTaskRows : m_rows;
+    const int64_t m0 = (t / tiles_n) * task_rows, n0 = (t % tiles_n) * kTaskCols;
+    const int64_t m1 = m0 + task_rows < m_rows ? m0 + task_rows : m_rows;
     const int64_t n1 = n0 + kTaskCols < n_rows ? n0 + kTaskCols : n_rows;
     StepScales ss;  // one allocation a task, reused by its steps
     for (int64_t n = n0; n < n1; n += 4) {
@@ -350,6 +359,11 @@ void run(const GemmArgs& g, const Layout& L, const XChunk* xc) {
       const TileFn tile_fn = n == n0 ? kFirst[cols] : kAgain[cols];
       for (int64_t m = m0; m < m1; m += kStepRows) {
         const StepRows<kStepRows> step(W, g.a.row_stride, m, m1);
+        if (n == n0) {
+          const int64_t ahead = m1 - m - kStepRows < kStepRows ? m1 - m - kStepRows : kStepRows;
+          prefetch_group_scales(g.a.scales, m + kStepRows, ahead, L.groups);
+          prefetch_group_scales(g.a.zero_points, m + kStepRows, ahead, L.groups);
+        }
         // One step's scales for each pass over its rows: the same few
         // hundred bytes again, against the 28 KB of codes the pass reads.
         convert_step_scales(g.a.scales, g.a.zero_points, L, step.idx, ss);
