@@ -318,6 +318,33 @@ TEST(QuantizeCpu, SingleBlockAndLongRow) {
   }
 }
 
+// Fewer rows than threads: each row is cut into block ranges, one a pool
+// task (an uneven 203 blocks, so the ranges differ in length). The bytes,
+// and the dequantized values, must not depend on the thread count.
+TEST(QuantizeCpu, RowsSplitAcrossThreadsGiveTheSameBytes) {
+  QG_SEEDED_RNG(rng, 8);
+  const int64_t k = 32 * 203;
+  for (int64_t rows : {1, 2}) {
+    std::vector<float> x(rows * k);
+    for (auto& v : x) v = std::normal_distribution<float>(0.0f, 3.0f)(rng);
+    for (Kind kind : kAllKinds) {
+      const std::vector<uint8_t> want = reference_bytes(kind, x.data(), rows, k);
+      std::vector<float> first_y;
+      for (int threads : {1, 2, 3, 8}) {
+        qg::set_cpu_threads(threads);
+        const std::vector<uint8_t> got = qg_quantize(kind, x, rows, k);
+        const std::vector<float> y = qg_dequantize(format_of(kind), got, rows, k);
+        qg::set_cpu_threads(0);  // back to the default for the other tests
+        const std::string what = "rows=" + std::to_string(rows) + " threads=" + std::to_string(threads);
+        expect_same_bytes(kind, got, want, what);
+        if (first_y.empty()) first_y = y;
+        ASSERT_EQ(y.size(), first_y.size());
+        EXPECT_EQ(std::memcmp(y.data(), first_y.data(), y.size() * sizeof(float)), 0) << what;
+      }
+    }
+  }
+}
+
 // ================================================================== edge blocks
 // Three blocks per row: random, the edge block under test, random. The random
 // neighbours must come out exactly as the reference gives them.
