@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// quantize.cpp: CPU quantize/dequantize, rows (or parts of rows) a task, through the shared
-// block functions of quant_block.h (the same ones the CUDA kernels call).
+// quantize.cpp: CPU quantize/dequantize, rows (or parts of a row) a task,
+// through the shared block functions of quant_block.h (the same ones the CUDA kernels call).
 //
 // No pointer here carries an alignment promise: a NumPy view at offset 1, a
 // DLPack byte_offset or an odd row stride can put any array at any address.
@@ -54,11 +54,11 @@ bool quantize_block_vector(const uint8_t* x, uint8_t* y) {
 // rows than threads (a decode step's activations: N = 1), each row cut
 // into `parts` ranges of at least min_blocks blocks, so that every thread
 // quantizes part of it. On a 2-core Xeon VM (bench_gemm, three rounds,
-// min-max, us), quantize_q8_1 of one 14336-wide row: hot 9.4-10.3 -> 5.9-6.4,
-// cold 13.8-14.6 -> 8.7-10.1; of one 4096-wide row (two parts of 64
-// blocks) cold 5.1-5.3 -> 3.2-3.4, hot level. Dequantizing, about four
+// min-max, us), quantize_q8_1 of one 14336-wide row: hot 9.5-10.2 -> 5.9-6.5,
+// cold 14.1-14.2 -> 8.7-9.3; of one 4096-wide row (two parts of 64
+// blocks) cold 5.2-5.7 -> 3.2-3.3, hot level. Dequantizing, about four
 // times cheaper a block, gains from 128 blocks a part (14336: hot
-// 5.2-5.7 -> 4.0-4.2) and lost at 64 (4096 hot: 1.6-1.8 -> 2.2-2.9).
+// 5.3-5.5 -> 3.9-4.0) and lost at 64 (4096 hot: 1.6-1.8 -> 2.2-2.9).
 constexpr int64_t kQuantizeMinBlocks = 64;
 constexpr int64_t kDequantizeMinBlocks = 128;
 struct BlockTasks {
@@ -87,7 +87,7 @@ BlockTasks block_tasks(int64_t rows, int64_t k, int64_t min_blocks) {
   bt.nb = k / 32;
   bt.per = k >= 4096 ? 1 : (4096 + k - 1) / (k ? k : 1);
   const int64_t threads = ThreadPool::instance().threads();
-  if (rows < threads) {
+  if (rows > 0 && rows < threads) {
     const int64_t by_size = bt.nb / min_blocks;
     const int64_t want = (threads + rows - 1) / rows;
     bt.parts = by_size < want ? by_size : want;
