@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // quantize.cpp: CPU quantize/dequantize, rows (or parts of a row) a task,
-// through the shared block functions of quant_block.h (the same ones the CUDA kernels call).
+// through the shared block functions of quant_block.h (the same ones the
+// CUDA kernels call).
 //
 // No pointer here carries an alignment promise: a NumPy view at offset 1, a
 // DLPack byte_offset or an odd row stride can put any array at any address.
