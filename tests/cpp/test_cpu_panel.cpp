@@ -3,7 +3,8 @@
 // cpu_avx_vnni_panel and cpu_avx2_panel, N >= 4; cpu_amx, N >= 16, whose
 // shapes here are raised to that), beyond the shared GEMM suite
 // (test_gemm_cpu.cpp runs that on them too): every tail of their 16-row panels, of their A
-// groups (at most 16 rows, split evenly) and chunks (four groups), and of the
+// groups (at most 16 rows, split evenly) and chunks (four groups; cpu_amx's
+// as many as its A bytes allow at that K, 4 to 16 here), and of the
 // AVX2 kernel's passes (at most four A rows, split evenly); padded rows and
 // strided C, K = 0 with the whole epilogue, A groups in the call's own
 // buffer, a non-finite scale at every lane of a panel and of a group, the
@@ -84,9 +85,11 @@ TEST_P(CpuPanel, EveryPanelGroupAndChunkTail) {
 }
 
 // K = 4096 and 14336: long rows, the pack's prefetch running past each row's
-// end, panels of 128 and 448 blocks.
+// end, panels of 128 and 448 blocks. cpu_amx sizes its chunks by their A
+// bytes (16 groups at K = 4096, 4 at K = 14336), so there N = 70 and 129
+// run two and three chunks, the last a part one.
 TEST_P(CpuPanel, LongRows) {
-  qgtest::cpu_simd::random_shapes({4096, 14336}, {5, 16, 33}, ns_for(GetParam(), {4, 5, 16, 17, 70}),
+  qgtest::cpu_simd::random_shapes({4096, 14336}, {5, 16, 33}, ns_for(GetParam(), {4, 5, 16, 17, 70, 129}),
                                   [this](const GemmCase& c) { run_check(c); }, 5100);
 }
 

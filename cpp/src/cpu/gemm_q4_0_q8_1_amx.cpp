@@ -125,7 +125,15 @@ extern const PanelKernels kAmxPanel = {
      amx_panel_times_cols<5>, amx_panel_times_cols<6>, amx_panel_times_cols<7>, amx_panel_times_cols<8>,
      amx_panel_times_cols<9>, amx_panel_times_cols<10>, amx_panel_times_cols<11>, amx_panel_times_cols<12>,
      amx_panel_times_cols<13>, amx_panel_times_cols<14>, amx_panel_times_cols<15>, amx_panel_times_cols<16>},
-    8,  // eight A groups a pack: the pack costs about one pass
+    // A chunks of up to 1.25 MiB (the cores' L2 is 2 MiB; the panel takes
+    // 258 KB of it at K = 14336): 4 groups at K = 14336, 16 at K = 4096.
+    // The pack costs about one pass, so more groups a pack pay where their
+    // A stays in L2, and cost where it does not: at 4096 x 14336, hot,
+    // two rounds, 4 groups 15.0-17.4 ms at N = 128 against 18.6-22.3 with
+    // 8 and 20.0-21.0 with 16 (2 groups: 18.6-18.8), 32.9-36.4 against
+    // 36.1-40.8 at N = 256; at 14336 x 4096, 16 groups 30.7-31.8 against
+    // 34.0-36.2 with 8 at N = 256 (bench/RESULTS.md).
+    int64_t{1280} * 1024,
     {},
     pack_x16<true>};
 

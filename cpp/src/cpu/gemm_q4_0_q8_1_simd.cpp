@@ -231,7 +231,17 @@ Status gemm_tiled(const GemmArgs& g, const TileKernels& k) {
 // task's next panel as it ends), then passes over it from L2 once per group.
 // Tasks run chunk by chunk, so the threads share one chunk of A (64 rows:
 // 1.15 MB with their sums and scales at K = 14336) in L3 while W streams past.
-constexpr int64_t kPanelChunkGroups = 4;  // unless the kernels ask for more (PanelKernels::chunk_groups)
+constexpr int64_t kPanelChunkGroups = 4;  // unless the kernels size it (PanelKernels::chunk_a_bytes)
+constexpr int64_t kPanelMaxChunkGroups = 16;
+
+// The groups of a chunk: kPanelChunkGroups, or as many full groups as fit
+// the kernels' chunk_a_bytes at this K (at least two, at most
+// kPanelMaxChunkGroups).
+int64_t panel_chunk_groups(const PanelKernels& p, int64_t nb) {
+  if (p.chunk_a_bytes <= 0 || nb <= 0) return kPanelChunkGroups;  // K = 0: no A bytes to fit
+  const int64_t fit = p.chunk_a_bytes / (nb * panel_group_block_bytes(kPanelCols));
+  return fit < 2 ? 2 : (fit > kPanelMaxChunkGroups ? kPanelMaxChunkGroups : fit);
+}
 constexpr int64_t kPanelsPerTask = 4;
 
 Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
@@ -261,7 +271,7 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
   // q4_0x16 read in place with all A rows in one chunk (decode and small
   // N): W streams from memory once, each task's groups as one run, so the
   // decode paths' longer row ranges (row_ranges.h), in whole groups.
-  const int64_t chunk_groups = p.chunk_groups > 0 ? p.chunk_groups : kPanelChunkGroups;
+  const int64_t chunk_groups = panel_chunk_groups(p, nb);
   const int64_t panels_per_task =
       in_place && groups <= chunk_groups
           ? decode_row_ranges(m_rows, ThreadPool::instance().threads()).rows_per_task / kPanelRows

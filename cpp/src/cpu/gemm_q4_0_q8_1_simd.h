@@ -108,9 +108,12 @@ using X16DecodeFn = void (*)(const uint8_t* groups, int64_t stride, int64_t nb, 
 struct PanelKernels {
   PackFn pack;                    // null where the kernel file was not compiled for its ISA
   PanelFn cols[kPanelCols + 1];   // [1..16]; [0] unused
-  // A groups a task passes over a packed panel (the driver's chunk): a pass
-  // that is cheap beside the pack wants more of them per pack. 0: four.
-  int64_t chunk_groups = 0;
+  // The A bytes a task's chunk of groups may take (the driver's chunk: the
+  // groups a task passes over each packed panel): a pass that is cheap
+  // beside the pack wants more groups per pack, up to kPanelMaxChunkGroups,
+  // but as few as keep the chunk in L2, since every pass reads its group
+  // again. 0: four groups whatever K.
+  int64_t chunk_a_bytes = 0;
   // q4_0x16: passes over a group in place ([1..16]; all null where the
   // kernels take packed panels only), else the unpack into a panel.
   PanelFn x16_cols[kPanelCols + 1] = {};
