@@ -181,12 +181,18 @@ void non_finite_scale_everywhere(GemmKernelTester& t, Check&& check, int64_t m, 
           GemmCase c = random_case(rng, m, n, k);
           store_u16(side == 0 ? c.w_block(row, blk) : c.a_block(row, blk), bits);
           check(c);
-          GemmCase v = c;
-          ASSERT_TRUE(t.run(v));
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j)
-              EXPECT_EQ(std::isfinite(v.out(i, j)), (side == 0 ? i : j) != row) << "C[" << i << ", " << j << "]";
-          if (::testing::Test::HasFailure()) return;
+          // C row-major, then with W's rows adjacent (x @ W^T's layout,
+          // where the panel kernels copy a column's outputs at once).
+          for (int64_t ldc : {n, int64_t{1}}) {
+            GemmCase v = c;
+            if (ldc == 1) set_c_layout(v, qg::DType::f32, 1, m + 2);
+            ASSERT_TRUE(t.run(v));
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j)
+                EXPECT_EQ(std::isfinite(v.out(i, j)), (side == 0 ? i : j) != row)
+                    << "C[" << i << ", " << j << "] ldc=" << ldc;
+            if (::testing::Test::HasFailure()) return;
+          }
         }
 }
 
