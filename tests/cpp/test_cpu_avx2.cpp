@@ -3,8 +3,9 @@
 // GEMM suite: every tail of the GEMM's register tile (two W rows by up to four
 // A rows) and of its 16 x 64 tasks, a non-finite scale in each position of the
 // tile, the N = 1 path (four W rows per step, 64-row tasks, prefetching ahead
-// and into the next row group), and the AVX2 block quantizer against the
-// scalar one, byte for byte.
+// and into the next row group), and the vector block quantizers (AVX2, and
+// AVX-512 where the CPU runs the AVX-512 kernels) against the scalar one,
+// byte for byte.
 // Skipped where the CPU lacks AVX2 + FMA + F16C.
 #include <gtest/gtest.h>
 
@@ -109,16 +110,38 @@ TEST_F(CpuAvx2, GemmSingleActivationRowNonFiniteScales) {
   qgtest::cpu_simd::single_row_non_finite_scales(gemm_, check_, 1700);
 }
 
-// The quantizer's AVX2 block code against quant_block.h's, on blocks built to
-// hit roundf's ties (x * id = k + 0.5 exactly), the +-127 edge, signed zeros,
+// The quantizer's vector block code (AVX2, and AVX-512 where the CPU runs
+// the AVX-512 kernels) against quant_block.h's, on blocks built to hit
+// roundf's ties (x * id = k + 0.5 exactly), the +-127 edge, signed zeros,
 // denormals and ordinary gaussian data at many scales.
-void expect_same_codes(const float* x, const std::string& what) {
+struct Q8BlockCode {
+  const char* name;
+  bool (*codes)(const uint8_t* x, uint8_t* qs, float* d, int* code_sum);
+  bool (*block)(const uint8_t* x, uint8_t* y, bool with_s);
+  bool (*available)();
+};
+const Q8BlockCode kQ8BlockCodes[] = {
+    {"avx2", qg::detail::cpu::quantize_codes_q8_avx2, qg::detail::cpu::quantize_block_q8_avx2, have_avx2},
+    {"avx512", qg::detail::cpu::quantize_codes_q8_avx512, qg::detail::cpu::quantize_block_q8_avx512,
+     [] { return qg::detail::cpu::cpu_features().avx512_vnni && have_avx2(); }},
+};
+
+void PrintTo(const Q8BlockCode& c, std::ostream* os) { *os << c.name; }
+
+class CpuQ8BlockCode : public ::testing::TestWithParam<Q8BlockCode> {
+ protected:
+  void SetUp() override {
+    if (!GetParam().available()) GTEST_SKIP() << "this CPU (or QG_CPU_ISA) does not run the " << GetParam().name << " code";
+  }
+};
+
+void expect_same_codes(const Q8BlockCode& impl, const float* x, const std::string& what) {
   int8_t want[32], got[32];
   int want_sum = 0, got_sum = 0;
   float got_d = 0;
   const float want_d = qg::detail::quantize_codes_q8(x, want, &want_sum);
   const auto* xb = reinterpret_cast<const uint8_t*>(x);
-  ASSERT_TRUE(qg::detail::cpu::quantize_codes_q8_avx2(xb, reinterpret_cast<uint8_t*>(got), &got_d, &got_sum)) << what;
+  ASSERT_TRUE(impl.codes(xb, reinterpret_cast<uint8_t*>(got), &got_d, &got_sum)) << what;
   ASSERT_EQ(qgtest::f2u(got_d), qgtest::f2u(want_d)) << what;
   ASSERT_EQ(got_sum, want_sum) << what;
   for (int j = 0; j < 32; ++j) ASSERT_EQ(got[j], want[j]) << what << ": element " << j << " x=" << x[j];
@@ -132,33 +155,34 @@ void expect_same_codes(const float* x, const std::string& what) {
   alignas(32) uint8_t src[1 + 128], dst[1 + sizeof want1 + 1];
   std::memcpy(src + 1, x, 128);
   std::memset(dst, 0xA5, sizeof dst);
-  ASSERT_TRUE(qg::detail::cpu::quantize_block_q8_avx2(src + 1, dst + 1, true)) << what;
+  ASSERT_TRUE(impl.block(src + 1, dst + 1, true)) << what;
   ASSERT_EQ(0, std::memcmp(dst + 1, &want1, sizeof want1)) << what << ": sum " << want_sum;
   ASSERT_EQ(dst[0], 0xA5) << what;
   ASSERT_EQ(dst[1 + sizeof want1], 0xA5) << what << ": written past the block";
   std::memset(dst, 0xA5, sizeof dst);
-  ASSERT_TRUE(qg::detail::cpu::quantize_block_q8_avx2(src + 1, dst + 1, false)) << what;
+  ASSERT_TRUE(impl.block(src + 1, dst + 1, false)) << what;
   ASSERT_EQ(0, std::memcmp(dst + 1, &want0, sizeof want0)) << what;
   ASSERT_EQ(dst[1 + sizeof want0], 0xA5) << what << ": written past the block";
 }
 
-TEST_F(CpuAvx2, QuantizerMatchesScalarCodes) {
+TEST_P(CpuQ8BlockCode, MatchesScalarCodes) {
+  const Q8BlockCode& impl = GetParam();
   float x[32];
   // d = 1, id = 1: every k + 0.5 is a tie, both signs.
   for (int base = -127; base <= 126; base += 32) {
     x[0] = 127.0f;
     for (int j = 1; j < 32; ++j) x[j] = static_cast<float>(base + j) + 0.5f;
     for (int j = 1; j < 32; ++j) x[j] = std::fmin(std::fmax(x[j], -127.0f), 127.0f);
-    expect_same_codes(x, "ties at base " + std::to_string(base));
+    expect_same_codes(impl, x, "ties at base " + std::to_string(base));
     for (float& v : x) v = -v;
-    expect_same_codes(x, "negated ties at base " + std::to_string(base));
+    expect_same_codes(impl, x, "negated ties at base " + std::to_string(base));
   }
   // Scaled by powers of two, the ties stay ties.
   for (int e = -20; e <= 20; e += 5) {
     const float s = std::ldexp(1.0f, e);
     for (int j = 0; j < 32; ++j) x[j] = (static_cast<float>(j) - 15.5f) * s;
     x[31] = 127.0f * s;
-    expect_same_codes(x, "scaled ties 2^" + std::to_string(e));
+    expect_same_codes(impl, x, "scaled ties 2^" + std::to_string(e));
   }
   // Neighbours of 0.5 and of the ends, zeros of both signs.
   x[0] = -127.0f;
@@ -170,23 +194,23 @@ TEST_F(CpuAvx2, QuantizerMatchesScalarCodes) {
   x[5] = -0.0f;
   x[6] = std::nextafter(127.0f, 0.0f);
   x[7] = std::nextafter(-126.5f, 0.0f);
-  expect_same_codes(x, "neighbours");
+  expect_same_codes(impl, x, "neighbours");
   for (float& v : x) v = 0.0f;
-  expect_same_codes(x, "zeros");
+  expect_same_codes(impl, x, "zeros");
   for (float& v : x) v = -0.0f;
-  expect_same_codes(x, "negative zeros");
+  expect_same_codes(impl, x, "negative zeros");
   for (int j = 0; j < 32; ++j) x[j] = std::numeric_limits<float>::denorm_min() * static_cast<float>(j - 16);
-  expect_same_codes(x, "denormals");
+  expect_same_codes(impl, x, "denormals");
   QG_SEEDED_RNG(rng, 1300);
   std::normal_distribution<float> gauss;
   for (int it = 0; it < 20000; ++it) {
     const float s = std::ldexp(1.0f, static_cast<int>(rng() % 60) - 30);
     for (float& v : x) v = gauss(rng) * s;
-    expect_same_codes(x, "gaussian block " + std::to_string(it));
+    expect_same_codes(impl, x, "gaussian block " + std::to_string(it));
   }
 }
 
-TEST_F(CpuAvx2, QuantizerLeavesNonFiniteBlocksToScalarCode) {
+TEST_P(CpuQ8BlockCode, LeavesNonFiniteBlocksToScalarCode) {
   float x[32];
   for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                     std::numeric_limits<float>::quiet_NaN()})
@@ -196,9 +220,11 @@ TEST_F(CpuAvx2, QuantizerLeavesNonFiniteBlocksToScalarCode) {
       uint8_t qs[32];
       float d = 0;
       int sum = 0;
-      EXPECT_FALSE(qg::detail::cpu::quantize_codes_q8_avx2(reinterpret_cast<const uint8_t*>(x), qs, &d, &sum))
-          << bad << " at " << pos;
+      EXPECT_FALSE(GetParam().codes(reinterpret_cast<const uint8_t*>(x), qs, &d, &sum)) << bad << " at " << pos;
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Isa, CpuQ8BlockCode, ::testing::ValuesIn(kQ8BlockCodes),
+                         [](const ::testing::TestParamInfo<Q8BlockCode>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -77,6 +77,10 @@ bool quantize_codes_q8_avx2(const uint8_t* x, uint8_t* qs, float* d, int* code_s
 // copied out read its bytes back across three stores, which store-to-load
 // forwarding cannot serve, and took twice as long.
 bool quantize_block_q8_avx2(const uint8_t* x, uint8_t* y, bool with_s);
+// The same two with AVX-512 (quantize_q8_avx512.cpp), callable only where
+// cpu_features().avx512_vnni; the same bytes.
+bool quantize_codes_q8_avx512(const uint8_t* x, uint8_t* qs, float* d, int* code_sum);
+bool quantize_block_q8_avx512(const uint8_t* x, uint8_t* y, bool with_s);
 // The integer quantizer's loops (quantize_tensor.cpp) with AVX2, callable
 // only where cpu_features().avx2, .fma and .f16c: n values of dtype d at x
 // (f32, f16 or bf16). The minimum, maximum and largest magnitude of the

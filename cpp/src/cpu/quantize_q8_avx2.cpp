@@ -14,6 +14,7 @@
 
 #include <cstring>
 
+#include "cpu/q8_block_scales.h"
 #include "quant_block.h"
 
 namespace qg::detail::cpu {
@@ -66,19 +67,7 @@ bool quantize_codes_q8_avx2(const uint8_t* x, uint8_t* qs, float* d_out, int* co
 }
 
 bool quantize_block_q8_avx2(const uint8_t* x, uint8_t* y, bool with_s) {
-  float d;
-  int sum;
-  if (!quantize_codes_q8_avx2(x, y + (with_s ? 4 : 2), &d, &sum)) return false;
-  // vcvtps2ph rounds to nearest even as fp32_to_fp16 does (d and sum * d
-  // are finite here: NaN, whose bits would differ, never reaches it), in
-  // one instruction where the portable conversion takes two dozen.
-  const uint16_t d16 = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-  std::memcpy(y, &d16, 2);
-  if (with_s) {
-    const uint16_t s16 = _cvtss_sh(mul_rn(static_cast<float>(sum), d), _MM_FROUND_TO_NEAREST_INT);
-    std::memcpy(y + 2, &s16, 2);
-  }
-  return true;
+  return quantize_q8_block_with(quantize_codes_q8_avx2, x, y, with_s);
 }
 
 }  // namespace qg::detail::cpu
