@@ -68,11 +68,11 @@
 // the first four X rows stream W from memory with a software prefetch
 // 4 KiB ahead on each row that runs on into the next four rows (and the
 // next step's group scales, prefetch.h), and the further X rows find the
-// task's W rows (64 x K / 2 bytes: 448 KB at K = 14336) in L2. The prefetch goes into L2
-// (prefetcht1): on a 2-core Zen 4 VM, interleaved over three rounds at
-// N = 1, 995-1054 us against 1087-1210 with prefetcht0 at 4096 x 14336, and
-// 1155-1293 against 1278-1413 at 14336 x 4096 (distances of 2, 4 and 8 KiB
-// were level within the noise). Streaming four X rows at once, rather than
+// task's W rows (64 x K / 2 bytes: 448 KB at K = 14336) in L2. The
+// prefetch goes into L2 (prefetcht1): on a 2-core Zen 4 VM, interleaved
+// over three rounds at N = 1, 995-1054 us against 1087-1210 with prefetcht0
+// at 4096 x 14336, and 1155-1293 against 1278-1413 at 14336 x 4096
+// (distances of 2, 4 and 8 KiB were level within the noise). Streaming four X rows at once, rather than
 // one W row against tiles of X rows, took N = 2 from 3.7 to 1.9 ms and
 // N = 8 from 10.3 to 6.8 ms at 4096 x 14336.
 #include "cpu/kernels.h"

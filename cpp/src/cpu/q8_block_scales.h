@@ -3,9 +3,8 @@
 // and code sum: the fp16 fields (d, and for Q8_1 by the reference convention
 // s = fp16(sum * d)) in front of the codes, for the vector block quantizers
 // (quantize_q8_avx2.cpp, quantize_q8_avx512.cpp). Include only from files
-// compiled with -mf16c:
-// everything here is in an unnamed namespace, one copy per file (see
-// epilogue_rows.h on why).
+// compiled with -mf16c: everything here is in an unnamed namespace, one
+// copy per file (see epilogue_rows.h on why).
 #pragma once
 
 #include <immintrin.h>

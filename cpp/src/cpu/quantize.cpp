@@ -43,8 +43,8 @@ void load_block(const uint8_t* p, DType dtype, float* out) {
 // else the AVX2 one. Each writes the scalar code's bytes for a finite block
 // of 32 fp32 values at x (bytes, any alignment) straight to y, and returns
 // false (nothing written) for a non-finite block. On a 2-core Xeon VM the
-// AVX-512 one quantized a 1 x 14336 row in about half the AVX2 one's time
-// (bench/RESULTS.md).
+// AVX-512 one quantized a 1 x 14336 row on one thread in 0.5x (Q8_0) and
+// 0.7x (Q8_1) the AVX2 one's time (bench/RESULTS.md).
 using BlockQuantizer = bool (*)(const uint8_t* x, uint8_t* y, bool with_s);
 template <Format F>
 BlockQuantizer vector_quantizer(const QuantizeArgs& a) {

@@ -42,7 +42,8 @@ bool quantize_codes_q8_avx512(const uint8_t* x, uint8_t* qs, float* d_out, int* 
     // |s| <= 127 (1 + 2^-20) here, so the conversion cannot overflow.
     const __m512i magnitude = _mm512_min_epi32(_mm512_cvttps_epi32(rounded), lo_magnitude);
     const __mmask16 negative = _mm512_cmp_ps_mask(s, zero, _CMP_LT_OQ);
-    const __m512i q = _mm512_min_epi32(_mm512_mask_sub_epi32(magnitude, negative, _mm512_setzero_si512(), magnitude), hi);
+    const __m512i signed_q = _mm512_mask_sub_epi32(magnitude, negative, _mm512_setzero_si512(), magnitude);
+    const __m512i q = _mm512_min_epi32(signed_q, hi);
     sum = _mm512_add_epi32(sum, q);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16 * i), _mm512_cvtepi32_epi8(q));
   }
