@@ -313,18 +313,31 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
           if (!finite)
             for (int r = 0; r < rows; ++r)
               if (!is_finite(out[j][r])) out[j][r] = exact(r, n + j);
-          if (ep.ldc == 1) {
-            // The panel's rows are adjacent in C (x @ W^T's [N, M]): one
-            // copy of the column's run, not `rows` scalar stores that each
-            // recompute their address (a profile of cpu_amx at N = 64,
-            // hot: this loop, mostly its stores, took 7 % of the call's
-            // samples before, 4 % after).
+        }
+        // Runs of adjacent outputs copied at once, not one epilogue_store
+        // an output (each re-reads C's strides: the stores may alias
+        // them). A profile of cpu_amx at N = 64, hot: the column loop took
+        // 7 % of the call's samples before with x @ W^T's [N, M], 4 %
+        // after; with [M, N] the scalar stores took 8 %.
+        if (ep.ldc == 1) {
+          // The panel's rows are adjacent in C (x @ W^T's [N, M]): a column's run.
+          for (int j = 0; j < cols; ++j) {
             uint8_t* dst = ep.c + (m0 + (n + j) * ep.ldc_n) * 4;
             if (rows == kPanelRows) std::memcpy(dst, out[j], sizeof out[j]);
             else std::memcpy(dst, out[j], static_cast<size_t>(rows) * 4);
-            continue;
           }
-          for (int r = 0; r < rows; ++r) epilogue_store(ep, m0 + r, n + j, out[j][r]);
+        } else if (ep.ldc_n == 1) {
+          // The group's tokens are adjacent ([M, N], the GEMM's own C): a row's run.
+          for (int r = 0; r < rows; ++r) {
+            float run[kPanelCols];
+            for (int j = 0; j < cols; ++j) run[j] = out[j][r];
+            uint8_t* dst = ep.c + ((m0 + r) * ep.ldc + n) * 4;
+            if (cols == kPanelCols) std::memcpy(dst, run, sizeof run);  // a fixed size: inlined
+            else std::memcpy(dst, run, static_cast<size_t>(cols) * 4);
+          }
+        } else {
+          for (int j = 0; j < cols; ++j)
+            for (int r = 0; r < rows; ++r) epilogue_store(ep, m0 + r, n + j, out[j][r]);
         }
       } else {
         for (int j = 0; j < cols; ++j) {
