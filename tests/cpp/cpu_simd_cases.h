@@ -68,23 +68,27 @@ void random_shapes(const std::vector<int64_t>& ks, const std::vector<int64_t>& m
              seed_base);
 }
 
-// Odd row strides (every block load is unaligned) and a transposed C with
-// gaps, of each output type, K = 160, at every M x N: only each row's blocks
-// are read, only C's elements written.
+// Odd row strides (every block load is unaligned) and C with poisoned gaps,
+// transposed and row-major (kernels copy runs of outputs along either), of
+// each output type, K = 160, at every M x N: only each row's blocks are
+// read, only C's elements written.
 template <class Check>
 void padded_rows_and_strided_c(const std::vector<int64_t>& ms, const std::vector<int64_t>& ns, Check&& check,
                                uint64_t seed_base) {
   uint64_t salt = 0;
   for (int64_t m : ms)
     for (int64_t n : ns)
-      for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16}) {
-        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " " + qg::dtype_name(dt));
-        QG_SEEDED_RNG(rng, seed_base + ++salt);
-        GemmCase c = random_case(rng, m, n, 160, /*a_pad=*/7, /*b_pad=*/13);
-        set_c_layout(c, dt, 1, m + 3);
-        check(c);
-        if (::testing::Test::HasFailure()) return;
-      }
+      for (qg::DType dt : {qg::DType::f32, qg::DType::f16, qg::DType::bf16})
+        for (bool transposed : {true, false}) {
+          SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " " + qg::dtype_name(dt) +
+                       (transposed ? ", C transposed" : ", C row-major") + " with gaps");
+          QG_SEEDED_RNG(rng, seed_base + ++salt);
+          GemmCase c = random_case(rng, m, n, 160, /*a_pad=*/7, /*b_pad=*/13);
+          if (transposed) set_c_layout(c, dt, 1, m + 3);
+          else set_c_layout(c, dt, n + 5, 1);
+          check(c);
+          if (::testing::Test::HasFailure()) return;
+        }
 }
 
 // M from 1 to 9 covers every four-row remainder, 17, 63..65 and 129 the

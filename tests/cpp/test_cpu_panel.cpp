@@ -93,9 +93,10 @@ TEST_P(CpuPanel, LongRows) {
                                   [this](const GemmCase& c) { run_check(c); }, 5100);
 }
 
-// Odd row strides and a strided C of each output type.
+// Odd row strides and C with gaps (transposed and row-major) of each output
+// type; N = 32 fills two 16-token groups.
 TEST_P(CpuPanel, PaddedRowsAndStridedC) {
-  qgtest::cpu_simd::padded_rows_and_strided_c({1, 9, 17}, ns_for(GetParam(), {5, 17, 40}), [this](const GemmCase& c) { run_check(c); },
+  qgtest::cpu_simd::padded_rows_and_strided_c({1, 9, 17}, ns_for(GetParam(), {5, 17, 32, 40}), [this](const GemmCase& c) { run_check(c); },
                                               5200);
 }
 
