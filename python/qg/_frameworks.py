@@ -156,13 +156,33 @@ def where(x, fn: str, arg: str = "x") -> Where:
 _TORCH_DTYPE_NAMES: dict = {}
 
 
+# NumPy dtype (NumPy's, JAX's and CuPy's arrays) -> (str name, .name): NumPy
+# computes both in Python, about 2 us each, which was most of a NumPy call's
+# host time. Bounded: a program meets few dtypes.
+_NP_DTYPE_NAMES: dict = {}
+_NP_DTYPE_NAMES_MAX = 256
+
+
+def _np_dtype_names(dt) -> tuple:
+    names = _NP_DTYPE_NAMES.get(dt)
+    if names is None:
+        names = (str(dt).rsplit(".", 1)[-1], dt.name)
+        if len(_NP_DTYPE_NAMES) < _NP_DTYPE_NAMES_MAX:
+            _NP_DTYPE_NAMES[dt] = names
+    return names
+
+
 def dtype_name(x) -> str:
     """'float32', 'bfloat16', ... for an array of any framework."""
     if type(x) in _TORCH_TYPES:
         name = _TORCH_DTYPE_NAMES.get(x.dtype)
         if name is not None:
             return name
-    return str(x.dtype).rsplit(".", 1)[-1]
+        return str(x.dtype).rsplit(".", 1)[-1]
+    dt = x.dtype
+    if isinstance(dt, np.dtype):
+        return _np_dtype_names(dt)[0]
+    return str(dt).rsplit(".", 1)[-1]
 
 
 def check_same_kind(wa: Where, wb: Where, fn: str, a: str, b: str) -> None:
@@ -199,7 +219,7 @@ def prepare_input(x, w: Where, fn: str = "qg", arg: str = "x", expect: str = "")
                 f"{fn}: {arg} is a NumPy masked array, whose mask qg would ignore; pass {arg}.filled(value) "
                 f"(or np.asarray({arg}) to use the data under the mask)"
             )
-        if x.dtype.name == "bfloat16":
+        if _np_dtype_names(x.dtype)[1] == "bfloat16":
             x, bf16 = x.view(np.uint16), True
         elif x.dtype.kind not in _NP_OK_KINDS or x.dtype.itemsize not in (1, 2, 4, 8) or x.dtype.fields:
             want = f"must be {expect}" if expect else f"has a dtype qg does not take (see help({fn}))"
