@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from . import _frameworks as fw
 from . import _qg
 from ._args import int_arg
@@ -309,37 +311,75 @@ def _generic_dequantize_int(op: _Op, xq, k: int, gran: str, group_size: int, sca
 
 
 # ------------------------------------------------------------------- dispatch
-# Types whose eager calls may take the fast path (filled by qg.torch_ops when
-# torch is present); everything else, and every call with stream=, takes the
-# generic path. qg.torch_ops.fast_ok says no (-> generic path) while torch
-# traces, and for tensors the fast path cannot read as they are (negated,
-# non-contiguous, fake, ...).
-_FAST_TYPES: set = set()
-_torch_ops = None  # the qg.torch_ops module, set when it registers the first fast type
+# Types whose eager calls may take the fast path, each mapped to what admits
+# a call there (an object with fast_ok, out_ok, epilogue_ok, extras_ok and
+# plain_ok, and bf16_results): qg.torch_ops for torch's tensor types (added
+# when torch first shows up), _NumpyAdmission for numpy.ndarray (qg's own
+# exchange table, numpy_exchange.cpp). Everything else, and every call with
+# stream=, takes the generic path; so does a call an admission refuses
+# (torch while it traces, tensors the fast path cannot read as they are:
+# negated, non-contiguous, fake, ...), and one the C++ entry declines.
+_FAST_TYPES: dict = {}
 
 
-def _fast_out(out) -> bool:
-    """out= may ride the fast path when it is a plain tensor of a fast type."""
-    return out is None or (type(out) in _FAST_TYPES and not out.requires_grad)
+class _NumpyAdmission:
+    """numpy.ndarray on the fast path. The C++ entries decline what the
+    generic path must handle (arrays that are not C-contiguous, non-native
+    byte order, dtypes the core has no name for, a mix of frameworks), so
+    this admits everything they can see through, except what they cannot:
+    a read-only out= (the generic path says why it is refused) and
+    bfloat16 results (NumPy has none; the generic path says so)."""
+
+    bf16_results = False
+
+    @staticmethod
+    def fast_ok(op, x, out, y=None) -> bool:
+        return True
+
+    @staticmethod
+    def out_ok(out) -> bool:
+        return out.flags.writeable
+
+    @staticmethod
+    def epilogue_ok(op, epi) -> bool:
+        return epi.out_dtype != "bfloat16"
+
+    @staticmethod
+    def extras_ok(op, tensors) -> bool:
+        return True
+
+    @staticmethod
+    def plain_ok(*args) -> bool:
+        return True
+
+
+if _qg.use_numpy_exchange(np.ndarray, np.empty,
+                          tuple(np.dtype(t) for t in ("uint8", "int8", "int32", "float16", "float32"))):
+    _FAST_TYPES[np.ndarray] = _NumpyAdmission
+
+
+def _admits_out(adm, out) -> bool:
+    """out= may ride the fast path: None, or an array of the inputs' admission that it admits."""
+    return out is None or (_FAST_TYPES.get(type(out)) is adm and adm.out_ok(out))
 
 
 def _run_quantize(op: _Op, x, out, stream, convention="reference"):
     conv = _convention(convention, op.fn)
-    if stream is None and type(x) in _FAST_TYPES and _fast_out(out):
-        if _torch_ops.fast_ok(op, x, out):
-            r = _qg.fast_quantize(x, op.fmt, conv, op.fn, out)
-            if r is not None:
-                return r
+    adm = _FAST_TYPES.get(type(x))
+    if stream is None and adm is not None and _admits_out(adm, out) and adm.fast_ok(op, x, out):
+        r = _qg.fast_quantize(x, op.fmt, conv, op.fn, out)
+        if r is not None:
+            return r
     return _generic_quantize(op, x, out, stream, conv)
 
 
 def _run_dequantize(op: _Op, xq, K, out, stream):
     k = _size(K, "K", op.fn)
-    if stream is None and type(xq) in _FAST_TYPES and _fast_out(out):
-        if _torch_ops.fast_ok(op, xq, out):
-            r = _qg.fast_dequantize(xq, op.fmt, k, op.fn, out)
-            if r is not None:
-                return r
+    adm = _FAST_TYPES.get(type(xq))
+    if stream is None and adm is not None and _admits_out(adm, out) and adm.fast_ok(op, xq, out):
+        r = _qg.fast_dequantize(xq, op.fmt, k, op.fn, out)
+        if r is not None:
+            return r
     return _generic_dequantize(op, xq, k, out, stream)
 
 
@@ -348,24 +388,26 @@ def _run_gemm(op: _Op, a, b, M, N, K, out, stream, epi: _Epilogue = _PLAIN):
     m = -1 if M is None else _size(M, "M", fn)
     n = -1 if N is None else _size(N, "N", fn)
     k = -1 if K is None else _size(K, "K", fn)
-    if stream is None and type(a) in _FAST_TYPES and type(b) in _FAST_TYPES and _fast_out(out):
-        if _torch_ops.fast_ok(op, a, out, b) and _torch_ops.epilogue_ok(op, epi):
-            r = _qg.fast_gemm(
-                a, b, op.a_fmt, op.b_fmt, m, n, k, fn, op.a_name, op.b_name, out, epi.bias,
-                _OUT_DTYPES[epi.out_dtype], epi.transpose, epi.row_scale, epi.col_scale, epi.row_zero_point,
-                epi.col_zero_point, epi.a_scales, epi.a_zero_points, epi.group_size, epi.alpha,
-                1 if epi.relu else 0, epi.a_k_major, epi.b_k_major,
-            )
-            if r is not None:
-                return r
+    adm = _FAST_TYPES.get(type(a))
+    if (stream is None and adm is not None and _FAST_TYPES.get(type(b)) is adm and _admits_out(adm, out)
+            and adm.fast_ok(op, a, out, b) and adm.epilogue_ok(op, epi)):
+        r = _qg.fast_gemm(
+            a, b, op.a_fmt, op.b_fmt, m, n, k, fn, op.a_name, op.b_name, out, epi.bias,
+            _OUT_DTYPES[epi.out_dtype], epi.transpose, epi.row_scale, epi.col_scale, epi.row_zero_point,
+            epi.col_zero_point, epi.a_scales, epi.a_zero_points, epi.group_size, epi.alpha,
+            1 if epi.relu else 0, epi.a_k_major, epi.b_k_major,
+        )
+        if r is not None:
+            return r
     return _generic_gemm(op, a, b, m, n, k, out, stream, epi=epi)
 
 
 def _run_quantize_int(op: _Op, x, gran: str, group_size: int = 0, asym: bool = False, scales=None,
                       zero_points=None):
     """-> (codes, scales or None, zero points or None), on the fast path when it can."""
-    if type(x) in _FAST_TYPES and _torch_ops.fast_ok(op, x, None):
-        if scales is None or _torch_ops.extras_ok(op, (scales, zero_points)):  # zero points come with scales
+    adm = _FAST_TYPES.get(type(x))
+    if adm is not None and adm.fast_ok(op, x, None):
+        if scales is None or adm.extras_ok(op, (scales, zero_points)):  # zero points come with scales
             r = _qg.fast_quantize_int(x, op.fmt, GRANULARITY[gran], group_size, asym, scales, zero_points, op.fn)
             if r is not None:
                 return r
@@ -373,8 +415,9 @@ def _run_quantize_int(op: _Op, x, gran: str, group_size: int = 0, asym: bool = F
 
 
 def _run_dequantize_int(op: _Op, xq, k: int, gran: str, group_size: int, scales, zero_points=None):
-    if type(xq) in _FAST_TYPES and _torch_ops.fast_ok(op, xq, None):
-        if _torch_ops.extras_ok(op, (scales, zero_points)):
+    adm = _FAST_TYPES.get(type(xq))
+    if adm is not None and adm.fast_ok(op, xq, None):
+        if adm.extras_ok(op, (scales, zero_points)):
             r = _qg.fast_dequantize(xq, op.fmt, k, op.fn, None, GRANULARITY[gran], group_size, scales, zero_points)
             if r is not None:
                 return r
@@ -498,7 +541,8 @@ def linear_q4_0(x, weight_q, bias=None, *, stream=None):
     """
     fn = _LINEAR_Q4_0.fn
     # Plain torch tensors: both steps below in one core call (None: not plain).
-    if stream is None and type(x) in _FAST_TYPES and _torch_ops.plain_ok(x, weight_q, bias):
+    adm = _FAST_TYPES.get(type(x))
+    if stream is None and adm is not None and adm.plain_ok(x, weight_q, bias):
         y = _qg.fast_linear_q4_0(x, weight_q, bias, fn)
         if y is not None:
             return y

@@ -110,7 +110,8 @@ def quantize_tensor(x, *, bits=8, scheme="symmetric", granularity="tensor", axis
     Returns (codes, scale) for symmetric, (codes, scale, zero_point) for
     asymmetric: scale float32, zero_point int32, in x's framework and device.
     """
-    if type(x) in _FAST_TYPES and _api._torch_ops.plain_ok(x):
+    adm = _FAST_TYPES.get(type(x))
+    if adm is not None and adm.plain_ok(x):
         r = _qg.fast_quantize_tensor(x, bits, scheme, granularity, axis, group_size, scale, zero_point, packing)
         if r is not None:
             return r
@@ -357,7 +358,9 @@ def int8_matmul(A, B, scale_a=1.0, scale_b=1.0, scale_c=1.0, *, zero_point_a=Non
     K is limited to what int32 accumulates exactly (131071 without zero
     points); a larger K raises, naming the limit.
     """
-    if type(A) in _FAST_TYPES and _api._torch_ops.plain_ok(A, B, scale_a, scale_b, bias):
+    adm = _FAST_TYPES.get(type(A))
+    if (adm is not None and adm.plain_ok(A, B, scale_a, scale_b, bias)
+            and (out_dtype != "bfloat16" or adm.bf16_results)):
         r = _qg.fast_int8_matmul(A, B, scale_a, scale_b, scale_c, zero_point_a, zero_point_b, bias, activation,
                                  out_dtype, b_layout)
         if r is not None:
@@ -446,7 +449,8 @@ def linear_int4(x, weight_q, scales, zero_points=None, *, group_size=128, bias=N
     activations are read as they are (no activation quantization).
     NumPy and CuPy take float32 or float16 x (no bfloat16 result arrays).
     """
-    if type(x) in _FAST_TYPES and _api._torch_ops.plain_ok(x, weight_q, scales, bias):
+    adm = _FAST_TYPES.get(type(x))
+    if adm is not None and adm.plain_ok(x, weight_q, scales, bias):
         r = _qg.fast_linear_int4(x, weight_q, scales, zero_points, group_size, bias, activation)
         if r is not None:
             return r

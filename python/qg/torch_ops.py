@@ -45,6 +45,17 @@ _is_grad_enabled = torch.is_grad_enabled
 _STRIDED = torch.strided
 
 
+# This module is the torch types' admission to the fast path
+# (_api._FAST_TYPES): fast_ok, out_ok, epilogue_ok, extras_ok, plain_ok.
+_SELF = sys.modules[__name__]
+bf16_results = True  # torch has bfloat16 tensors for results
+
+
+def out_ok(out) -> bool:
+    """out= (a tensor of a fast type) may ride the fast path unless it requires grad."""
+    return not out.requires_grad
+
+
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _OPAQUE: dict = {}  # tensor type -> overrides __torch_dispatch__ (holds no data qg can read)
 _is_functorch_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)
@@ -58,7 +69,7 @@ def enable_fast_path(tensor_type) -> None:
         and hasattr(tensor_type, "__dlpack_c_exchange_api__")
         and not _opaque_type(tensor_type)
     ):
-        _api._FAST_TYPES.add(tensor_type)
+        _api._FAST_TYPES[tensor_type] = _SELF
 
 
 # ------------------------------------------------- shape checks of the fakes
@@ -430,7 +441,7 @@ def plain_ok(*args) -> bool:
     fast = _api._FAST_TYPES
     for t in args:
         tt = type(t)
-        if tt in fast:
+        if fast.get(tt) is _SELF:
             if t.is_neg() or (t.requires_grad and _is_grad_enabled()):
                 return False
         elif t is not None and tt is not float and tt is not int:
@@ -507,7 +518,7 @@ def extras_ok(op, tensors) -> bool:
     for t in tensors:
         if t is None:
             continue
-        if type(t) not in _api._FAST_TYPES or t.layout != _STRIDED or t.is_neg():
+        if _api._FAST_TYPES.get(type(t)) is not _SELF or t.layout != _STRIDED or t.is_neg():
             return False
         if t.requires_grad and _is_grad_enabled():
             return False  # the generic path raises the message
@@ -520,7 +531,7 @@ def epilogue_ok(op, epi) -> bool:
         return True
     fast = _api._FAST_TYPES
     for name, t in epi.arrays():
-        if type(t) not in fast:
+        if fast.get(type(t)) is not _SELF:
             _bias_grad_check(op, t, name)  # a tensor subclass may require grad too
             return False
         if t.requires_grad:
@@ -570,6 +581,5 @@ def route_dequantize_int(op, xq, k: int, gran: str, group_size: int, scales, zer
     return _dequantize_int_op(xq, op.fmt, k, gran, group_size, scales, zero_points, op.fn)
 
 
-_api._torch_ops = sys.modules[__name__]  # before any type can reach the fast path
 enable_fast_path(torch.Tensor)
 enable_fast_path(torch.nn.Parameter)

@@ -24,7 +24,7 @@ const Api* lookup(PyTypeObject* type) {
   PyObject* capsule = PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__dlpack_c_exchange_api__");
   if (capsule == nullptr) {
     PyErr_Clear();
-    return nullptr;
+    return numpy_api_for(type);
   }
   const Api* api = nullptr;
   if (PyCapsule_CheckExact(capsule))
@@ -35,6 +35,12 @@ const Api* lookup(PyTypeObject* type) {
   return api;
 }
 }  // namespace
+
+void forget_cached(PyTypeObject* type) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (int i = 0; i < g_used; ++i)
+    if (g_cache[i].type == type) g_cache[i--] = g_cache[--g_used];
+}
 
 const Api* api_for(PyTypeObject* type) {
   for (int i = 0; i < g_used; ++i)

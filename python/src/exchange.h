@@ -59,8 +59,19 @@ struct Api {
 
 constexpr int32_t kCPU = 1, kCUDA = 2, kCUDAHost = 3, kCUDAManaged = 13;
 
-// The table published by `type`, or null (none, or a major version other
-// than 1). Looked up once per type and cached; never raises.
+// The table published by `type`, or qg's own for numpy.ndarray
+// (numpy_exchange.cpp), or null (none, or a major version other than 1).
+// Looked up once per type and cached; never raises.
 const Api* api_for(PyTypeObject* type);
+
+// Drops a type's cached lookup (use_numpy, on a type looked up before).
+void forget_cached(PyTypeObject* type);
+
+// qg's table for numpy.ndarray once use_numpy has named the type; null for
+// every other type. Results are allocated with `empty` (numpy.empty), of
+// `dtypes` (a tuple of numpy.dtype: uint8, int8, int32, float16, float32).
+// False: arguments of the wrong kind.
+const Api* numpy_api_for(PyTypeObject* type);
+bool use_numpy(PyObject* ndarray_type, PyObject* empty, PyObject* dtypes);
 
 }  // namespace qg::python::dlx

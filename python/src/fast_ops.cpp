@@ -161,7 +161,10 @@ using fast::rows_shape;
 
 // out_obj: None (allocate the result) or the caller's out= tensor of the
 // same framework, which the core checks like any out= (shape, dtype, device,
-// layout, overlap) and writes in place.
+// layout, overlap) and writes in place. An out= the framework's table does
+// not export (NumPy's declines non-native byte order, dtypes the core has no
+// name for, non-contiguous arrays) declines the call: the generic path says
+// what is wrong with it, in its own words.
 template <class Views, class Run>
 nb::object finish(const dlx::Api* api, const char* fn, const Views& v, Device device, nb::handle out_obj,
                   Run&& run) {
@@ -173,9 +176,7 @@ nb::object finish(const dlx::Api* api, const char* fn, const Views& v, Device de
     result = allocate(api, fn, spec, device, &out);
   } else {
     const dlx::Api* out_api;
-    if (!import_input(out_obj, fn, "out", &out_api, &out) || out_api != api)
-      throw_if_error(Status(StatusCode::type_error,
-                            std::string(fn) + ": out must be an array of the inputs' framework"));
+    if (!import_input(out_obj, fn, "out", &out_api, &out) || out_api != api) return nb::none();
     out.writable = true;
     result = nb::borrow(out_obj);
   }
@@ -328,6 +329,14 @@ void bind_fast_ops(nb::module_& m) {
       "col_zero_point"_a.none() = nb::none(), "a_scales"_a.none() = nb::none(),
       "a_zero_points"_a.none() = nb::none(), "group_size"_a = 0, "alpha"_a = 1.0f, "activation"_a = 0,
       "a_k_major"_a = false, "b_k_major"_a = false);
+  // qg's exchange table for numpy.ndarray (numpy_exchange.cpp): NumPy arrays
+  // then take the entries above. -> False for arguments of the wrong kind.
+  m.def(
+      "use_numpy_exchange",
+      [](nb::handle ndarray_type, nb::handle empty, nb::handle dtypes) {
+        return dlx::use_numpy(ndarray_type.ptr(), empty.ptr(), dtypes.ptr());
+      },
+      "ndarray_type"_a, "empty"_a, "dtypes"_a);
   m.def("fast_linear_q4_0", &linear_q4_0, "x"_a.none(), "weight_q"_a.none(), "bias"_a.none(),
         "fn"_a = "qg.linear_q4_0", "relu"_a = false);
 }

@@ -597,9 +597,11 @@ def test_convention_of_wrong_type(conv):
 
 
 def test_core_argument_error_is_branded(monkeypatch):
-    """The last line of defence: an array nanobind cannot convert gets qg's name."""
-    from qg import _frameworks
+    """The last line of defence: an array nanobind cannot convert gets qg's name
+    (on the generic path, which NumPy arrays take where the fast one declines)."""
+    from qg import _api, _frameworks
 
+    monkeypatch.delitem(_api._FAST_TYPES, np.ndarray)
     monkeypatch.setattr(_frameworks, "prepare_input", lambda x, *a, **k: ([1.0] * 32, False))
     with raises(TypeError, "qg.quantize_q4_0: ", "x could not be passed to qg through DLPack"):
         qg.quantize_q4_0(np.ones((1, 32), np.float32))

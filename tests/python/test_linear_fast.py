@@ -4,9 +4,10 @@ on plain torch tensors quantizes x and runs the GEMM in one core call. So does
 QuantizedLinear(int8)'s forward (qg._qg.fast_linear_int8, qg::linear_int8). With the
 entry turned away, the function's two steps (quantize x to Q8_1, then the GEMM
 whose epilogue adds the bias and casts to x's dtype) make the call: the same
-bytes, shapes and dtypes, or the same error. What the entry does not take
-(NumPy arrays, a non-contiguous x, stream=, tensors that require grad) goes to
-those steps unchanged."""
+bytes, shapes and dtypes, or the same error. NumPy arrays take the entry too
+(through qg's exchange table for them). What the entry does not take (a
+non-contiguous x, stream=, tensors that require grad) goes to those steps
+unchanged."""
 from __future__ import annotations
 
 import re
@@ -121,13 +122,15 @@ def test_empty_and_single_sizes_match_the_steps(entry, rng, x_shape, m):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_numpy_takes_the_steps_with_the_same_bytes(entry, rng, dtype):
+def test_numpy_takes_the_entry_with_the_same_bytes(entry, rng, dtype):
     x, wq, b = _inputs(rng, (2, 3), dtype)
     y = qg.linear_q4_0(x, wq, b)
     y_np = qg.linear_q4_0(x.numpy(), wq.numpy(), b.numpy())
-    assert entry.calls == ["taken"]  # NumPy arrays never reach the entry
+    assert entry.calls == ["taken", "taken"]  # NumPy arrays take the entry as torch tensors do
     assert isinstance(y_np, np.ndarray) and y_np.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(y_np, y.numpy())
+    entry.off()
+    np.testing.assert_array_equal(qg.linear_q4_0(x.numpy(), wq.numpy(), b.numpy()), y_np)  # the steps
 
 
 def test_what_the_entry_does_not_take_goes_to_the_steps(entry, rng):

@@ -121,7 +121,7 @@ def test_generic_path_is_traced(tracer, rng, monkeypatch):
 
     from qg import _api
 
-    monkeypatch.setattr(_api, "_FAST_TYPES", set())
+    monkeypatch.setattr(_api, "_FAST_TYPES", {})
     w, a = _tensors(rng, "cpu", (16, 64), (3, 64))
     if tracer == "compile":
         got = torch.compile(gemm_fn, backend="eager", fullgraph=True)(w, a)
