@@ -8,9 +8,13 @@ namespace qg::python::dlx {
 
 namespace {
 // A handful of tensor types meet qg in one process (torch.Tensor,
-// nn.Parameter, ...): a short list beats a map. Callers hold the GIL, which
-// serialises the cache; the mutex only keeps a future free-threaded build
-// from tearing an entry.
+// nn.Parameter, numpy.ndarray, ...): a short list beats a map. Only types
+// that have a table are cached, each with a reference that keeps it alive,
+// so that a short-lived type (a class made at run time, the list or NumPy
+// scalar type of a wrong argument) neither fills the list nor leaves an
+// entry that a later type at its address would take for its own. Callers
+// hold the GIL, which serialises the cache; the mutex only keeps a future
+// free-threaded build from tearing an entry.
 struct Entry {
   PyTypeObject* type;
   const Api* api;
@@ -36,18 +40,16 @@ const Api* lookup(PyTypeObject* type) {
 }
 }  // namespace
 
-void forget_cached(PyTypeObject* type) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  for (int i = 0; i < g_used; ++i)
-    if (g_cache[i].type == type) g_cache[i--] = g_cache[--g_used];
-}
-
 const Api* api_for(PyTypeObject* type) {
   for (int i = 0; i < g_used; ++i)
     if (g_cache[i].type == type) return g_cache[i].api;
   const Api* api = lookup(type);
+  if (api == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_used < kSlots) g_cache[g_used++] = {type, api};
+  if (g_used < kSlots) {
+    Py_INCREF(type);  // held for the life of the process, as its table is
+    g_cache[g_used++] = {type, api};
+  }
   return api;
 }
 

@@ -61,11 +61,8 @@ constexpr int32_t kCPU = 1, kCUDA = 2, kCUDAHost = 3, kCUDAManaged = 13;
 
 // The table published by `type`, or qg's own for numpy.ndarray
 // (numpy_exchange.cpp), or null (none, or a major version other than 1).
-// Looked up once per type and cached; never raises.
+// Types with a table are looked up once and cached; never raises.
 const Api* api_for(PyTypeObject* type);
-
-// Drops a type's cached lookup (use_numpy, on a type looked up before).
-void forget_cached(PyTypeObject* type);
 
 // qg's table for numpy.ndarray once use_numpy has named the type; null for
 // every other type. Results are allocated with `empty` (numpy.empty), of

@@ -35,10 +35,13 @@ bool import_input(nb::handle obj, const char* fn, const char* arg, const dlx::Ap
   return false;
 }
 
+bool of_framework(nb::handle obj, const dlx::Api* api) { return dlx::api_for(Py_TYPE(obj.ptr())) == api; }
+
 bool import_optional(nb::handle obj, const char* fn, const char* arg, const dlx::Api* api, TensorView* v,
                      bool* present) {
   *present = false;
   if (obj.is_none()) return true;
+  if (!of_framework(obj, api)) return false;  // read by nothing: the generic path names the mix
   const dlx::Api* a;
   if (!import_input(obj, fn, arg, &a, v) || a != api || !v->is_contiguous()) return false;
   *present = true;
@@ -96,9 +99,11 @@ nb::object allocate(const dlx::Api* api, const char* fn, const ResultSpec& spec,
   proto.shape = shape.shape;
   dlx::ManagedTensor* mt = nullptr;
   std::string error;
-  if (api->managed_tensor_allocator(&proto, &mt, &error, record_error) != 0 || mt == nullptr)
+  if (api->managed_tensor_allocator(&proto, &mt, &error, record_error) != 0 || mt == nullptr) {
+    if (PyErr_Occurred()) throw nb::python_error();  // the framework's own exception (NumPy's, as it words it)
     throw_if_error(Status(StatusCode::out_of_memory,
                           std::string(fn) + ": could not allocate the result on " + device_name(device) + " (" + error + ")"));
+  }
   Status ignored;
   to_view(mt->dl_tensor, fn, "out", out, &ignored);  // read before ownership moves to the framework
   void* obj = nullptr;
@@ -176,7 +181,7 @@ nb::object finish(const dlx::Api* api, const char* fn, const Views& v, Device de
     result = allocate(api, fn, spec, device, &out);
   } else {
     const dlx::Api* out_api;
-    if (!import_input(out_obj, fn, "out", &out_api, &out) || out_api != api) return nb::none();
+    if (!fast::of_framework(out_obj, api) || !import_input(out_obj, fn, "out", &out_api, &out)) return nb::none();
     out.writable = true;
     result = nb::borrow(out_obj);
   }
@@ -301,7 +306,8 @@ void bind_fast_ops(nb::module_& m) {
          bool a_k_major, bool b_k_major) -> nb::object {
         const dlx::Api *api_a, *api_b;
         TensorView av, bv, biasv;
-        if (!import_input(a, fn, a_name, &api_a, &av) || !import_input(b, fn, b_name, &api_b, &bv) || api_a != api_b)
+        if (!import_input(a, fn, a_name, &api_a, &av) || !fast::of_framework(b, api_a) ||
+            !import_input(b, fn, b_name, &api_b, &bv))
           return nb::none();
         bool has_bias;
         if (!import_optional(bias, fn, "bias", api_a, &biasv, &has_bias)) return nb::none();

@@ -19,6 +19,11 @@ bool read_input(nb::handle obj, const char* fn, const char* arg, const dlx::Api*
 // False: not for this path; the generic path then reports it with qg's message.
 bool import_input(nb::handle obj, const char* fn, const char* arg, const dlx::Api** api, TensorView* v);
 
+// Whether obj is an array of the framework whose table is `api`: checked
+// before an argument is read, so that another framework's array is never
+// read (nor its view refused) by the wrong table.
+bool of_framework(nb::handle obj, const dlx::Api* api);
+
 // An optional input (None: absent, *present false). False: not for this path
 // (another framework, or a view the core would refuse as not contiguous,
 // which the generic path copies first).

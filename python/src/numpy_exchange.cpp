@@ -50,7 +50,7 @@ bool dtype_of_format(const char* format, Py_ssize_t itemsize, DataType* out) {
     if (c == '<') return false;
 #endif
     c = format[1];
-    if (format[2] != '\0') return false;
+    if (c == '\0' || format[2] != '\0') return false;
   } else if (format[1] != '\0') {
     return false;  // '>f', '!f', structured or sub-array formats
   }
@@ -106,23 +106,21 @@ int allocate_ndarray(Tensor* proto, ManagedTensor** out, void* error_ctx,
   }
   PyObject* shape = PyTuple_New(proto->ndim);
   if (shape == nullptr) return -1;
-  for (int i = 0; i < proto->ndim; ++i) PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(proto->shape[i]));
+  for (int i = 0; i < proto->ndim; ++i) {
+    PyObject* extent = PyLong_FromLongLong(proto->shape[i]);
+    if (extent == nullptr) {
+      Py_DECREF(shape);
+      return -1;
+    }
+    PyTuple_SET_ITEM(shape, i, extent);
+  }
   PyObject* args[] = {shape, dtype};
   PyObject* array = PyObject_Vectorcall(g_empty, args, 2, nullptr);
   Py_DECREF(shape);
   Py_buffer b;
   if (array == nullptr || PyObject_GetBuffer(array, &b, PyBUF_RECORDS) != 0) {
     Py_XDECREF(array);
-    PyObject *type, *value, *trace;
-    PyErr_Fetch(&type, &value, &trace);
-    PyObject* text = value ? PyObject_Str(value) : nullptr;
-    set_error(error_ctx, "MemoryError", text ? PyUnicode_AsUTF8(text) : "numpy.empty failed");
-    Py_XDECREF(text);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(trace);
-    PyErr_Clear();
-    return -1;
+    return -1;  // NumPy's exception stays set: fast::allocate raises it as it is
   }
   Managed* m = new (std::nothrow) Managed;
   if (m == nullptr) {
@@ -168,8 +166,7 @@ bool use_numpy(PyObject* ndarray_type, PyObject* empty, PyObject* dtypes) {
   Py_INCREF(empty);
   g_empty = empty;
   Py_INCREF(ndarray_type);
-  g_ndarray = reinterpret_cast<PyTypeObject*>(ndarray_type);
-  forget_cached(g_ndarray);
+  g_ndarray = reinterpret_cast<PyTypeObject*>(ndarray_type);  // api_for caches no type without a table
   return true;
 }
 

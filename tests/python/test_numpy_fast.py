@@ -46,7 +46,7 @@ def _outcome(call):
     """(dtype, shape, bytes) of each result array, or (exception type, message)."""
     try:
         r = call()
-    except (TypeError, ValueError, OverflowError, NotImplementedError) as e:
+    except (TypeError, ValueError, OverflowError, NotImplementedError, MemoryError) as e:
         return type(e), str(e)
     return [(a.dtype.str, a.shape, a.tobytes()) for a in (r if isinstance(r, tuple) else (r,)) if a is not None]
 
@@ -189,6 +189,13 @@ def test_errors_match_the_generic_path(monkeypatch, rng, taken):
         "mixed frameworks": lambda: qg.gemm_q4_0_q8_1(wq, torch.from_numpy(xq)),
         "out of torch": lambda: qg.gemm_q4_0_q8_1(wq, xq, out=torch.zeros(40, 3)),
         "int8 K limit": lambda: qg.int8_matmul(np.ones((1, 1), np.int8), np.ones((1, 1), np.int8), b_layout="xy"),
+        # NumPy's own exceptions when it cannot allocate the result, as NumPy words them
+        "result of 4 TiB": lambda: qg.int8_matmul(np.zeros((2**20, 0), np.int8), np.zeros((0, 2**20), np.int8)),
+        "result too big to index": lambda: qg.int8_matmul(np.zeros((2**31, 0), np.int8), np.zeros((0, 2**31), np.int8)),
+        # another framework's array is never read by NumPy's table (nor refused for its view)
+        "torch bias of 9 dims": lambda: qg.linear_q4_0(x, wq, torch.zeros((1,) * 8 + (40,))),
+        "torch activations of 9 dims": lambda: qg.gemm_q4_0_q8_1(wq, torch.zeros((1,) * 8 + (3, 144), dtype=torch.uint8)),
+        "torch out of 9 dims": lambda: qg.gemm_q4_0_q8_1(wq, xq, out=torch.zeros((1,) * 7 + (40, 3))),
     }
     for name, call in cases.items():
         fast = _outcome(call)
