@@ -391,12 +391,15 @@ def _run_gemm(op: _Op, a, b, M, N, K, out, stream, epi: _Epilogue = _PLAIN):
     adm = _FAST_TYPES.get(type(a))
     if (stream is None and adm is not None and _FAST_TYPES.get(type(b)) is adm and _admits_out(adm, out)
             and adm.fast_ok(op, a, out, b) and adm.epilogue_ok(op, epi)):
-        r = _qg.fast_gemm(
-            a, b, op.a_fmt, op.b_fmt, m, n, k, fn, op.a_name, op.b_name, out, epi.bias,
-            _OUT_DTYPES[epi.out_dtype], epi.transpose, epi.row_scale, epi.col_scale, epi.row_zero_point,
-            epi.col_zero_point, epi.a_scales, epi.a_zero_points, epi.group_size, epi.alpha,
-            1 if epi.relu else 0, epi.a_k_major, epi.b_k_major,
-        )
+        if epi is _PLAIN:  # the binding's defaults: 14 arguments fewer to convert, about 0.6 us
+            r = _qg.fast_gemm(a, b, op.a_fmt, op.b_fmt, m, n, k, fn, op.a_name, op.b_name, out)
+        else:
+            r = _qg.fast_gemm(
+                a, b, op.a_fmt, op.b_fmt, m, n, k, fn, op.a_name, op.b_name, out, epi.bias,
+                _OUT_DTYPES[epi.out_dtype], epi.transpose, epi.row_scale, epi.col_scale, epi.row_zero_point,
+                epi.col_zero_point, epi.a_scales, epi.a_zero_points, epi.group_size, epi.alpha,
+                1 if epi.relu else 0, epi.a_k_major, epi.b_k_major,
+            )
         if r is not None:
             return r
     return _generic_gemm(op, a, b, m, n, k, out, stream, epi=epi)
