@@ -13,6 +13,7 @@ namespace qg::python::fast {
 // for this path, either because the producer cannot export it (no table, or
 // it declined, e.g. a sparse tensor; *error stays ok) or because a view
 // cannot hold it (too many dimensions, an unknown device; *error says so).
+// *api (where api is not null) is the table it was read through.
 bool read_input(nb::handle obj, const char* fn, const char* arg, const dlx::Api** api, TensorView* v, Status* error);
 
 // read_input that raises what a view cannot hold with the core's message.
