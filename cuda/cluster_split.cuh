@@ -68,13 +68,13 @@ KernelFit query_fit(Kernel* kernel, int threads, int smem, int cc_major) {
   return fit;
 }
 
-// Launches `kernel` on grid CTAs (a multiple of splits), as clusters of
-// `splits` CTAs when splits > 1.
+// Launches `kernel` on grid x grid_y CTAs (grid a multiple of splits), as
+// clusters of `splits` CTAs along x when splits > 1.
 template <class Kernel, class... Args>
-void launch_clustered(Kernel* kernel, int64_t grid, int threads, int smem, int splits, cudaStream_t stream,
-                      Args... args) {
+void launch_clustered_2d(Kernel* kernel, int64_t grid, unsigned grid_y, int threads, int smem, int splits,
+                         cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.gridDim = dim3(static_cast<unsigned>(grid), grid_y);
   cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
@@ -85,6 +85,13 @@ void launch_clustered(Kernel* kernel, int64_t grid, int threads, int smem, int s
     cfg.numAttrs = 1;
   }
   cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+// The same on a one-row grid.
+template <class Kernel, class... Args>
+void launch_clustered(Kernel* kernel, int64_t grid, int threads, int smem, int splits, cudaStream_t stream,
+                      Args... args) {
+  launch_clustered_2d(kernel, grid, 1u, threads, smem, splits, stream, args...);
 }
 
 }  // namespace qg::detail::cuda::clusters

@@ -111,6 +111,7 @@ inline Status launch_result(const GemmArgs& g) {
 
 using clusters::KernelFit;
 using clusters::launch_clustered;
+using clusters::launch_clustered_2d;
 using clusters::query_fit;
 
 // The fit of `kernel`, cached per device in the caller's statics (one set per

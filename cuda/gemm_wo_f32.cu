@@ -24,9 +24,11 @@
 // bf16 kernel is fastest for that N (the decode GEMVs, the tiled and
 // warpgroup prefill GEMMs); can_run takes only calls for which that is not
 // cuda_wo_generic, which reads fp32 x directly and would do twice its work
-// here. (Nothing else asks whether the split beats cuda_wo_generic: at
-// 64 x 64 x 64, where the 128-token call runs as 8 slices of cuda_wo_gemv,
-// it does not: 30.6 against 21.7 us on an H200, bench/RESULTS.md.) Against a
+// here. (Nothing else asks whether the split beats cuda_wo_generic. At
+// 64 x 64 x 64 its 128-token call runs as 8 slices of cuda_wo_gemv: while
+// each slice was a launch of its own that took 30.6 us against the generic
+// kernel's 21.7 on an H200; as one launch 12.4-12.5 us cold on an H100,
+// where the generic kernel was not timed; bench/RESULTS.md.) Against a
 // bf16 call this costs the split pass (x read, 2 N K bf16 written), the sum
 // pass (2 N M fp32 read) and twice the tokens: 5-7 us more at N = 1..2 on an
 // H200 at 4096 x 14336, where reading W bounds the time, and 1.7-2.5x the

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// cuda/gemm_wo_gemv.cu: weight-only GEMM for decode (N <= 16 a launch; larger N runs in slices of 16; sm_80+):
+// cuda/gemm_wo_gemv.cu: weight-only GEMM for decode (sm_80+; N > 16 in slices of 16 along the grid's y):
 // i4 weights with group scales (and zero points) x f16 / bf16 activations.
 //
 //   C[m, n] = sum_g s[m, g] * sum_{k in g} (q[m, k] - z[m, g]) * x[n, k]
@@ -42,6 +42,11 @@
 //
 // Rows past M are read as row M - 1 and never stored; columns past N as
 // column N - 1 (the same, for N = 1 the loads of a quad coincide).
+//
+// N > 16: CTA row y of the grid takes columns 16 y .. 16 y + 15 (its slice
+// of x's rows and C's columns), each slice re-reading W. One launch for all
+// slices: launched one by one, each small slice paid a launch and the host
+// its own walk (at 64 x 64, 128 tokens took 8 launches).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -71,7 +76,8 @@ constexpr int kMacroBytes = kMacroK / 2;      // 64 bytes of a W row
 constexpr int kPitch = kMacroBytes + 16;      // 80: conflict-free 32-bit reads (banks 20 r + 4 j + t)
 constexpr int kSlotBytes = kRowTiles * 16 * kPitch;
 constexpr int kWarpRingBytes = kStages * kSlotBytes;
-constexpr int kMaxCols = 16;
+constexpr int kMaxCols = 16;                  // columns (activation rows) a CTA
+constexpr int64_t kMaxSlices = 65535;         // slices of kMaxCols a launch: grid.y's limit
 constexpr int kPartialFloats = kWarps * kCtaRows * kMaxCols;
 constexpr int kSmemBytes = kWarps * kWarpRingBytes > (kPartialFloats + kCtaRows * kMaxCols) * 4
                                ? kWarps * kWarpRingBytes
@@ -179,10 +185,12 @@ gemm_wo_gemv_kernel(Params p, EpilogueParams ep) {
   const int64_t span = step_hi - step_lo;
   const int64_t my_steps = span > warp ? (span - warp + kWarps - 1) / kWarps : 0;
 
-  // Activations k = 8t .. 8t + 7 of each segment, column g of each n8 tile.
+  // Activations k = 8t .. 8t + 7 of each segment, column c0 + g of each n8
+  // tile of this CTA row's slice.
+  const int64_t c0 = static_cast<int64_t>(kMaxCols) * blockIdx.y;
   const uint8_t* xptr[kNT];
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) xptr[nt] = p.x + min64(nt * 8 + g, p.n - 1) * p.ldx + 16 * t;
+  for (int nt = 0; nt < kNT; ++nt) xptr[nt] = p.x + min64(c0 + nt * 8 + g, p.n - 1) * p.ldx + 16 * t;
 
   for (int64_t rb = blockIdx.x / splits; rb < row_blocks; rb += gridDim.x / splits) {
     const int64_t row0 = rb * kCtaRows;
@@ -265,7 +273,7 @@ gemm_wo_gemv_kernel(Params p, EpilogueParams ep) {
 #pragma unroll
       for (int w = 1; w < kWarps; ++w) v += partial[(w * kCtaRows + r) * kMaxCols + c];
       if (splits == 1) {
-        if (row0 + r < p.m && c < p.n) epilogue_store(ep, row0 + r, c, v);
+        if (row0 + r < p.m && c0 + c < p.n) epilogue_store(ep, row0 + r, c0 + c, v);
       } else {
         own[o] = v;
       }
@@ -276,10 +284,10 @@ gemm_wo_gemv_kernel(Params p, EpilogueParams ep) {
       cluster.sync();  // every CTA's sums are in its shared memory
       for (int o = rank * kThreads + static_cast<int>(threadIdx.x); o < kCtaRows * kCols; o += splits * kThreads) {
         const int r = o / kCols, c = o % kCols;
-        if (row0 + r >= p.m || c >= p.n) continue;
+        if (row0 + r >= p.m || c0 + c >= p.n) continue;
         float v = 0.0f;
         for (int q = 0; q < splits; ++q) v += cluster.map_shared_rank(own, q)[o];
-        epilogue_store(ep, row0 + r, c, v);
+        epilogue_store(ep, row0 + r, c0 + c, v);
       }
       cluster.sync();  // no CTA reuses (or leaves) its shared memory while others read it
 #else
@@ -305,11 +313,12 @@ Status launch(const GemmArgs& g, Params p, cudaStream_t stream) {
                                               std::to_string(g.device.id) + " (" + shape_text(g) + ")");
   const int64_t row_blocks = (p.m + kCtaRows - 1) / kCtaRows;
   const int64_t macro_steps = (p.k + kMacroK - 1) / kMacroK;
+  const int64_t slices = (p.n + kMaxCols - 1) / kMaxCols;  // gemm_wo_gemv_run keeps them to kMaxSlices
   // Each warp of a split CTA keeps at least two macro steps.
-  p.splits = pick_splits(fit, device_limits(g.device.id), row_blocks, macro_steps, 2 * kWarps);
+  p.splits = pick_splits(fit, device_limits(g.device.id), row_blocks * slices, macro_steps, 2 * kWarps);
   const int64_t grid = std::min<int64_t>(row_blocks, 0x7FFFFFFF / kMaxSplits) * p.splits;
-  launch_clustered(gemm_wo_gemv_kernel<kNT, kBf16, kZP>, grid, kThreads, kSmemBytes, p.splits, stream, p,
-                   epilogue_params(g));
+  launch_clustered_2d(gemm_wo_gemv_kernel<kNT, kBf16, kZP>, grid, static_cast<unsigned>(slices), kThreads,
+                      kSmemBytes, p.splits, stream, p, epilogue_params(g));
   return launch_result(g);
 }
 
@@ -364,7 +373,7 @@ bool gemm_wo_gemv_can_run(const GemmArgs& args, std::string* why_not) {
 
 namespace {
 
-// One launch for at most kMaxCols activation rows.
+// One launch for all of args' activation rows (at most kMaxSlices slices).
 Status run_columns(const GemmArgs& args, cudaStream_t st) {
   const Params p = wo::gemv_params(args);
   const bool bf16 = args.b.format == Format::bf16, zp = p.zeros != nullptr;
@@ -374,16 +383,20 @@ Status run_columns(const GemmArgs& args, cudaStream_t st) {
 
 }  // namespace
 
-// N > 16 runs as GEMVs over slices of 16 activation rows, each re-reading W:
-// at prefill sizes that is N / 16 passes over the weights (a stopgap until a
-// tiled tensor-core kernel serves large N), still far faster than the
-// byte-load kernel. A slice is the same GEMM on rows n0.. of b and the
-// columns n0.. of C (and of a per-column scale).
+// N > 16 runs as GEMVs over slices of 16 activation rows, each re-reading W
+// (N / 16 passes over the weights: the tiled kernels take large N where
+// they can, K % 128 == 0), still far faster than the byte-load kernel. The
+// slices are the grid's rows, up to kMaxSlices a launch (grid.y's limit);
+// past that, launches of that many slices, each the same GEMM on rows n0..
+// of b and the columns n0.. of C (and of a per-column scale).
 Status gemm_wo_gemv_run(const GemmArgs& args, Stream stream) {
   if (args.a.rows <= 0 || args.b.rows <= 0) return Status::success();
   const cudaStream_t st = to_cuda(stream);
-  for (int64_t n0 = 0; n0 < args.b.rows; n0 += kMaxCols)
-    if (Status s = run_columns(gemm_columns(args, n0, std::min<int64_t>(kMaxCols, args.b.rows - n0)), st); !s.ok())
+  constexpr int64_t kLaunchCols = kMaxCols * kMaxSlices;
+  if (args.b.rows <= kLaunchCols) return run_columns(args, st);
+  for (int64_t n0 = 0; n0 < args.b.rows; n0 += kLaunchCols)
+    if (Status s = run_columns(gemm_columns(args, n0, std::min<int64_t>(kLaunchCols, args.b.rows - n0)), st);
+        !s.ok())
       return s;
   return Status::success();
 }

@@ -24,7 +24,7 @@
 //   cuda_wo_gemv_small i4 (group scales) x f16 / bf16, N <= 2 (sm_80+): W streamed to registers, FFMAs
 //   cuda_wo_wgmma    i4 (group scales >= 128, int8 zero points or none) x f16 / bf16, N >= 33, K % 128 == 0 (sm_90a): W decoded once a CTA into shared memory, wgmma.m64nNk16 with both operands there, 128-row x 64/128-token tiles, K split over clusters
 //   cuda_wo_mma      i4 (group scales >= 32) x f16 / bf16, N >= 17, K % 128 == 0 (sm_80+): tiled prefill GEMM on f16/bf16 mma.sync, 128-row x 32..128-token tiles, K split over sm_90 clusters
-//   cuda_wo_gemv     i4 (group scales) x f16 / bf16 (sm_80+): decode GEMV on f16/bf16 mma.sync, N > 16 in slices of 16 (where cuda_wo_mma refuses: K % 128 != 0)
+//   cuda_wo_gemv     i4 (group scales) x f16 / bf16 (sm_80+): decode GEMV on f16/bf16 mma.sync, N > 16 in slices of 16, the grid's rows of one launch (where cuda_wo_mma refuses: K % 128 != 0)
 //   cuda_wo_f32_split i4 (group scales) x f32: each x as bf16 hi + lo (16 significant bits), one GEMM of 2N tokens on the kernels above into fp32 scratch, each token's pair added through the epilogue (where one of them, not cuda_wo_generic, takes the 2N tokens)
 //   cuda_int_generic any pair of i8 / i4 / i4x8, any strides, zero points, int32 out: byte loads
 //   cuda_wo_generic  i8 / i4 weights with group scales x f16 / bf16 / f32 activations: byte loads

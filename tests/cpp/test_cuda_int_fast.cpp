@@ -585,15 +585,25 @@ TEST_F(CudaIntFast, WoGemvDecodeShapes) {
   }
 }
 
-// N > 16 runs as slices of 16 activation rows (and of C's columns).
+// N > 16 runs as slices of 16 activation rows (and of C's columns), the
+// rows of one launch's grid: tails of a slice (17, 33, 100), slices with
+// and without a K split over a cluster (one 32-row block and K = 4128: the
+// split's store path at a slice's column offset), many slices of short K
+// (128 tokens at 64 x 96, what the fp32 split makes of 64 tokens) and
+// rows past one block.
 TEST_F(CudaIntFast, WoGemvLargeNRunsInSlices) {
   QG_NEED_KERNEL(k, "cuda_wo_gemv");  // the f16 entry
   QG_SEEDED_RNG(rng, 13);
+  struct Shape {
+    int64_t m, n, k, group;
+  };
   int idx = 0;
-  for (int64_t n : {17, 32, 33, 100}) {
+  for (const Shape sh : {Shape{65, 17, 512, 64}, Shape{65, 32, 512, 64}, Shape{65, 33, 512, 64},
+                         Shape{65, 100, 512, 64}, Shape{16, 40, 4096 + 32, 32}, Shape{64, 128, 96, 32},
+                         Shape{1000, 50, 160, 32}}) {
     ++idx;
-    WoCase c = wo_case(rng, 65, n, 512, 64, DType::f16, idx % 2 ? DType::f16 : DType::f32, idx % 2 == 0);
-    if (idx >= 3) set_wo_layout(c, DType::f16, true);
+    WoCase c = wo_case(rng, sh.m, sh.n, sh.k, sh.group, DType::f16, idx % 2 ? DType::f16 : DType::f32, idx % 2 == 0);
+    if (idx % 4 >= 2) set_wo_layout(c, DType::f16, true);
     std::string why;
     ASSERT_TRUE(run_wo(*k, c, &why)) << c.describe() << ": refused: " << why;
     check_wo(c);
