@@ -587,10 +587,11 @@ TEST_F(CudaIntFast, WoGemvDecodeShapes) {
 
 // N > 16 runs as slices of 16 activation rows (and of C's columns), the
 // rows of one launch's grid: tails of a slice (17, 33, 100), slices with
-// and without a K split over a cluster (one 32-row block and K = 4128: the
-// split's store path at a slice's column offset), many slices of short K
-// (128 tokens at 64 x 96, what the fp32 split makes of 64 tokens) and
-// rows past one block.
+// and without a K split over a cluster (one 32-row block and K = 4128,
+// where an sm_90 image splits K in two: the cluster's sum stored at each
+// slice's column offset; with M = 16 only rank 0 has rows to store), many
+// slices of a short K that ends inside a macro step (128 tokens at
+// 64 x 96) and rows past one block.
 TEST_F(CudaIntFast, WoGemvLargeNRunsInSlices) {
   QG_NEED_KERNEL(k, "cuda_wo_gemv");  // the f16 entry
   QG_SEEDED_RNG(rng, 13);
