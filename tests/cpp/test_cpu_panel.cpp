@@ -295,11 +295,14 @@ INSTANTIATE_TEST_SUITE_P(
       return i.param.first + "_vs_" + i.param.second;
     });
 
-// cpu_amx configures the tiles for each pass over a panel and puts back
-// the calling thread's configuration after it (or releases the tiles where
-// there was none): AMX code that configures a thread's tiles once and keeps
-// them (ggml does) still finds its configuration after a qg call. Run where
-// cpu_amx runs; the call is small enough to stay on the calling thread.
+// cpu_amx configures the tiles at a task's first pass over a panel, keeps
+// them for the task's other passes, and puts back the calling thread's
+// configuration at the task's end (or releases the tiles where there was
+// none): AMX code that configures a thread's tiles once and keeps them
+// (ggml does) still finds its configuration after a qg call. Run where
+// cpu_amx runs; the call is small enough to stay on the calling thread, and
+// it makes several passes in one task, in two configurations (four panels
+// x A groups of 9 and 8 rows).
 #if defined(QG_TEST_AMX_INTRINSICS) && defined(__x86_64__)
 [[gnu::target("amx-tile")]] void load_tile_config(const uint8_t* config) { _tile_loadconfig(config); }
 [[gnu::target("amx-tile")]] void store_tile_config(uint8_t* config) { _tile_storeconfig(config); }
@@ -311,7 +314,7 @@ TEST(CpuAmx, KeepsTheCallersTileConfiguration) {
   qgtest::HostMemory mem;
   qgtest::GemmKernelTester gemm(qg::detail::cpu::registry(), "cpu_amx", mem);
   QG_SEEDED_RNG(rng, 5800);
-  const GemmCase c = qgtest::random_case(rng, 16, 16, 64);
+  const GemmCase c = qgtest::random_case(rng, 64, 17, 64);
   // A configuration of the caller's own: tile 0 3 x 12 bytes, tile 7 16 x
   // 64 (palette 1; colsb[0] and colsb[7] at bytes 16 and 30, rows[0] and
   // rows[7] at 48 and 55). Static: see amx_tiles.h on local configurations.

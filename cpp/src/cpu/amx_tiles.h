@@ -23,37 +23,55 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
 
-// The tiles configured as `config` for the scope's life. The tiles hold
-// nothing between a kernel's calls. The caller's configuration is kept
-// (sttilecfg) and put back on exit, or, where there was none, the tile state
-// is released, so that a thread that has let go of the tiles does not make
-// the OS save 8 KB of tile data at each switch: other AMX code on the thread
+// The tile configuration of a thread's AMX calls. A call asks for its
+// configuration (`use`), which is loaded only where the thread holds another
+// or none, and the driver gives it back once a task's calls are done
+// (`end_task`, through the kernel table's end_task and EndOfTask in
+// kernels.h): the thread's earlier configuration is put back (sttilecfg
+// kept it at the first `use`), or, where there was none, the tile state is
+// released, so that a thread that has let go of the tiles does not make the
+// OS save 8 KB of tile data at each switch, and other AMX code on the thread
 // (ggml's, for one, configures its tiles once a thread) finds the tiles as
-// it left them, less their data. GCC's _tile_loadconfig and
+// it left them, less their data. Per call (sttilecfg, ldtilecfg and the
+// restore around every panel pass) it cost 3-6 % of the Q4_0 GEMM at N = 64,
+// K = 4096 on a Sapphire Rapids class VM, whose 896 panels x 4 A groups make
+// 3584 passes a call (bench/RESULTS.md). GCC's _tile_loadconfig and
 // _tile_storeconfig (GCC 11 and 12, as inline asm; later versions use
 // builtins) tell the compiler of 8 of the 64 bytes they read and write, so
-// at -O3 it drops stores into a local configuration that only
-// ldtilecfg reads (which then loads what the stack held, and the first tile
+// at -O3 it drops stores into a local configuration that only ldtilecfg
+// reads (which then loads what the stack held, and the first tile
 // instruction faults): `config` must be a static object, its bytes in the
-// image, and the caller's is kept in a plain byte array that only sttilecfg
-// fills.
-class TileScope {
+// image (its address also names it here), and the caller's is kept in a
+// plain byte array that only sttilecfg fills. One state a thread and file
+// (the unnamed namespace): each AMX file's table gives back its own.
+class ThreadTiles {
  public:
-  explicit TileScope(const TileConfig& config) {
-    _tile_storeconfig(callers_);
+  static void use(const TileConfig& config) {
+    State& s = state();
+    if (s.loaded == &config) return;
+    if (s.loaded == nullptr) _tile_storeconfig(s.callers);
     _tile_loadconfig(&config);
+    s.loaded = &config;
   }
-  ~TileScope() {
-    if (callers_[0] != 0)  // palette 0: the tiles were not configured
-      _tile_loadconfig(callers_);
+  static void end_task() {
+    State& s = state();
+    if (s.loaded == nullptr) return;
+    if (s.callers[0] != 0)  // palette 0: the tiles were not configured
+      _tile_loadconfig(s.callers);
     else
       _tile_release();
+    s.loaded = nullptr;
   }
-  TileScope(const TileScope&) = delete;
-  TileScope& operator=(const TileScope&) = delete;
 
  private:
-  alignas(64) uint8_t callers_[64];
+  struct State {
+    const TileConfig* loaded = nullptr;
+    alignas(64) uint8_t callers[64];
+  };
+  static State& state() {
+    static thread_local State s;
+    return s;
+  }
 };
 
 // A compiler barrier for memory that tile instructions read or write: GCC's

@@ -44,7 +44,7 @@ constexpr TileConfig full_tiles() {
 // four 16 x 16 int32 tiles in the order above, W rows by tokens.
 void block_2x2(const uint8_t* w, int64_t row_stride, const uint8_t* b, int64_t steps, int32_t* out) {
   static constexpr TileConfig config = full_tiles();
-  const TileScope tiles(config);
+  ThreadTiles::use(config);  // kept for the task's next blocks (amx_tiles.h)
   _tile_zero(4);
   _tile_zero(5);
   _tile_zero(6);
@@ -69,7 +69,7 @@ void block_2x2(const uint8_t* w, int64_t row_stride, const uint8_t* b, int64_t s
 
 }  // namespace
 
-extern const I8AmxKernels kI8Amx = {block_2x2};
+extern const I8AmxKernels kI8Amx = {block_2x2, ThreadTiles::end_task};
 
 }  // namespace qg::detail::cpu
 

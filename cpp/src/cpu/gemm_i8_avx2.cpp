@@ -306,6 +306,7 @@ Status gemm_i8_amx(const GemmArgs& g) {
 
   const int64_t blocks = (c.m_rows + kAmxRows - 1) / kAmxRows;
   run_tiles(blocks, c.m_rows * c.n_rows * c.k, [&](int64_t t) {
+    const EndOfTask end_of_task{kI8Amx.end_task};
     const int64_t m0 = t * kAmxRows;
     const int rows = static_cast<int>(std::min(kAmxRows, c.m_rows - m0));
     int32_t sum_a[kAmxRows] = {};

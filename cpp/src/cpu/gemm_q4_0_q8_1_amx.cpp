@@ -66,11 +66,12 @@ constexpr TileConfig config_for(int nt) {
 }
 
 // The panel against an A group of NT rows (gemm_q4_0_q8_1_simd.h, PanelFn),
-// in the tile configuration of its width (amx_tiles.h: a static object).
+// in the tile configuration of its width (amx_tiles.h: a static object,
+// kept loaded for the task's next passes).
 template <int NT>
 void amx_panel_times_cols(const uint8_t* panel, int64_t nb, const uint8_t* group, float (*out)[kPanelRows]) {
   static constexpr TileConfig config = config_for(NT);
-  const TileScope tiles(config);
+  ThreadTiles::use(config);
   constexpr int64_t kGroupBlockBytes = panel_group_block_bytes(NT);
   // Block b's sums are added in after block b + kLag's multiply is issued:
   // the vector loads wait for the tile store, which waits for tdpbssd.
@@ -135,7 +136,9 @@ extern const PanelKernels kAmxPanel = {
     // 34.0-36.2 with 8 at N = 256 (bench/RESULTS.md).
     int64_t{1280} * 1024,
     {},
-    pack_x16<true>};
+    pack_x16<true>,
+    {},
+    ThreadTiles::end_task};
 
 }  // namespace qg::detail::cpu::q4q8
 

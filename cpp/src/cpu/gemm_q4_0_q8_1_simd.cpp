@@ -282,6 +282,7 @@ Status gemm_panel(const GemmArgs& g, const PanelKernels& p) {
     const int64_t p0 = (t % panel_tasks) * panels_per_task, g0 = (t / panel_tasks) * chunk_groups;
     const int64_t p1 = p0 + panels_per_task < panels ? p0 + panels_per_task : panels;
     const int64_t g1 = g0 + chunk_groups < groups ? g0 + chunk_groups : groups;
+    const EndOfTask end_of_task{p.end_task};
     // The panel's own scratch (not call_scratch: this thread may be the
     // caller, whose call_scratch holds A): kept per thread up to
     // kKeptScratchBytes (K up to about 233k), the task's own beyond.

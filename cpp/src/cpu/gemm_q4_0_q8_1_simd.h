@@ -121,6 +121,10 @@ struct PanelKernels {
   // [1..G]: G the most a pass takes (the rest null); all null: x16_cols[1],
   // a group at a time.
   X16DecodeFn x16_decode[kX16DecodeGroups + 1] = {};
+  // Null, or what the driver calls at the end of each task (EndOfTask in
+  // kernels.h): AMX passes keep the thread's tile configuration between
+  // them.
+  void (*end_task)() = nullptr;
 };
 
 // Defined by the kernel files; all null where their ISA was not compiled in

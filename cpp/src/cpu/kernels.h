@@ -9,6 +9,18 @@
 
 namespace qg::detail::cpu {
 
+// At the end of a driver's task, gives back what its kernel calls kept on
+// the thread across calls (AMX: the tile configuration, amx_tiles.h), on
+// every way out of the task; fn null: nothing kept.
+struct EndOfTask {
+  void (*fn)();
+  EndOfTask(const EndOfTask&) = delete;
+  EndOfTask& operator=(const EndOfTask&) = delete;
+  ~EndOfTask() {
+    if (fn) fn();
+  }
+};
+
 Status quantize_rows(const QuantizeArgs& args);
 Status dequantize_rows(const DequantizeArgs& args);
 // Integer formats with outside scales (quantize_tensor.cpp).
@@ -43,6 +55,7 @@ struct I8AmxKernels {
   // int32 sums, (A rows 0..15, B rows 0..15), (0..15, 16..31), (16..31,
   // 0..15), (16..31, 16..31), each row-major by A row.
   void (*block_2x2)(const uint8_t* a, int64_t row_stride, const uint8_t* b, int64_t steps, int32_t* out);
+  void (*end_task)();  // gives back the tile configuration the task's blocks kept (amx_tiles.h)
 };
 extern const I8AmxKernels kI8Amx;
 // i8 x i8 with an operand not contiguous along K (gemm_i8_repacked.cpp): that
