@@ -33,7 +33,7 @@ static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
 // OS save 8 KB of tile data at each switch, and other AMX code on the thread
 // (ggml's, for one, configures its tiles once a thread) finds the tiles as
 // it left them, less their data. Per call (sttilecfg, ldtilecfg and the
-// restore around every panel pass) it cost 3-6 % of the Q4_0 GEMM at N = 64,
+// restore around every panel pass) it cost 6-11 % of the Q4_0 GEMM at N = 64,
 // K = 4096 on a Sapphire Rapids class VM, whose 896 panels x 4 A groups make
 // 3584 passes a call (bench/RESULTS.md). GCC's _tile_loadconfig and
 // _tile_storeconfig (GCC 11 and 12, as inline asm; later versions use
