@@ -419,6 +419,8 @@ struct WoCase {
   int64_t ldc = 0, ldc_n = 1;
   std::vector<uint8_t> c_init, c_out;
   std::vector<float> bias;
+  std::vector<float> col_scale;  // [N] of the epilogue, or empty
+  float beta = 0.0f;             // where not 0, C's start must be finite
   bool relu = false;
 
   std::string describe() const {
@@ -494,7 +496,7 @@ void set_wo_layout(WoCase& c, DType dt, bool transposed) {
 
 bool run_wo(const qg::detail::GemmKernel& k, WoCase& c, std::string* why, size_t w_offset = 0) {
   DevBytes w(c.w, w_offset, kSlack), s(c.scales, 0, kSlack), z(c.zps, 0, kSlack), x(c.x, 0, kSlack);
-  DevBytes cb(c.c_init, 0, kSlack), bias(as_bytes(c.bias), 0, kSlack);
+  DevBytes cb(c.c_init, 0, kSlack), bias(as_bytes(c.bias), 0, kSlack), cs(as_bytes(c.col_scale), 0, kSlack);
   qg::GemmArgs g;
   g.a = {w.ptr(), Format::i4, c.m, c.k, c.w_stride, {}, {}};
   g.a.scales = {s.ptr(), c.scale_dtype, qg::Granularity::group, c.group, c.s_stride};
@@ -505,6 +507,8 @@ bool run_wo(const qg::detail::GemmKernel& k, WoCase& c, std::string* why, size_t
   g.ldc = c.ldc;
   g.ldc_n = c.ldc_n;
   g.epilogue.bias = bias.ptr();
+  if (!c.col_scale.empty()) g.epilogue.col_scale = reinterpret_cast<const float*>(cs.ptr());
+  g.epilogue.beta = c.beta;
   g.epilogue.activation = c.relu ? qg::Activation::relu : qg::Activation::none;
   g.device = qg::Device::cuda(0);
   g.fn = "qg.gemm";
@@ -526,6 +530,8 @@ void check_wo(const WoCase& c) {
         const int64_t g = kk / c.group;
         acc += c.scale(i, g) * static_cast<double>(c.code(i, kk) - c.zero(i, g)) * c.xv(j, kk);
       }
+      if (!c.col_scale.empty()) acc *= c.col_scale[j];
+      if (c.beta != 0.0f) acc += c.beta * qgtest::decode_float(&c.c_init[(i * c.ldc + j * c.ldc_n) * es], c.c_dtype);
       if (!c.bias.empty()) acc += c.bias[i];
       if (c.relu && acc < 0) acc = 0;
       const uint8_t* p = &c.c_out[(i * c.ldc + j * c.ldc_n) * es];
@@ -587,26 +593,38 @@ TEST_F(CudaIntFast, WoGemvDecodeShapes) {
 
 // N > 16 runs as slices of 16 activation rows (and of C's columns), the
 // rows of one launch's grid: tails of a slice (17, 33, 100), slices with
-// and without a K split over a cluster (one 32-row block and K = 4128,
-// where an sm_90 image splits K in two: the cluster's sum stored at each
-// slice's column offset; with M = 16 only rank 0 has rows to store), many
-// slices of a short K that ends inside a macro step (128 tokens at
-// 64 x 96) and rows past one block.
+// and without a K split over a cluster (a 32-row block and K = 4128, where
+// an sm_90 image splits K in two: the cluster's sum stored at each slice's
+// column offset, by rank 0 alone at M = 16 and by both ranks at M = 40),
+// many slices of a short K that ends inside a macro step (128 tokens at
+// 64 x 96) and rows past one block. Where `terms`, the epilogue's
+// per-column scale and C read back (beta) are indexed by the absolute
+// column, split or not.
 TEST_F(CudaIntFast, WoGemvLargeNRunsInSlices) {
   QG_NEED_KERNEL(k, "cuda_wo_gemv");  // the f16 entry
   QG_SEEDED_RNG(rng, 13);
   struct Shape {
     int64_t m, n, k, group;
+    bool terms;
   };
   int idx = 0;
-  for (const Shape sh : {Shape{65, 17, 512, 64}, Shape{65, 32, 512, 64}, Shape{65, 33, 512, 64},
-                         Shape{65, 100, 512, 64}, Shape{16, 40, 4096 + 32, 32}, Shape{64, 128, 96, 32},
-                         Shape{1000, 50, 160, 32}}) {
+  for (const Shape sh : {Shape{65, 17, 512, 64, false}, Shape{65, 32, 512, 64, false}, Shape{65, 33, 512, 64, true},
+                         Shape{65, 100, 512, 64, false}, Shape{16, 40, 4096 + 32, 32, false},
+                         Shape{40, 40, 4096 + 32, 32, false}, Shape{40, 40, 4096 + 32, 32, true},
+                         Shape{64, 128, 96, 32, false}, Shape{1000, 50, 160, 32, true}}) {
     ++idx;
     WoCase c = wo_case(rng, sh.m, sh.n, sh.k, sh.group, DType::f16, idx % 2 ? DType::f16 : DType::f32, idx % 2 == 0);
     if (idx % 4 >= 2) set_wo_layout(c, DType::f16, true);
+    if (sh.terms) {
+      c.col_scale.resize(static_cast<size_t>(c.n));
+      for (float& v : c.col_scale) v = qgtest::uniform(rng, 0.25f, 4.0f);
+      c.beta = 0.5f;
+      const int64_t es = qg::dtype_size(c.c_dtype);
+      for (size_t i = 0; i < c.c_init.size() / es; ++i)
+        qgtest::encode_float(&c.c_init[i * es], c.c_dtype, qgtest::uniform(rng, -1, 1));
+    }
     std::string why;
-    ASSERT_TRUE(run_wo(*k, c, &why)) << c.describe() << ": refused: " << why;
+    ASSERT_TRUE(run_wo(*k, c, &why)) << c.describe() << (sh.terms ? " col_scale beta" : "") << ": refused: " << why;
     check_wo(c);
     if (HasFailure()) return;
   }
