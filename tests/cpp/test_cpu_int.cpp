@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "amx_tile_state.h"
 #include "backend.h"
 #include "cpu/features.h"
 #include "cpu/kernels.h"
@@ -406,6 +407,26 @@ TEST(CpuIntGemm, AmxKernelOnEveryBlockAndStepTail) {
     if (HasFailure()) return;
   }
 }
+
+// cpu_i8_amx keeps its tile configuration for a task's tile blocks and
+// gives it back at the task's end, as cpu_amx does (amx_tile_state.h).
+// M = 64, N = 40, K = 128: small enough to stay on the calling thread, two
+// tasks (32-row blocks) of two token pairs each.
+#if defined(QG_TEST_AMX_INTRINSICS) && defined(__x86_64__)
+TEST(CpuIntGemm, AmxKernelKeepsTheCallersTileConfiguration) {
+  QG_SEEDED_RNG(rng, 47);
+  const qg::detail::GemmKernel* amx = kernels_for(Format::i8, Format::i8)[0];
+  ASSERT_STREQ(amx->name, "cpu_i8_amx");
+  std::string why;
+  if (!qgtest::gemm_kernel_runs_on(*amx, qg::Device::cpu(), &why)) GTEST_SKIP() << "cpu_i8_amx cannot run here: " << why;
+  IntCase c = make_case(rng, Format::i8, Format::i8, 64, 40, 128);
+  qgtest::expect_callers_tiles_kept([&] {
+    std::vector<uint8_t> got;
+    EXPECT_EQ(run_on(amx, c, &got), Outcome::ran);
+    check_all_kernels(c);
+  });
+}
+#endif
 
 TEST(CpuIntGemm, EveryPairAndShapeExactInt32) {
   uint64_t salt = 0;

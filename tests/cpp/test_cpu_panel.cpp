@@ -15,9 +15,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#if defined(QG_TEST_AMX_INTRINSICS) && defined(__x86_64__)
-#include <immintrin.h>
-#endif
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -26,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "amx_tile_state.h"
 #include "backend.h"
 #include "cpu/kernels.h"
 #include "epilogue.h"
@@ -304,10 +302,6 @@ INSTANTIATE_TEST_SUITE_P(
 // it makes several passes in one task, in two configurations (four panels
 // x A groups of 9 and 8 rows).
 #if defined(QG_TEST_AMX_INTRINSICS) && defined(__x86_64__)
-[[gnu::target("amx-tile")]] void load_tile_config(const uint8_t* config) { _tile_loadconfig(config); }
-[[gnu::target("amx-tile")]] void store_tile_config(uint8_t* config) { _tile_storeconfig(config); }
-[[gnu::target("amx-tile")]] void release_tiles() { _tile_release(); }
-
 TEST(CpuAmx, KeepsTheCallersTileConfiguration) {
   std::string why;
   if (!kernel_runs_here("cpu_amx", &why)) GTEST_SKIP() << "cpu_amx cannot run here: " << why;
@@ -315,26 +309,10 @@ TEST(CpuAmx, KeepsTheCallersTileConfiguration) {
   qgtest::GemmKernelTester gemm(qg::detail::cpu::registry(), "cpu_amx", mem);
   QG_SEEDED_RNG(rng, 5800);
   const GemmCase c = qgtest::random_case(rng, 64, 17, 64);
-  // A configuration of the caller's own: tile 0 3 x 12 bytes, tile 7 16 x
-  // 64 (palette 1; colsb[0] and colsb[7] at bytes 16 and 30, rows[0] and
-  // rows[7] at 48 and 55). Static: see amx_tiles.h on local configurations.
-  alignas(64) static const uint8_t mine[64] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  0, 0, 0, 0, 0,
-                                               12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0,
-                                               0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  0, 0, 0, 0, 0,
-                                               3, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0};
-  load_tile_config(mine);
-  GemmCase v = c;
-  ASSERT_TRUE(gemm.run_and_check(v)) << gemm.refusals();
-  alignas(64) uint8_t after[64];
-  store_tile_config(after);
-  EXPECT_EQ(std::vector<uint8_t>(mine, mine + 64), std::vector<uint8_t>(after, after + 64))
-      << "the caller's tile configuration was not put back";
-  // No configuration before the call: none after it (the tiles released).
-  release_tiles();
-  v = c;
-  ASSERT_TRUE(gemm.run_and_check(v)) << gemm.refusals();
-  store_tile_config(after);
-  EXPECT_EQ(after[0], 0) << "palette " << int{after[0]} << " left configured";
+  qgtest::expect_callers_tiles_kept([&] {
+    GemmCase v = c;
+    ASSERT_TRUE(gemm.run_and_check(v)) << gemm.refusals();
+  });
 }
 #endif
 
