@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// cpu/amx_tiles.h: the tile configuration of the AMX kernels and the scope
-// that loads it. Include only from files compiled with -mamx-tile (and the
+// cpu/amx_tiles.h: the tile configuration of the AMX kernels and the
+// thread's state that keeps it for a task. Include only from files compiled with -mamx-tile (and the
 // AVX-512 flags): everything here is in an unnamed namespace, one copy per
 // file (see epilogue_rows.h on why).
 #pragma once
@@ -66,7 +66,7 @@ class ThreadTiles {
  private:
   struct State {
     const TileConfig* loaded = nullptr;
-    alignas(64) uint8_t callers[64];
+    alignas(64) uint8_t callers[64] = {};  // constant-initialised: no guard on each use
   };
   static State& state() {
     static thread_local State s;

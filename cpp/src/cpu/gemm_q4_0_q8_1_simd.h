@@ -107,7 +107,10 @@ using X16DecodeFn = void (*)(const uint8_t* groups, int64_t stride, int64_t nb, 
                              float (*out)[kPanelRows]);
 struct PanelKernels {
   PackFn pack;                    // null where the kernel file was not compiled for its ISA
-  PanelFn cols[kPanelCols + 1];   // [1..16]; [0] unused
+  // [1..16]; [0] unused. Passes may keep per-thread state for the next
+  // (AMX: the tile configuration): call them only inside a driver task that
+  // ends with end_task below (EndOfTask).
+  PanelFn cols[kPanelCols + 1];
   // The A bytes a task's chunk of groups may take (the driver's chunk: the
   // groups a task passes over each packed panel): a pass that is cheap
   // beside the pack wants more groups per pack, up to kPanelMaxChunkGroups,

@@ -14,6 +14,7 @@ namespace qg::detail::cpu {
 // every way out of the task; fn null: nothing kept.
 struct EndOfTask {
   void (*fn)();
+  explicit EndOfTask(void (*f)()) : fn(f) {}
   EndOfTask(const EndOfTask&) = delete;
   EndOfTask& operator=(const EndOfTask&) = delete;
   ~EndOfTask() {
@@ -54,6 +55,8 @@ struct I8AmxKernels {
   // steps bytes) against 32 packed rows of B; out: four 16 x 16 tiles of
   // int32 sums, (A rows 0..15, B rows 0..15), (0..15, 16..31), (16..31,
   // 0..15), (16..31, 16..31), each row-major by A row.
+  // Call only inside a driver task that ends with end_task (EndOfTask): the
+  // thread's tile configuration is kept from one call to the next.
   void (*block_2x2)(const uint8_t* a, int64_t row_stride, const uint8_t* b, int64_t steps, int32_t* out);
   void (*end_task)();  // gives back the tile configuration the task's blocks kept (amx_tiles.h)
 };
