@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // cpu/amx_tiles.h: the tile configuration of the AMX kernels and the
-// thread's state that keeps it for a task. Include only from files compiled with -mamx-tile (and the
-// AVX-512 flags): everything here is in an unnamed namespace, one copy per
-// file (see epilogue_rows.h on why).
+// thread's state that keeps it for a task. Include only from files compiled
+// with -mamx-tile (and the AVX-512 flags): everything here is in an unnamed
+// namespace, one copy per file (see epilogue_rows.h on why).
 #pragma once
 
 #include <immintrin.h>
