@@ -295,8 +295,9 @@ SplitLayout split_layout(int64_t n, int64_t k, int code_elem, int64_t partial_fl
 }
 
 // Where the two re-layout passes below write (the layout above), and the
-// bookkeeping they share. A CTA owns 128 tokens x kBlocks blocks, so it alone
-// writes those blocks' non-finite bytes.
+// bookkeeping they share. A CTA owns 128 tokens x PB blocks (PB a divisor
+// of kBlocks: blockIdx.y * PB is its first block), so it alone writes those
+// blocks' non-finite bytes.
 struct SplitDst {
   uint8_t* codes;
   int code_elem;  // 1: int8 codes; 2: fp16 codes in the fp16 variant's K order (f16_word)
@@ -311,10 +312,11 @@ struct SplitDst {
 
   // Zeroes the shared tiles' counters (the GEMM that follows on the stream
   // counts its CTAs' arrivals there) and this CTA's non-finite marks.
-  __device__ void begin(int (&nonfinite)[kBlocks]) const {
+  template <int PB>
+  __device__ void begin(int (&nonfinite)[PB]) const {
     if (blockIdx.x == 0 && blockIdx.y == 0)
       for (int i = threadIdx.x; i < counter_count; i += blockDim.x) counters[i] = 0;
-    if (threadIdx.x < kBlocks) nonfinite[threadIdx.x] = 0;
+    if (threadIdx.x < PB) nonfinite[threadIdx.x] = 0;
     __syncthreads();
   }
   __device__ float* scale_slot(int64_t tok, int64_t b) const {
@@ -338,12 +340,16 @@ struct SplitDst {
     slot[0] = 0.0f;
     slot[2] = 0.0f;
   }
-  // After the CTA's puts: its non-finite bytes.
-  __device__ void end(const int (&nonfinite)[kBlocks]) const {
+  // After the CTA's puts: its non-finite bytes, at their place among the
+  // stage's kFlagBytes; the CTA of a stage's first block also zeroes the
+  // bytes past kBlocks (copied with the stage, never read).
+  template <int PB>
+  __device__ void end(const int (&nonfinite)[PB]) const {
     __syncthreads();
-    if (threadIdx.x < kFlagBytes)
-      flags[blockIdx.x * flag_row + blockIdx.y * kFlagBytes + threadIdx.x] =
-          threadIdx.x < kBlocks && nonfinite[threadIdx.x] ? 1 : 0;
+    const int first = static_cast<int>(blockIdx.y) * PB;
+    uint8_t* stage = flags + blockIdx.x * flag_row + (first / kBlocks) * kFlagBytes;
+    if (threadIdx.x < PB) stage[first % kBlocks + threadIdx.x] = nonfinite[threadIdx.x] ? 1 : 0;
+    else if (first % kBlocks == 0 && threadIdx.x < PB + kFlagBytes - kBlocks) stage[kBlocks + threadIdx.x - PB] = 0;
   }
 };
 
@@ -372,19 +378,22 @@ __device__ __forceinline__ uint32_t f16_word(uint32_t codes4, int h, float scale
 // convert and write its own blocks: 16-byte stores 64 bytes apart, and on
 // an H100 the pass took 25 of a 135 µs GEMM at N = 512, K = 14336, reading
 // and writing about 1 TB/s.)
-constexpr int kStageRowBytes = kBlocks * kQ8_1Bytes;  // 288
-constexpr int kStageWords = kSplitTokens * kStageRowBytes / 4;
+template <int PB>
+constexpr int stage_row_bytes = PB * kQ8_1Bytes;  // a token's PB blocks (288 bytes for a stage's 8)
+template <int PB>
+constexpr int stage_words = kSplitTokens * stage_row_bytes<PB> / 4;
 
 // The staged rows of tokens tok0 .. tok0 + tokens - 1 (blocks b0 ..
-// b0 + 7) out to dst; every thread of the CTA calls it after the staging.
-template <int kCodeElem>
+// b0 + PB - 1) out to dst; every thread of the CTA calls it after the staging.
+template <int kCodeElem, int PB>
 __device__ void write_staged_as(const SplitDst& dst, const uint32_t* stage, int64_t tok0, int tokens, int64_t b0,
-                                int64_t n, int (&nonfinite)[kBlocks]) {
+                                int64_t n, int (&nonfinite)[PB]) {
+  constexpr int kStageRowBytes = stage_row_bytes<PB>;
   auto scale_of = [&](int tk, int b) {
     return half_bits_to_float(stage[(tk * kStageRowBytes + b * kQ8_1Bytes) / 4] & 0xFFFFu);
   };
   // Scales, tokens fastest: a warp's stores fill 16 pairs' float4.
-  for (int i = threadIdx.x; i < kBlocks * kSplitTokens; i += blockDim.x) {
+  for (int i = threadIdx.x; i < PB * kSplitTokens; i += blockDim.x) {
     const int b = i / kSplitTokens, tk = i % kSplitTokens;
     if (tk < tokens) {
       const float d = scale_of(tk, b);
@@ -395,7 +404,7 @@ __device__ void write_staged_as(const SplitDst& dst, const uint32_t* stage, int6
     }
   }
   // Codes: a token's row is kPieces 16-byte pieces, piece p of block p / kPer.
-  constexpr int kPer = 2 * kCodeElem, kPieces = kBlocks * kPer;
+  constexpr int kPer = 2 * kCodeElem, kPieces = PB * kPer;
   for (int i = threadIdx.x; i < tokens * kPieces; i += blockDim.x) {
     const int tk = i / kPieces, p = i % kPieces, b = p / kPer, half = (p % kPer) / kCodeElem;
     const uint32_t* w = stage + (tk * kStageRowBytes + b * kQ8_1Bytes + 4 + 16 * half) / 4;
@@ -412,10 +421,11 @@ __device__ void write_staged_as(const SplitDst& dst, const uint32_t* stage, int6
     reinterpret_cast<uint4*>(dst.codes + ((tok0 + tk) * dst.k + b0 * 32) * kCodeElem)[p] = v;
   }
 }
+template <int PB>
 __device__ void write_staged(const SplitDst& dst, const uint32_t* stage, int64_t tok0, int tokens, int64_t b0,
-                             int64_t n, int (&nonfinite)[kBlocks]) {
-  if (dst.code_elem == 2) write_staged_as<2>(dst, stage, tok0, tokens, b0, n, nonfinite);
-  else write_staged_as<1>(dst, stage, tok0, tokens, b0, n, nonfinite);
+                             int64_t n, int (&nonfinite)[PB]) {
+  if (dst.code_elem == 2) write_staged_as<2, PB>(dst, stage, tok0, tokens, b0, n, nonfinite);
+  else write_staged_as<1, PB>(dst, stage, tok0, tokens, b0, n, nonfinite);
 }
 
 // One CTA per 128 tokens x 8 blocks: the Q8_1 rows come in as 16-byte
@@ -426,11 +436,11 @@ __global__ void __launch_bounds__(kSplitThreads) split_q8_1_kernel(const uint8_t
                                                                    SplitDst dst) {
   launch_dependents();  // the GEMM's CTAs may start: they wait for this pass's writes (grid_dependency.cuh)
   __shared__ int nonfinite[kBlocks];
-  __shared__ __align__(16) uint32_t stage[kStageWords];
+  __shared__ __align__(16) uint32_t stage[stage_words<kBlocks>];
   dst.begin(nonfinite);
   const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * kSplitTokens, b0 = static_cast<int64_t>(blockIdx.y) * kBlocks;
   const int tokens = static_cast<int>(n - tok0 < kSplitTokens ? n - tok0 : kSplitTokens);
-  constexpr int kRowPieces = kStageRowBytes / 16;
+  constexpr int kRowPieces = stage_row_bytes<kBlocks> / 16;
   const uint8_t* src = a + tok0 * lda + b0 * kQ8_1Bytes;
 #pragma unroll
   for (int r = 0; r < kSplitTokens * kRowPieces / kSplitThreads; ++r) {  // all loads issued before the first store
@@ -441,24 +451,33 @@ __global__ void __launch_bounds__(kSplitThreads) split_q8_1_kernel(const uint8_t
   write_staged(dst, stage, tok0, tokens, b0, n, nonfinite);
   dst.end(nonfinite);
 }
-static_assert(kSplitTokens * (kStageRowBytes / 16) % kSplitThreads == 0, "whole rounds of 16-byte loads");
+static_assert(kSplitTokens * (stage_row_bytes<kBlocks> / 16) % kSplitThreads == 0, "whole rounds of 16-byte loads");
 
 // linear_q4_0's activations quantized to Q8_1 (quant_block.h's reference
 // arithmetic: the same codes and fp16 scales as quantize_q8_1) straight into
 // the layout above, in place of quantize_q8_1 + split_q8_1_kernel: one pass
 // over x instead of writing and reading back Q8_1 blocks, and one launch
-// fewer. Grid as split_q8_1_kernel's (128 tokens x 8 blocks a CTA, so that
-// a CTA owns its non-finite bytes); a thread quantizes (token, block) items
-// 8 t + j, 256 apart, so each 8 threads read one token's 256 consecutive
+// fewer. A CTA takes 128 tokens x PB blocks (so that it owns its blocks'
+// non-finite bytes); a thread quantizes (token, block) items PB t + j,
+// blockDim apart, so each PB threads read one token's 32 PB consecutive
 // values; the blocks are staged as Q8_1 and written out by write_staged.
-// Threads a CTA: one per item (1024) where the CTAs are fewer than the SMs;
-// 256 where they are not, so that several CTAs share an SM and one's
-// quantizing and writing overlap another's reads. Measured on an H100
-// (cold, 4096 x 14336): at 256 threads the pass took 20 µs at N = 512 (224
-// CTAs) and 144 at N = 4096, against 27 and 165 for the first, unstaged
-// pass (staged at 1024 threads, linear_q4_0 was level with that one); at
-// N = 16..128 (56 CTAs) linear_q4_0 was 1-3 % slower with 256.
+// PB = 8 (a stage, split_q8_1_kernel's grid) with 256 threads where those
+// CTAs are at least the SMs, so that several CTAs share an SM and one's
+// quantizing and writing overlap another's reads (measured on an H100,
+// cold, 4096 x 14336: the pass took 20 µs at N = 512, 224 CTAs, and 144 at
+// N = 4096, against 27 and 165 for the first, unstaged pass). Fewer stage
+// CTAs than SMs leave most SMs idle (56 of 132 at K = 14336, 16 at
+// K = 4096): Nsight Compute on an H100 put that pass at 6.0 µs at N = 32
+// and 11.5 at N = 128, 4096 x 14336, a thread an item in CTAs of 1024. From
+// kSplitOneBlockMinN tokens those calls take PB = 1 instead, 128-thread
+// CTAs, 8 times as many: linear_q4_0 on an H100, cold and in CUDA graphs,
+// 4-11 % faster at N = 128, 2-6 % at 96, 0-6 % at 64, 0-2.5 % at 256; below
+// it the short pass on few SMs lets more of the GEMM's CTAs start early
+// beside it (PB = 1 was level to 5 % slower at N = 17 and 32;
+// bench/RESULTS.md).
 constexpr int kQuantizeSplitThreads = kSplitTokens * kBlocks, kQuantizeSplitThreadsShared = 256;
+constexpr int kQuantizeSplitThreadsOne = kSplitTokens;  // PB = 1: a thread a token
+constexpr int64_t kSplitOneBlockMinN = 64;
 
 // 32 values of a block into v. vec: 16-byte loads (x and its row stride
 // 16-byte aligned); otherwise element loads, aligned or byte by byte.
@@ -489,18 +508,20 @@ __device__ __forceinline__ void load_block(const uint8_t* p, bool vec, bool alig
   }
 }
 
-template <DType T>
+template <DType T, int PB>
 __global__ void __launch_bounds__(kQuantizeSplitThreads)
 quantize_split_kernel(const uint8_t* x, int64_t x_row_stride, bool x_vec, bool x_aligned, int64_t n, SplitDst dst) {
+  static_assert(kBlocks % PB == 0, "a CTA's blocks lie in one stage");
   launch_dependents();  // the GEMM's CTAs may start: they wait for this pass's writes (grid_dependency.cuh)
   constexpr int kEsize = T == DType::f32 ? 4 : 2;
-  __shared__ int nonfinite[kBlocks];
-  __shared__ __align__(16) uint32_t stage[kStageWords];
+  constexpr int kStageRowBytes = stage_row_bytes<PB>;
+  __shared__ int nonfinite[PB];
+  __shared__ __align__(16) uint32_t stage[stage_words<PB>];
   dst.begin(nonfinite);
-  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * kSplitTokens, b0 = static_cast<int64_t>(blockIdx.y) * kBlocks;
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * kSplitTokens, b0 = static_cast<int64_t>(blockIdx.y) * PB;
   const int tokens = static_cast<int>(n - tok0 < kSplitTokens ? n - tok0 : kSplitTokens);
-  for (int item = threadIdx.x; item < tokens * kBlocks; item += blockDim.x) {
-    const int j = item % kBlocks, tk = item / kBlocks;
+  for (int item = threadIdx.x; item < tokens * PB; item += blockDim.x) {
+    const int j = item % PB, tk = item / PB;
     float v[32];
     load_block<T>(x + ((tok0 + tk) * x_row_stride + (b0 + j) * 32) * kEsize, x_vec, x_aligned, v);
     int8_t q[32];
@@ -1631,15 +1652,24 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
   if (from_float) {
     const QuantizeArgs& q = *from_float;
     const uint8_t* x = static_cast<const uint8_t*>(q.x);
-    auto launch_from = [&](auto kernel, int esize) {
+    auto launch_from = [&](auto kernel, int esize, int blocks_a_cta, int threads) {
       const bool vec = is_aligned(x, 16) && (q.x_row_stride * esize) % 16 == 0;
-      const int threads = split_grid.x * split_grid.y >= static_cast<unsigned>(lim.sms) ? kQuantizeSplitThreadsShared
-                                                                                          : kQuantizeSplitThreads;
-      kernel<<<split_grid, threads, 0, cs>>>(x, q.x_row_stride, vec, is_aligned(x, esize), n, dst);
+      const dim3 grid(split_grid.x, static_cast<unsigned>(nb / blocks_a_cta));
+      kernel<<<grid, threads, 0, cs>>>(x, q.x_row_stride, vec, is_aligned(x, esize), n, dst);
     };
-    if (q.x_dtype == DType::f16) launch_from(quantize_split_kernel<DType::f16>, 2);
-    else if (q.x_dtype == DType::bf16) launch_from(quantize_split_kernel<DType::bf16>, 2);
-    else launch_from(quantize_split_kernel<DType::f32>, 4);
+    auto launch_blocks = [&](auto blocks_a_cta, int threads) {
+      constexpr int PB = decltype(blocks_a_cta)::value;
+      if (q.x_dtype == DType::f16) launch_from(quantize_split_kernel<DType::f16, PB>, 2, PB, threads);
+      else if (q.x_dtype == DType::bf16) launch_from(quantize_split_kernel<DType::bf16, PB>, 2, PB, threads);
+      else launch_from(quantize_split_kernel<DType::f32, PB>, 4, PB, threads);
+    };
+    // A stage a CTA where those CTAs fill the SMs or N is small, else a
+    // block a CTA (kSplitOneBlockMinN says why).
+    const bool fill = split_grid.x * split_grid.y >= static_cast<unsigned>(lim.sms);
+    if (fill || n < kSplitOneBlockMinN)
+      launch_blocks(std::integral_constant<int, kBlocks>{}, fill ? kQuantizeSplitThreadsShared : kQuantizeSplitThreads);
+    else
+      launch_blocks(std::integral_constant<int, 1>{}, kQuantizeSplitThreadsOne);
   } else {
     split_q8_1_kernel<<<split_grid, kSplitThreads, 0, cs>>>(static_cast<const uint8_t*>(args.b.data),
                                                             args.b.row_stride, n, dst);

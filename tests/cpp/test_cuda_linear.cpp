@@ -64,10 +64,11 @@ TEST_F(CudaLinear, TensorCoreShapes) {
   run_all(qgtest::linear::tensor_core_cases(), rng);
 }
 
-// Enough tokens and K that the quantizing re-layout pass has more CTAs than
-// an H100 or H200 has SMs, so it runs them at 256 threads (several an SM)
-// instead of one thread per (token, block): each x dtype, an odd N (the last
-// token pair's empty half), x rows padded.
+// Enough tokens and K that the quantizing re-layout pass has more CTAs of a
+// stage (128 tokens x 8 blocks) than an H100 or H200 has SMs, so it runs
+// them at 256 threads (several an SM) instead of CTAs of one block (the
+// other tests): each x dtype, an odd N (the last token pair's empty half),
+// x rows padded.
 TEST_F(CudaLinear, QuantizingPassWithManyCtas) {
   QG_SEEDED_RNG(rng, 9);
   std::vector<Case> cases;
