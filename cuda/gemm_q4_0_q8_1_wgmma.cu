@@ -369,12 +369,13 @@ __device__ __forceinline__ uint32_t f16_word(uint32_t codes4, int h, float scale
   return code(h) | (code(h + 2) << 16);
 }
 
-// Both re-layout passes stage a CTA's 128 tokens x 8 blocks in shared
-// memory as Q8_1 blocks (fp16 d, 2 bytes unused, 32 codes), each token's 8
-// blocks in a row of 288 bytes as they lie in a Q8_1 tensor, and then write
-// them out with every thread's global access a 16-byte piece of a
-// contiguous run: a warp writes one token's 512 (fp16) or 256 (int8) code
-// bytes, or 32 tokens' scales of one block. (The first pass had each thread
+// Both re-layout passes stage a CTA's 128 tokens x PB blocks in shared
+// memory as Q8_1 blocks (fp16 d, 2 bytes unused, 32 codes), each token's PB
+// blocks in a row of 36 PB bytes as they lie in a Q8_1 tensor, and then
+// write them out with every thread's global access a 16-byte piece of a
+// contiguous run: at PB = 8 a warp writes one token's 512 (fp16) or 256
+// (int8) code bytes, at PB = 1 the 64 or 32 bytes of 8 or 16 tokens, or 32
+// tokens' scales of one block. (The first pass had each thread
 // convert and write its own blocks: 16-byte stores 64 bytes apart, and on
 // an H100 the pass took 25 of a 135 µs GEMM at N = 512, K = 14336, reading
 // and writing about 1 TB/s.)

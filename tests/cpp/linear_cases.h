@@ -59,7 +59,7 @@ struct Case {
 };
 
 // The host bytes of one case: x (gaussian rows of varied scale, with
-// specials a zero block, a block of subnormal scale, one whose scale the
+// specials a zero block, a block of subnormal scale, blocks whose scale the
 // folded operands cannot carry, and now and then an Inf, which makes the
 // last row's results NaN), the Q4_0 weight, the bias, and a poisoned y.
 struct HostData {
@@ -89,6 +89,12 @@ inline std::vector<uint8_t> random_x(const Case& c, std::mt19937_64& rng, bool s
     for (int j = 0; j < 32; ++j)
       encode_float(&x[((c.n - 1) * stride + 96 + j) * esize], c.x_dtype, (j % 2 ? -1.0f : 1.0f) * (1000.0f + 1250.0f * j));
   }
+  // From K = 512 one more such block in the first row, block 13: in a
+  // second stage of 8 blocks, at a place other than its first, so that the
+  // re-layout passes' non-finite bytes are checked there too.
+  if (specials && c.k >= 512 && c.n > 0)
+    for (int j = 0; j < 32; ++j)
+      encode_float(&x[(13 * 32 + j) * esize], c.x_dtype, (j % 2 ? 1.0f : -1.0f) * (900.0f + 1100.0f * j));
   return x;
 }
 

@@ -66,9 +66,10 @@ TEST_F(CudaLinear, TensorCoreShapes) {
 
 // Enough tokens and K that the quantizing re-layout pass has more CTAs of a
 // stage (128 tokens x 8 blocks) than an H100 or H200 has SMs, so it runs
-// them at 256 threads (several an SM) instead of CTAs of one block (the
-// other tests): each x dtype, an odd N (the last token pair's empty half),
-// x rows padded.
+// them at 256 threads (several an SM), where the other tests take a thread
+// a (token, block) in CTAs of 1024 (N < 64) or CTAs of one block (from
+// N = 64): each x dtype, an odd N (the last token pair's empty half), x
+// rows padded.
 TEST_F(CudaLinear, QuantizingPassWithManyCtas) {
   QG_SEEDED_RNG(rng, 9);
   std::vector<Case> cases;
