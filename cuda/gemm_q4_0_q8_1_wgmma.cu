@@ -472,7 +472,7 @@ static_assert(kSplitTokens * (stage_row_bytes<kBlocks> / 16) % kSplitThreads == 
 // and 11.5 at N = 128, 4096 x 14336, a thread an item in CTAs of 1024. From
 // kSplitOneBlockMinN tokens those calls take PB = 1 instead, 128-thread
 // CTAs, 8 times as many: linear_q4_0 on an H100, cold and in CUDA graphs,
-// 4-11 % faster at N = 128, 2-6 % at 96, 0-6 % at 64, 0-2.5 % at 256; below
+// 4-11 % faster at N = 128, 2-7 % at 96, 0-6 % at 64, 0-2.5 % at 256; below
 // it the short pass on few SMs lets more of the GEMM's CTAs start early
 // beside it (PB = 1 was level to 5 % slower at N = 17 and 32;
 // bench/RESULTS.md).
