@@ -479,6 +479,8 @@ static_assert(kSplitTokens * (stage_row_bytes<kBlocks> / 16) % kSplitThreads == 
 constexpr int kQuantizeSplitThreads = kSplitTokens * kBlocks, kQuantizeSplitThreadsShared = 256;
 constexpr int kQuantizeSplitThreadsOne = kSplitTokens;  // PB = 1: a thread a token
 constexpr int64_t kSplitOneBlockMinN = 64;
+// Stages of K the split pass covers: its grid.y, which CUDA caps at 65535.
+constexpr int64_t kMaxSplitStages = 65535;
 
 // 32 values of a block into v. vec: 16-byte loads (x and its row stride
 // 16-byte aligned); otherwise element loads, aligned or byte by byte.
@@ -1708,6 +1710,15 @@ bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
   }
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) {
     if (why_not) *why_not = "a dimension is past 2^31 (tensor-copy coordinates are 32-bit)";
+    return false;
+  }
+  // The activations' split pass runs a CTA row per stage of K (grid.y), and
+  // CUDA caps grid.y at 65535.
+  if (k / 256 > kMaxSplitStages) {
+    if (why_not)
+      *why_not = "K=" + std::to_string(k) + " spans " + std::to_string(k / 256) + " stages of 256, past the " +
+                 std::to_string(kMaxSplitStages) + " of the activations' split pass (CUDA's grid.y limit; cuda_mma "
+                 "takes any K)";
     return false;
   }
   for (const auto& [o, name] : {std::pair<const Operand&, const char*>{args.a, "W"}, {args.b, "A"}}) {

@@ -490,6 +490,110 @@ TEST_P(CudaQ4Wgmma, TilesSharedByK) {
   }
 }
 
+// Past 65535 stages of 256 values of K the activations' split pass would
+// need a grid.y past CUDA's limit: each warpgroup kernel takes K = 65535 x
+// 256 and refuses one stage more, saying why. Their can_run judges the
+// shape alone (a small aligned buffer stands in for the operands), so this
+// needs no GPU.
+TEST(CudaQ4WgmmaScope, RefusesKPastTheSplitPassGrid) {
+  alignas(16) static uint8_t stand_in[16];
+  for (const auto& [name, n] : {std::pair<const char*, int64_t>{kInt8, 7}, {kF16, 65}, {kFolded, 17}}) {
+    const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), name);
+    ASSERT_NE(k, nullptr) << name;
+    for (const int64_t stages : {int64_t{65535}, int64_t{65536}}) {
+      const int64_t kk = stages * 256;
+      qg::GemmArgs g;
+      g.a = {stand_in, qg::Format::q4_0, 128, kk, kk / 32 * 18, {}, {}};
+      g.b = {stand_in, qg::Format::q8_1, n, kk, kk / 32 * 36, {}, {}};
+      g.device = qg::Device::cuda(0);
+      g.fn = "qg.gemm";
+      std::string why;
+      SCOPED_TRACE(std::string(name) + ", K = " + std::to_string(kk));
+      EXPECT_EQ(k->can_run(g, &why), stages == 65535) << why;
+      if (stages == 65536) {
+        EXPECT_NE(why.find("spans 65536 stages of 256, past the 65535"), std::string::npos) << why;
+      }
+    }
+  }
+}
+
+// The call itself at such a K (2^24, one stage past the split pass's grid):
+// the dispatcher passes the warpgroup kernels over and another computes it.
+// W's blocks are zero (d_w = 0) but for three, one of them in the first
+// stage past the limit, so float64 over those three blocks is the reference.
+class CudaQ4WgmmaLongK : public qgtest::CudaFixture<> {};
+
+TEST_F(CudaQ4WgmmaLongK, KPastTheSplitPassGridRunsElsewhere) {
+  constexpr int64_t m = 128, n = 33, k = int64_t{65536} * 256, nb = k / 32;  // N = 33: past cuda_gemv_mma
+  const int64_t blocks[] = {0, 65535 * 8 + 5, nb - 1};
+  QG_SEEDED_RNG(rng, 16);
+  std::vector<uint8_t> w(static_cast<size_t>(m * nb * 18), 0), a(static_cast<size_t>(n * nb * 36), 0);
+  std::vector<double> ref(static_cast<size_t>(m * n), 0.0);
+  std::uniform_int_distribution<int> nibble(0, 15), code(-127, 127);
+  for (const int64_t b : blocks) {
+    for (int64_t r = 0; r < m; ++r) {
+      uint8_t* blk = w.data() + (r * nb + b) * 18;
+      qgtest::store_u16(blk, qgtest::random_fp16(rng, -8, -4));
+      for (int j = 0; j < 16; ++j) blk[2 + j] = static_cast<uint8_t>(nibble(rng) | (nibble(rng) << 4));
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      uint8_t* blk = a.data() + (t * nb + b) * 36;
+      const uint16_t d = qgtest::random_fp16(rng, -8, -4);
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) {
+        const int q = code(rng);
+        blk[4 + j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+        sum += q;
+      }
+      qgtest::store_u16(blk, d);
+      qgtest::store_u16(blk + 2, qgtest::ref_fp32_to_fp16(qgtest::ref_fp16_to_fp32(d) * static_cast<float>(sum)));
+    }
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t t = 0; t < n; ++t) {
+        const uint8_t* wb = w.data() + (r * nb + b) * 18;
+        const uint8_t* ab = a.data() + (t * nb + b) * 36;
+        int64_t isum = 0;
+        for (int j = 0; j < 16; ++j) {
+          isum += ((wb[2 + j] & 0xF) - 8) * static_cast<int8_t>(ab[4 + j]);
+          isum += ((wb[2 + j] >> 4) - 8) * static_cast<int8_t>(ab[20 + j]);
+        }
+        const double dw = qgtest::ref_fp16_to_fp32(static_cast<uint16_t>(wb[0] | (wb[1] << 8)));
+        const double da = qgtest::ref_fp16_to_fp32(static_cast<uint16_t>(ab[0] | (ab[1] << 8)));
+        ref[r * n + t] += dw * da * static_cast<double>(isum);
+      }
+  }
+  void *dw = nullptr, *da = nullptr, *dc = nullptr;
+  ASSERT_EQ(cudaMalloc(&dw, w.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&da, a.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dc, m * n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(dc, 0xFF, m * n * sizeof(float)), cudaSuccess);  // NaN: a store left out shows
+  qg::GemmArgs g;
+  g.a = {dw, qg::Format::q4_0, m, k, nb * 18, {}, {}};
+  g.b = {da, qg::Format::q8_1, n, k, nb * 36, {}, {}};
+  g.c = dc;
+  g.ldc = n;
+  g.device = qg::Device::cuda(0);
+  qg::Explanation e;
+  ASSERT_TRUE(qg::explain(g, &e).ok());
+  std::cout << "K = " << k << ": " << e.chosen << "\n";
+  EXPECT_EQ(e.chosen.rfind("cuda_wgmma", 0), std::string::npos) << e.chosen;
+  const qg::Status st = qg::gemm(g);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> c(static_cast<size_t>(m * n));
+  ASSERT_EQ(cudaMemcpy(c.data(), dc, c.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(dw);
+  cudaFree(da);
+  cudaFree(dc);
+  double peak = 0.0;
+  for (const double v : ref) peak = std::max(peak, std::fabs(v));
+  ASSERT_GT(peak, 0.0);
+  for (int64_t i = 0; i < m * n; ++i)
+    ASSERT_NEAR(c[i], ref[i], 1e-5 * peak) << "row " << i / n << ", token " << i % n;
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaQ4Wgmma,
                          ::testing::Values(std::string(kInt8), std::string(kF16), std::string(kFolded)),
                          kernel_param_name);
