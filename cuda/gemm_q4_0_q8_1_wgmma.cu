@@ -1668,7 +1668,7 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
     };
     // A stage a CTA where those CTAs fill the SMs or N is small, else a
     // block a CTA (kSplitOneBlockMinN says why).
-    const bool fill = split_grid.x * split_grid.y >= static_cast<unsigned>(lim.sms);
+    const bool fill = int64_t{split_grid.x} * split_grid.y >= lim.sms;
     if (fill || n < kSplitOneBlockMinN)
       launch_blocks(std::integral_constant<int, kBlocks>{}, fill ? kQuantizeSplitThreadsShared : kQuantizeSplitThreads);
     else
@@ -1717,8 +1717,8 @@ bool gemm_wgmma_can_run(const GemmArgs& args, std::string* why_not) {
   if (k / 256 > kMaxSplitStages) {
     if (why_not)
       *why_not = "K=" + std::to_string(k) + " spans " + std::to_string(k / 256) + " stages of 256, past the " +
-                 std::to_string(kMaxSplitStages) + " of the activations' split pass (CUDA's grid.y limit; cuda_mma "
-                 "takes any K)";
+                 std::to_string(kMaxSplitStages) + " of the activations' split pass (CUDA's grid.y limit; the "
+                 "kernels after it in dispatch order take any K)";
     return false;
   }
   for (const auto& [o, name] : {std::pair<const Operand&, const char*>{args.a, "W"}, {args.b, "A"}}) {

@@ -7,7 +7,7 @@
 //   cuda_wgmma_f16   q4_0 x q8_1, as cuda_wgmma with N >= 65: the codes as fp16, fp16 MMAs summing exactly in fp32 (cuda_wgmma's bits)
 //   cuda_gemv_bulk   q4_0 x q8_1, N = 7..8, K % 256 == 0, 16-byte W rows (sm_90+): W by bulk copies (a producer warp), int8 mma.sync
 //   cuda_gemv_ring   q4_0 x q8_1, N = 1..6 (3..6: M in one wave of CTAs; 3..6 on sm_90 where cuda_gemv_mma refuses), K % 256 == 0, 16-byte W rows (sm_90): W through a cp.async ring a warp, A in shared memory, DP4A
-//   cuda_wgmma       q4_0 x q8_1, M >= 128, N >= 7, K % 256 == 0 (sm_90a): wgmma, W fragments from registers, activations re-laid by a first pass
+//   cuda_wgmma       q4_0 x q8_1, M >= 128, N >= 7, K % 256 == 0 and K <= 65535 x 256 (sm_90a): wgmma, W fragments from registers, activations re-laid by a first pass
 //   cuda_mmvq        q4_0 x q8_1, N <= 8 (decode): memory-bound GEMV, K split across a CTA (where the kernels above refuse)
 //   cuda_mma         q4_0 x q8_1, any N (sm_80+): int8 tensor cores, mma.sync m16n8k32
 //   cuda_dp4a_tiled  q4_0 x q8_1, any N, pre-Ampere: 64x64 shared-memory tiles, DP4A

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -497,6 +498,11 @@ TEST_P(CudaQ4Wgmma, TilesSharedByK) {
 // needs no GPU.
 TEST(CudaQ4WgmmaScope, RefusesKPastTheSplitPassGrid) {
   alignas(16) static uint8_t stand_in[16];
+  // QG_CUDA_FOLDED=0 would turn the folded kernel away at every K: judged
+  // here with the setting unset, and the caller's put back after.
+  const char* folded_env = std::getenv("QG_CUDA_FOLDED");
+  const std::string saved = folded_env ? folded_env : "";
+  ASSERT_EQ(unsetenv("QG_CUDA_FOLDED"), 0);
   for (const auto& [name, n] : {std::pair<const char*, int64_t>{kInt8, 7}, {kF16, 65}, {kFolded, 17}}) {
     const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), name);
     ASSERT_NE(k, nullptr) << name;
@@ -515,10 +521,14 @@ TEST(CudaQ4WgmmaScope, RefusesKPastTheSplitPassGrid) {
       }
     }
   }
+  if (folded_env) {
+    ASSERT_EQ(setenv("QG_CUDA_FOLDED", saved.c_str(), 1), 0);
+  }
 }
 
 // The call itself at such a K (2^24, one stage past the split pass's grid):
-// the dispatcher passes the warpgroup kernels over and another computes it.
+// the dispatcher passes the warpgroup kernels over and another (cuda_mma at
+// N = 33) computes it.
 // W's blocks are zero (d_w = 0) but for three, one of them in the first
 // stage past the limit, so float64 over those three blocks is the reference.
 class CudaQ4WgmmaLongK : public qgtest::CudaFixture<> {};
@@ -562,10 +572,20 @@ TEST_F(CudaQ4WgmmaLongK, KPastTheSplitPassGridRunsElsewhere) {
         ref[r * n + t] += dw * da * static_cast<double>(isum);
       }
   }
-  void *dw = nullptr, *da = nullptr, *dc = nullptr;
-  ASSERT_EQ(cudaMalloc(&dw, w.size()), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&da, a.size()), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dc, m * n * sizeof(float)), cudaSuccess);
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  if (free_bytes < w.size() + a.size() + (size_t{256} << 20))
+    GTEST_SKIP() << "needs " << ((w.size() + a.size()) >> 20) << " MiB of device memory, " << (free_bytes >> 20)
+                 << " free";
+  qgtest::CudaMemory mem;
+  struct Buffer {
+    qgtest::CudaMemory& mem;
+    void* p;
+    ~Buffer() { mem.release(p); }
+  };
+  const Buffer bw{mem, mem.alloc(w.size())}, ba{mem, mem.alloc(a.size())}, bc{mem, mem.alloc(m * n * sizeof(float))};
+  ASSERT_TRUE(bw.p && ba.p && bc.p) << "cudaMalloc failed";
+  void *dw = bw.p, *da = ba.p, *dc = bc.p;
   ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemset(dc, 0xFF, m * n * sizeof(float)), cudaSuccess);  // NaN: a store left out shows
@@ -584,9 +604,6 @@ TEST_F(CudaQ4WgmmaLongK, KPastTheSplitPassGridRunsElsewhere) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<float> c(static_cast<size_t>(m * n));
   ASSERT_EQ(cudaMemcpy(c.data(), dc, c.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  cudaFree(dw);
-  cudaFree(da);
-  cudaFree(dc);
   double peak = 0.0;
   for (const double v : ref) peak = std::max(peak, std::fabs(v));
   ASSERT_GT(peak, 0.0);
