@@ -183,9 +183,10 @@ __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const Epilog
   for (int i = 0; i < kXLane; ++i) {
     const int pc = lane + 32 * i;
     // Pieces of tokens past N are never copied (issue_x), but their
-    // offsets are formed too: can_run keeps last_formed_token(kNT) row
-    // strides inside int.
-    x_src[i] = static_cast<uint32_t>((pc / kXRowPieces) * p.ldx + s_begin * kXRowBytes + (pc % kXRowPieces) * 16);
+    // offsets are formed too, in unsigned arithmetic: one past A's span may
+    // wrap, harmlessly; the copied ones lie inside it (can_run).
+    x_src[i] = static_cast<uint32_t>(pc / kXRowPieces) * static_cast<uint32_t>(p.ldx) +
+               static_cast<uint32_t>(s_begin * kXRowBytes + (pc % kXRowPieces) * 16);
   }
   auto issue_w = [&](int i) {
     if (i >= my) return;
@@ -488,9 +489,10 @@ bool gemm_mma_ring_can_run(const GemmArgs& args, std::string* why_not) {
   if (!w_rows_16_byte_aligned(args, why_not)) return false;
   if (!gemm_operands_aligned(args, why_not)) return false;  // A's 4-byte copies at the least
   if (!a_within_32_bit_offsets(args, why_not)) return false;
-  // Each lane forms the int offsets of its activation pieces for all 8 kNT
-  // tokens of the tile (and one more at kNT = 1: five rounds of 32 pieces
-  // pass the 144 of 8 tokens), those past N (never copied) included.
+  // Each lane forms the 32-bit offsets of its activation pieces for all 8
+  // kNT tokens of the tile (and one more at kNT = 1: five rounds of 32
+  // pieces pass the 144 of 8 tokens), those past N (never copied) included;
+  // their row strides are held to int's range.
   const int nt = n8_tiles(args.b.rows), strides = last_formed_token(nt);
   if (args.b.row_stride > std::numeric_limits<int>::max() / strides)
     return no("A's row stride " + std::to_string(args.b.row_stride) + " bytes: " + std::to_string(strides) +

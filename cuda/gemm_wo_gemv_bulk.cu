@@ -378,6 +378,9 @@ bool gemm_wo_gemv_bulk_can_run(const GemmArgs& args, std::string* why_not) {
   if (args.b.rows > kMaxCols) return no("N=" + std::to_string(args.b.rows) + " > 16 (GEMV kernel)");
   // N = 1 goes to cuda_wo_gemv_small, measured faster there (registry.cu).
   if (args.b.rows == 1) return no("N=1: the FFMA GEMV (cuda_wo_gemv_small) is faster for one column");
+  // K = 0: no macro step to stream, and the two-tile form's activation
+  // queue would load from before x (its first step is macros - 1 = -1).
+  if (args.a.k == 0) return no("K=0: nothing to stream");
   if (args.a.k % kMacroK != 0)
     return no("K=" + std::to_string(args.a.k) + " is not a multiple of 128 (the kernel's macro step)");
   if (!groups_at_least(args, kMinGroup, why_not)) return false;

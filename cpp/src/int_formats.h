@@ -144,8 +144,10 @@ QG_HD int32_t quantize_value(float x, const ScopeParams& p, CodeRange c) {
   return clamp_code(add_rn(r, static_cast<float>(p.zp)), c);
 }
 
+// The difference in 64 bits: zero points the caller holds on a device are
+// not range-checked (validate.cpp), and code - zp must not overflow.
 QG_HD float dequantize_value(int32_t code, float scale, int32_t zp) {
-  return mul_rn(scale, static_cast<float>(code - zp));
+  return mul_rn(scale, static_cast<float>(static_cast<int64_t>(code) - zp));
 }
 
 // --------------------------------------------------------------- packing

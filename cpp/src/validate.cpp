@@ -319,6 +319,11 @@ Status check_dequantize_args(const DequantizeArgs& a, bool need_output) {
     return invalid(fn, std::string(t.name) + " is symmetric: it takes no zero points");
   if (a.rows == 0 || a.k == 0) return {};
   if (t.scale_place == ScalePlace::outside && !a.scales) return invalid(fn, "scales must not be null");
+  if (t.scale_place == ScalePlace::outside)
+    if (Status s = check_zero_point_range(fn, "zero point", a.zero_points,
+                                          scale_count(a.granularity, a.rows, a.k, a.group_size), a.format, a.device);
+        !s.ok())
+      return s;
   const int64_t rb = row_bytes(t, a.k);
   if (a.xq == nullptr) return invalid(fn, "xq must not be null");
   if (a.rows > 1 && a.xq_row_stride < rb && a.xq_row_stride != 0)

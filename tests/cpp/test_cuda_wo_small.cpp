@@ -1166,4 +1166,24 @@ TEST_F(CudaWoF32, TokensInSlices) {
   check(c, {0, 1, 2047, 4096, 6000, 8190, 8191}, kBound);
 }
 
+// K = 0 (a valid call: C is the epilogue of empty sums) gives the bulk
+// GEMV no macro step to stream, and its two-tile form's activation queue
+// would read before x: it refuses, and the dispatcher moves on. Its can_run
+// tests K before asking anything of a device, so this needs no GPU.
+TEST(CudaWoGemvScope, BulkRefusesKZero) {
+  const qg::detail::GemmKernel* k = qgtest::find_gemm_kernel(qg::detail::cuda::registry(), "cuda_wo_gemv_bulk");
+  ASSERT_NE(k, nullptr);
+  alignas(16) static uint8_t stand_in[16];
+  for (const int64_t n : {2, 8, 16}) {
+    qg::GemmArgs g;
+    g.a = {stand_in, qg::Format::i4, 64, 0, 16, {}, {}};
+    g.a.scales = {stand_in, DType::f16, qg::Granularity::group, 128, 1};
+    g.b = {stand_in, qg::Format::bf16, n, 0, 16, {}, {}};
+    g.device = qg::Device::cuda(0);
+    std::string why;
+    EXPECT_FALSE(k->can_run(g, &why)) << "N = " << n;
+    EXPECT_NE(why.find("K=0"), std::string::npos) << why;
+  }
+}
+
 }  // namespace

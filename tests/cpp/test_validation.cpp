@@ -762,6 +762,40 @@ TEST(DequantizeValidation, Errors) {
   EXPECT_TRUE(b.c_untouched());
 }
 
+// Zero points outside the codes' range (host memory) are refused, as
+// quantize's static ones are: the value says which and where, and y is not
+// written. At the range's ends they are taken.
+TEST(DequantizeValidation, ZeroPointsOutsideTheCodeRange) {
+  const int64_t rows = 2, k = 32;
+  std::vector<int8_t> codes(static_cast<size_t>(rows * k), 3);
+  std::vector<float> scales = {0.5f, 0.25f}, y(static_cast<size_t>(rows * k), 0.0f);
+  const std::vector<float> untouched = y;
+  std::vector<int32_t> zps = {0, 0};
+  qg::DequantizeArgs d;
+  d.format = Format::i8;
+  d.xq = codes.data();
+  d.rows = rows;
+  d.k = k;
+  d.xq_row_stride = k;
+  d.y = y.data();
+  d.y_row_stride = k;
+  d.device = qg::Device::cpu();
+  d.granularity = qg::Granularity::row;
+  d.scales = scales.data();
+  d.zero_points = zps.data();
+  const std::string fn = qg::format_traits(Format::i8).dequantize_fn;
+  for (const int32_t bad : {128, -129, INT32_MIN, INT32_MAX}) {
+    zps = {0, bad};
+    EXPECT_TRUE(IsError(qg::dequantize(d), StatusCode::invalid_argument,
+                        {fn, "zero point[1]=" + std::to_string(bad), "[-128, 127]"}));
+    EXPECT_EQ(y, untouched);
+  }
+  zps = {-128, 127};
+  ASSERT_TRUE(qg::dequantize(d).ok());
+  EXPECT_EQ(y[0], 0.5f * (3 + 128));
+  EXPECT_EQ(y[k], 0.25f * (3 - 127));
+}
+
 TEST(DequantizeValidation, ZeroSizeOkAndNothingWritten) {
   Buffers b;
   EXPECT_TRUE(
