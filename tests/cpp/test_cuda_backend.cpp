@@ -263,15 +263,7 @@ void check_dequantize(const FormatCase& fc, int64_t rows, int64_t k, int64_t xq_
   const float sentinel = -12345.678f;
   const size_t y_count = static_cast<size_t>(rows * y_stride);
   std::vector<float> y_cpu(y_count, sentinel);
-  qg::DequantizeArgs da;
-  da.format = fc.format;
-  da.xq = xq.data();
-  da.rows = rows;
-  da.k = k;
-  da.xq_row_stride = xq_stride;
-  da.y = y_cpu.data();
-  da.y_row_stride = y_stride;
-  da.device = qg::Device::cpu();
+  qg::DequantizeArgs da = qgtest::dequantize_args(fc.format, xq.data(), rows, k, xq_stride, y_cpu.data(), y_stride);
   QG_OK(qg::dequantize(da));
 
   DeviceBuffer dxq(xq.size()), dy(y_count * 4);

@@ -1144,14 +1144,7 @@ void check_dequantize(const Quant& q, int64_t xq_pad, std::mt19937_64& rng) {
   const size_t y_count = static_cast<size_t>(q.rows * y_stride);
   const float sentinel = -12345.678f;
   std::vector<float> y_cpu(y_count, sentinel);
-  qg::DequantizeArgs da;
-  da.format = q.f;
-  da.xq = xq.data();
-  da.rows = q.rows;
-  da.k = q.k;
-  da.xq_row_stride = xq_stride;
-  da.y = y_cpu.data();
-  da.y_row_stride = y_stride;
+  qg::DequantizeArgs da = qgtest::dequantize_args(q.f, xq.data(), q.rows, q.k, xq_stride, y_cpu.data(), y_stride);
   da.granularity = q.gran;
   da.group_size = qa.group_size;
   da.scales = scales.data();

@@ -194,16 +194,8 @@ std::vector<uint8_t> qg_quantize(Kind kind, const std::vector<float>& x, int64_t
 std::vector<float> qg_dequantize(qg::Format f, const std::vector<uint8_t>& xq, int64_t rows, int64_t k) {
   std::vector<float> y(static_cast<size_t>(rows * k));
   qgtest::fill_poison(y.data(), y.size());
-  qg::DequantizeArgs a;
-  a.format = f;
-  a.xq = xq.data();
-  a.rows = rows;
-  a.k = k;
-  a.xq_row_stride = k / 32 * qg::format_traits(f).bytes_per_block;
-  a.y = y.data();
-  a.y_row_stride = k;
-  a.device = qg::Device::cpu();
-  const qg::Status s = qg::dequantize(a);
+  const qg::Status s = qg::dequantize(
+      qgtest::dequantize_args(f, xq.data(), rows, k, k / 32 * qg::format_traits(f).bytes_per_block, y.data(), k));
   EXPECT_TRUE(s.ok()) << s.message();
   return y;
 }
@@ -730,16 +722,7 @@ TEST(DequantizeCpu, StridedOutputFullyWrittenGapsUntouched) {
       }
     std::vector<float> y(rows * ys + 16);
     qgtest::fill_poison(y.data(), y.size());
-    qg::DequantizeArgs a;
-    a.format = f;
-    a.xq = xq.data();
-    a.rows = rows;
-    a.k = k;
-    a.xq_row_stride = xs;
-    a.y = y.data();
-    a.y_row_stride = ys;
-    a.device = qg::Device::cpu();
-    const qg::Status s = qg::dequantize(a);
+    const qg::Status s = qg::dequantize(qgtest::dequantize_args(f, xq.data(), rows, k, xs, y.data(), ys));
     ASSERT_TRUE(s.ok()) << s.message();
     // compact copy -> contiguous dequant must equal the strided result row by row
     std::vector<uint8_t> compact(rows * row_bytes);

@@ -714,6 +714,23 @@ inline std::vector<uint8_t> quantize_on_cpu(qg::Format f, const std::vector<floa
   return y;
 }
 
+// The raw arguments of a dequantization on the CPU: rows x k values from
+// rows of xq xq_stride bytes apart into rows of y y_stride floats apart (the
+// caller sets the device, scales and zero points where it needs others).
+inline qg::DequantizeArgs dequantize_args(qg::Format f, const void* xq, int64_t rows, int64_t k, int64_t xq_stride,
+                                          float* y, int64_t y_stride) {
+  qg::DequantizeArgs a;
+  a.format = f;
+  a.xq = xq;
+  a.rows = rows;
+  a.k = k;
+  a.xq_row_stride = xq_stride;
+  a.y = y;
+  a.y_row_stride = y_stride;
+  a.device = qg::Device::cpu();
+  return a;
+}
+
 // ====================================================================== the suite
 // Each function is one test, run by a backend's test file on each of its
 // kernels through QG_GEMM_KERNEL_TESTS (below).
@@ -952,15 +969,7 @@ inline void tier_b_against_unquantized_inputs(GemmKernelTester& t) {
       c.b = quantize_on_cpu(qg::Format::q8_1, a, s.n, s.k, c.b_stride, conv);
       set_c_layout(c, qg::DType::f32, s.n, 1);
       std::vector<float> wd(s.m * s.k);
-      qg::DequantizeArgs da;
-      da.format = qg::Format::q4_0;
-      da.xq = c.a.data();
-      da.rows = s.m;
-      da.k = s.k;
-      da.xq_row_stride = c.a_stride;
-      da.y = wd.data();
-      da.y_row_stride = s.k;
-      ASSERT_TRUE(qg::dequantize(da).ok());
+      ASSERT_TRUE(qg::dequantize(dequantize_args(qg::Format::q4_0, c.a.data(), s.m, s.k, c.a_stride, wd.data(), s.k)).ok());
       if (!t.run(c)) continue;
       expect_gemm_output(c);
       std::vector<double> out(s.m * s.n), ref_deq(s.m * s.n), ref_orig(s.m * s.n);

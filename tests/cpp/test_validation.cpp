@@ -720,22 +720,6 @@ TEST(QuantizeValidation, ZeroSizeOkAndNothingWritten) {
   EXPECT_TRUE(b.q_untouched());
 }
 
-// A raw DequantizeArgs on the CPU: rows x k values of xq rows xq_stride
-// bytes apart into y rows y_stride floats apart.
-qg::DequantizeArgs raw_dequantize(Format f, const void* xq, int64_t rows, int64_t k, int64_t xq_stride, float* y,
-                                  int64_t y_stride) {
-  qg::DequantizeArgs a;
-  a.format = f;
-  a.xq = xq;
-  a.rows = rows;
-  a.k = k;
-  a.xq_row_stride = xq_stride;
-  a.y = y;
-  a.y_row_stride = y_stride;
-  a.device = kCpu;
-  return a;
-}
-
 // ================================================================== dequantize
 TEST(DequantizeValidation, Errors) {
   Buffers b;
@@ -759,7 +743,7 @@ TEST(DequantizeValidation, Errors) {
   EXPECT_TRUE(IsError(dequantize_v(Format::q4_0, xq, -1, view(b.c.data(), DType::f32, {2, 64}, qg::Device::cuda(0))),
                       StatusCode::invalid_argument, {fn, "cuda:0"}));
   // raw
-  qg::DequantizeArgs a = raw_dequantize(Format::q8_0, b.q.data(), 2, 48, 36, b.c.data(), 64);
+  qg::DequantizeArgs a = qgtest::dequantize_args(Format::q8_0, b.q.data(), 2, 48, 36, b.c.data(), 64);
   EXPECT_TRUE(IsError(qg::dequantize(a), StatusCode::invalid_argument, {"qg.dequantize_q8_0", "K=48"}));
   a.format = Format::q4_0;
   a.k = 64;
@@ -780,7 +764,7 @@ TEST(DequantizeValidation, ZeroPointsOutsideTheCodeRange) {
   std::vector<float> scales = {0.5f, 0.25f}, y(static_cast<size_t>(rows * k), 0.0f);
   const std::vector<float> untouched = y;
   std::vector<int32_t> zps = {0, 0};
-  qg::DequantizeArgs d = raw_dequantize(Format::i8, codes.data(), rows, k, k, y.data(), k);
+  qg::DequantizeArgs d = qgtest::dequantize_args(Format::i8, codes.data(), rows, k, k, y.data(), k);
   d.granularity = qg::Granularity::row;
   d.scales = scales.data();
   d.zero_points = zps.data();
