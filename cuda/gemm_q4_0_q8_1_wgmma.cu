@@ -511,8 +511,15 @@ __device__ __forceinline__ void load_block(const uint8_t* p, bool vec, bool alig
   }
 }
 
-template <DType T, int PB>
-__global__ void __launch_bounds__(kQuantizeSplitThreads)
+// kThreads: the launch's block size, so that ptxas gives a thread the
+// registers that size leaves. Bounded by 1024 threads, every instance was
+// held to 64 registers and spilled 40 bytes a thread; the 256- and
+// 128-thread instances now take 70-74 (three and seven CTAs an SM, no
+// spill). Measured on an H100 against the spilling kernels: 1-2 % faster
+// at 4096 x 14336 N = 512 (`linear_q4_0` cold and in graphs), within about
+// 3 % either way elsewhere from N = 32 to 4096 (bench/RESULTS.md).
+template <DType T, int PB, int kThreads>
+__global__ void __launch_bounds__(kThreads)
 quantize_split_kernel(const uint8_t* x, int64_t x_row_stride, bool x_vec, bool x_aligned, int64_t n, SplitDst dst) {
   static_assert(kBlocks % PB == 0, "a CTA's blocks lie in one stage");
   launch_dependents();  // the GEMM's CTAs may start: they wait for this pass's writes (grid_dependency.cuh)
@@ -1660,19 +1667,22 @@ Status run_tiles(const GemmArgs& args, const QuantizeArgs* from_float, Stream st
       const dim3 grid(split_grid.x, static_cast<unsigned>(nb / blocks_a_cta));
       kernel<<<grid, threads, 0, cs>>>(x, q.x_row_stride, vec, is_aligned(x, esize), n, dst);
     };
-    auto launch_blocks = [&](auto blocks_a_cta, int threads) {
-      constexpr int PB = decltype(blocks_a_cta)::value;
-      if (q.x_dtype == DType::f16) launch_from(quantize_split_kernel<DType::f16, PB>, 2, PB, threads);
-      else if (q.x_dtype == DType::bf16) launch_from(quantize_split_kernel<DType::bf16, PB>, 2, PB, threads);
-      else launch_from(quantize_split_kernel<DType::f32, PB>, 4, PB, threads);
+    auto launch_blocks = [&](auto blocks_a_cta, auto threads_a_cta) {
+      constexpr int PB = decltype(blocks_a_cta)::value, kThreads = decltype(threads_a_cta)::value;
+      if (q.x_dtype == DType::f16) launch_from(quantize_split_kernel<DType::f16, PB, kThreads>, 2, PB, kThreads);
+      else if (q.x_dtype == DType::bf16) launch_from(quantize_split_kernel<DType::bf16, PB, kThreads>, 2, PB, kThreads);
+      else launch_from(quantize_split_kernel<DType::f32, PB, kThreads>, 4, PB, kThreads);
     };
     // A stage a CTA where those CTAs fill the SMs or N is small, else a
     // block a CTA (kSplitOneBlockMinN says why).
     const bool fill = int64_t{split_grid.x} * split_grid.y >= lim.sms;
-    if (fill || n < kSplitOneBlockMinN)
-      launch_blocks(std::integral_constant<int, kBlocks>{}, fill ? kQuantizeSplitThreadsShared : kQuantizeSplitThreads);
+    using Stage = std::integral_constant<int, kBlocks>;
+    if (fill)
+      launch_blocks(Stage{}, std::integral_constant<int, kQuantizeSplitThreadsShared>{});
+    else if (n < kSplitOneBlockMinN)
+      launch_blocks(Stage{}, std::integral_constant<int, kQuantizeSplitThreads>{});
     else
-      launch_blocks(std::integral_constant<int, 1>{}, kQuantizeSplitThreadsOne);
+      launch_blocks(std::integral_constant<int, 1>{}, std::integral_constant<int, kQuantizeSplitThreadsOne>{});
   } else {
     split_q8_1_kernel<<<split_grid, kSplitThreads, 0, cs>>>(static_cast<const uint8_t*>(args.b.data),
                                                             args.b.row_stride, n, dst);
