@@ -165,8 +165,8 @@ struct Cfg {
   // taking the steps it with it % kKGroups == p; their sums are added in
   // shared memory at the end of each segment (pair 0 stores the tile).
   static constexpr int kKGroups = kKGroups_;
-  static_assert(kKGroups == 1 || (kKGroups == 2 && !kF16 && !kFold && kStages % 2 == 0),
-                "two pairs of consumers: the int8 tiles, an even ring");
+  static_assert(kKGroups == 1 || (kKGroups == 2 && (!kF16 || kFold) && kStages % 2 == 0),
+                "two pairs of consumers: the int8 and folded tiles, an even ring");
   static constexpr int kConsumerThreads = kKGroups * ::qg::detail::cuda::kConsumerThreads;
   static constexpr int kThreads = kConsumerThreads + 128;
   // setmaxnreg: the producer keeps 56 (with 24 or 40 its loop spilled), the
@@ -211,7 +211,9 @@ struct Cfg {
   // producer refills a stage piece by piece instead of all at once.
   static constexpr int kWPart = kSubTiles, kParts = kSubTiles + 1;
   static_assert(kWBytes % 1024 == 0, "code tiles after W start on the swizzle's period");
-  static constexpr int kReduceBytes = kKGroups == 1 ? 0 : kAccRows * kSums * 4 * ::qg::detail::cuda::kConsumerThreads;
+  // Pair 1's sums for pair 0 and, folded, each thread's largest |d_w| bits.
+  static constexpr int kReduceBytes =
+      kKGroups == 1 ? 0 : (kAccRows * kSums + (kFold ? 1 : 0)) * 4 * ::qg::detail::cuda::kConsumerThreads;
   static constexpr int kSmemBytes = kStages * kStageBytes + kStages * kFlagStride + 2 * kStages * kParts * 8 +
                                     kEpilogueBytes + 16 + kReduceBytes + 1024;
   static_assert(kCodeBytes % 1024 == 0 && kStageBytes % 1024 == 0, "code tiles start on the swizzle's period");
@@ -237,11 +239,15 @@ using CfgWideF16 = Cfg<32, 4, 2, true, 3>;
 using CfgFolded = Cfg<32, 4, 2, true, 1, true, 1>;
 using CfgFoldedTall = Cfg<32, 4, 2, true, 1, true, 2>;
 using CfgFolded64 = Cfg<32, 2, 4, true, 1, true, 1>;  // 64 tokens: four stages of 50 KB
-// 32 tokens, six stages. Measured on an H200 against the int8 kernel's
-// 32-token tile (two consumer pairs, whose block rescale keeps it bound by
-// its chain): 3-10 % faster at N = 17..32 on both LLM shapes, e.g. the GEMM
-// at 14336 x 4096 N = 32 29.2-29.4 -> 27.6 us cold (docs/architecture.md).
-using CfgFolded32 = Cfg<32, 1, 6, true, 1, true, 1>;
+// 32 tokens. Measured on an H200 against the int8 kernel's 32-token tile
+// (two consumer pairs, whose block rescale keeps it bound by its chain):
+// 3-10 % faster at N = 17..32 on both LLM shapes, e.g. the GEMM at 14336 x
+// 4096 N = 32 29.2-29.4 -> 27.6 us cold. Its own chain (unpack a block's W,
+// then its MMAs) now runs in two consumer pairs too, on alternate stages:
+// four stages (two a pair; six and pair 1's sums do not fit beside each
+// other), 2-5 % faster than one pair on six stages, cold or hot, and 5-7 %
+// in a CUDA graph on an H100 (docs/architecture.md, "The folded variant").
+using CfgFolded32 = Cfg<32, 1, 4, true, 1, true, 1, 2>;
 
 // Tokens. From N = 7 this kernel, with the quantization of linear_q4_0's x
 // inside it, beat cuda_mmvq on an H200 (4096 x 14336, linear_q4_0 in a CUDA
@@ -1549,7 +1555,9 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
       if constexpr (C::kKGroups > 1) {
         // Pair 1 hands its sums to pair 0 through shared memory (named
         // barriers 2: stored, 3: read), in a fixed order: the same bits
-        // whichever pair finishes first.
+        // whichever pair finishes first. The folded tile's pair 1 hands over
+        // its largest |d_w| too, so that a tile whose unsafe scale lay in
+        // pair 1's stages is recomputed exactly.
         const int ct = threadIdx.x % kConsumerThreads;
         if (kgroup == 1) {
           if (reduced_before) pair_bar_sync<3, C::kConsumerThreads>();
@@ -1558,6 +1566,8 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
 #pragma unroll
             for (int i = 0; i < C::kSums; ++i)
               sts_f32(smem_u32(reduce + (q * C::kSums + i) * kConsumerThreads + ct), acc[q][i]);
+          if constexpr (C::kFold)
+            sts_f32(smem_u32(reduce + C::kAccRows * C::kSums * kConsumerThreads + ct), __uint_as_float(worst));
           pair_bar_arrive<2, C::kConsumerThreads>();
           reduced_before = true;
           continue;
@@ -1568,6 +1578,8 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
 #pragma unroll
           for (int i = 0; i < C::kSums; ++i)
             acc[q][i] += lds_f32(smem_u32(reduce + (q * C::kSums + i) * kConsumerThreads + ct));
+        if constexpr (C::kFold)
+          worst = max(worst, __float_as_uint(lds_f32(smem_u32(reduce + C::kAccRows * C::kSums * kConsumerThreads + ct))));
         pair_bar_arrive<3, C::kConsumerThreads>();
       }
 
