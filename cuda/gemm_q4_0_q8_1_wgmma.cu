@@ -246,7 +246,7 @@ using CfgFolded64 = Cfg<32, 2, 4, true, 1, true, 1>;  // 64 tokens: four stages 
 // then its MMAs) now runs in two consumer pairs too, on alternate stages:
 // four stages (two a pair; six and pair 1's sums do not fit beside each
 // other), 2-5 % faster than one pair on six stages, cold or hot, and 5-7 %
-// in a CUDA graph on an H100 (docs/architecture.md, "The folded variant").
+// in a CUDA graph on an H100 (N = 17, 24 and 32 measured) (docs/architecture.md, "The folded variant").
 using CfgFolded32 = Cfg<32, 1, 4, true, 1, true, 1, 2>;
 
 // Tokens. From N = 7 this kernel, with the quantization of linear_q4_0's x
@@ -1407,7 +1407,7 @@ gemm_q4_0_wgmma_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_c
   uint64_t* empty = full + C::kStages * C::kParts;
   float* staging = reinterpret_cast<float*>(empty + C::kStages * C::kParts);
   volatile unsigned* ticket = reinterpret_cast<volatile unsigned*>(staging + kEpilogueBytes / 4);  // gather_parts'
-  float* reduce = staging + kEpilogueBytes / 4 + 4;  // kReduceBytes: pair 1's sums for pair 0
+  float* reduce = staging + kEpilogueBytes / 4 + 4;  // kReduceBytes: pair 1's sums (and, folded, |d_w| marks) for pair 0
 
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
