@@ -134,6 +134,28 @@ TEST_P(CudaQ4Wgmma, NarrowTileNonFiniteScale) {
   }
 }
 
+// The one-unit tiles' two consumer pairs across several tiles a CTA: more
+// 128-row tiles than two a multiprocessor, so each CTA walks at least two
+// whole tiles, and pair 1 hands its sums (and, folded, its |d_w| marks) to
+// pair 0 once a tile through the same buffer: each hand-over waits for
+// pair 0 to have read the one before. Three K steps a tile, so the pairs'
+// share of the steps alternates from tile to tile; a W scale the fold
+// cannot carry in a stage of the second tile row.
+TEST_P(CudaQ4Wgmma, NarrowTilesSeveralTilesACta) {
+  if (f16()) GTEST_SKIP() << GetParam() << " has only the 128-token tile";
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  QG_SEEDED_RNG(rng, 16);
+  const int64_t m = 128 * (2 * static_cast<int64_t>(sms) + 1) - 37;
+  for (int64_t n : {16, 20, 32}) {
+    if (n < min_n()) continue;
+    GemmCase c = random_case(rng, m, n, 768);
+    qgtest::store_u16(c.w_block(200, 9), 0x7000);  // 8192: the folded variant recomputes that tile exactly
+    SCOPED_TRACE("N = " + std::to_string(n));
+    check(c);
+  }
+}
+
 // The 128-token tile holding fewer tokens than its width (N = 65..127).
 TEST_P(CudaQ4Wgmma, WideTileFewTokens) {
   QG_SEEDED_RNG(rng, 10);
