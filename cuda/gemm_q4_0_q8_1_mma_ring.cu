@@ -316,7 +316,7 @@ __device__ __forceinline__ void gemm_mma_ring_body(const Params& p, const Epilog
   }
 
   add_partials_in_warp_order<kRT, kNT, kW, kSlots, kSlotBytes>(
-      acc, smem, warp, lane, stages_of, row0, p.m, p.n,
+      acc, smem, warp, lane, stages_of, row0, p.m, p.n, ep.ldc == 1,
       [&](int64_t row, int col, float v) { epilogue_store(ep, row, col, v); });
 }
 

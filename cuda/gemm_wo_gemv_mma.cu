@@ -237,7 +237,7 @@ __device__ __forceinline__ void wo_mma_ring_body(const Params& p, const Epilogue
   }
 
   add_partials_in_warp_order<kRT, kNT, kW, kRingSlots, kSlotBytes>(
-      acc, smem, warp, lane, stages_of, row0, p.m, n,
+      acc, smem, warp, lane, stages_of, row0, p.m, n, ep.ldc == 1,
       [&](int64_t row, int col, float v) { epilogue_store(ep, row, col, v); });
 }
 

@@ -21,9 +21,18 @@ namespace qg::detail::cuda {
 template <int kRT, int kNT, int kW, int kSlots, int kSlotBytes, class StagesOf, class N, class Store>
 __device__ __forceinline__ void add_partials_in_warp_order(const float (&acc)[kRT][kNT][4], uint8_t* smem, int warp,
                                                            int lane, StagesOf&& stages_of, int64_t row0, int64_t m,
-                                                           N n, Store&& store) {
+                                                           N n, bool m_fast, Store&& store) {
   constexpr int kRows = 16 * kRT, kCols = 8 * kNT, kThreads = 32 * kW;
-  static_assert(kRows * kCols * 4 <= kSlotBytes, "a warp's partial tile fits in one of its slots");
+  // m_fast: C's rows lie next to each other (x @ W^T, as a linear layer
+  // writes it). The partial tiles are then kept column by column, a column
+  // padded by one word, and consecutive threads take consecutive rows of one
+  // column: a warp's stores fill whole lines and its shared loads fall in 32
+  // banks. Otherwise row by row, consecutive threads taking consecutive
+  // columns (C [M, N]). Taken the other way, a warp's 32 stores land on up
+  // to 32 lines of a token each.
+  constexpr int kColPitch = kRows + 1;
+  static_assert(kColPitch * kCols * 4 <= kSlotBytes, "a warp's partial tile fits in one of its slots");
+  const int row_step = m_fast ? 1 : kCols, col_step = m_fast ? kColPitch : 1;
   const int g = lane / 4, t = lane % 4;
   auto part_of = [&](int w) {
     const int mw = stages_of(w);
@@ -36,15 +45,17 @@ __device__ __forceinline__ void add_partials_in_warp_order(const float (&acc)[kR
 #pragma unroll
     for (int ni = 0; ni < kNT; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) part[(16 * mi + g + 8 * (e / 2)) * kCols + 8 * ni + 2 * t + e % 2] = acc[mi][ni][e];
+      for (int e = 0; e < 4; ++e)
+        part[(16 * mi + g + 8 * (e / 2)) * row_step + (8 * ni + 2 * t + e % 2) * col_step] = acc[mi][ni][e];
   __syncthreads();
   for (int o = threadIdx.x; o < kRows * kCols; o += kThreads) {
-    const int64_t row = row0 + o / kCols;
-    const int col = o % kCols;
+    const int r = m_fast ? o % kRows : o / kCols, col = m_fast ? o / kRows : o % kCols;
+    const int64_t row = row0 + r;
     if (row >= m || col >= n) continue;
-    float v = part_of(0)[o];
+    const int at = r * row_step + col * col_step;
+    float v = part_of(0)[at];
 #pragma unroll
-    for (int w = 1; w < kW; ++w) v += part_of(w)[o];
+    for (int w = 1; w < kW; ++w) v += part_of(w)[at];
     store(row, col, v);
   }
 }
