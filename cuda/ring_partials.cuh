@@ -26,10 +26,11 @@ __device__ __forceinline__ void add_partials_in_warp_order(const float (&acc)[kR
   // m_fast: C's rows lie next to each other (x @ W^T, as a linear layer
   // writes it). The partial tiles are then kept column by column, a column
   // padded by one word, and consecutive threads take consecutive rows of one
-  // column: a warp's stores fill whole lines and its shared loads fall in 32
-  // banks. Otherwise row by row, consecutive threads taking consecutive
-  // columns (C [M, N]). Taken the other way, a warp's 32 stores land on up
-  // to 32 lines of a token each.
+  // column: a warp's fp32 stores fill one line at 32-row groups (two half
+  // lines at 16), its shared loads fall in 32 banks (two ways at 16-row
+  // groups) and the fragment writes in at most four ways. Otherwise row by
+  // row, consecutive threads taking consecutive columns (C [M, N]). Taken
+  // the other way, a warp's 32 stores land on up to 32 lines of a token each.
   constexpr int kColPitch = kRows + 1;
   static_assert(kColPitch * kCols * 4 <= kSlotBytes, "a warp's partial tile fits in one of its slots");
   const int row_step = m_fast ? 1 : kCols, col_step = m_fast ? kColPitch : 1;

@@ -714,6 +714,28 @@ TEST_F(CudaBackend, GemvMmaRingSlicesAndTails) {
   for (const GemmCase& g : past) run_gemm_case(g, nullptr, seed++, nullptr);
   qgtest::CudaMemory mem;
   qgtest::GemmKernelTester tester(qg::detail::cuda::registry(), kMmaRing, mem);
+  // C as x @ W^T (rows adjacent, a linear layer's layout), where the warps'
+  // partial tiles are laid column by column and stored token by token: 16-
+  // and 32-row groups, one, two and four n8 tiles, within one wave and past
+  // it (4-warp CTAs two an SM, 2-warp ones four an SM), fp32 and bf16 C,
+  // C's token rows padded.
+  {
+    QG_SEEDED_RNG(rng, 2327);
+    struct MContiguous {
+      int64_t m, n, k;
+      qg::DType dtype;
+    };
+    const MContiguous mc[] = {{45, 30, 2304, qg::DType::f32},           {300, 8, 4096, qg::DType::bf16},
+                              {one_wave, 17, 4096, qg::DType::f32},     {16 * sms + 45, 32, 2304, qg::DType::f32},
+                              {16 * sms + 45, 12, 256, qg::DType::f16}, {32 * sms + 1, 20, 2304, qg::DType::f32},
+                              {2 * 32 * sms - 3, 31, 256, qg::DType::bf16}, {3 * 32 * sms + 7, 6, 2304, qg::DType::f32}};
+    for (const MContiguous& t : mc) {
+      qgtest::GemmCase c = qgtest::random_case(rng, t.m, t.n, t.k);
+      qgtest::set_c_layout(c, t.dtype, 1, t.m + 3);
+      EXPECT_TRUE(tester.run_and_check(c)) << "C m-contiguous, M=" << t.m << " N=" << t.n << " K=" << t.k << ": "
+                                           << tester.refusals();
+    }
+  }
   // A's row stride such that the N - 1 strides of A's span fit a 32-bit
   // offset but the 15, 31 or 8 of the tokens whose offsets a lane forms (16-,
   // 32- and 8-token tiles) do not: the offsets of the tokens past N would

@@ -139,8 +139,11 @@ TEST_P(CudaQ4Wgmma, NarrowTileNonFiniteScale) {
 // whole tiles, and pair 1 hands its sums (and, folded, its |d_w| marks) to
 // pair 0 once a tile through the same buffer: each hand-over waits for
 // pair 0 to have read the one before. Three K steps a tile, so the pairs'
-// share of the steps alternates from tile to tile; a W scale the fold
-// cannot carry in a stage of the second tile row.
+// share of the steps alternates from tile to tile. W scales the fold cannot
+// carry in pair 1's stages of two CTAs' tiles: in the second tile row (CTA
+// 1's first tile, its stage 1) and in the tile SMs + 1 (CTA 1's second
+// tile, its stage 0, the CTA's fourth step), so a recomputed tile also
+// follows a hand-over.
 TEST_P(CudaQ4Wgmma, NarrowTilesSeveralTilesACta) {
   if (f16()) GTEST_SKIP() << GetParam() << " has only the 128-token tile";
   int sms = 0;
@@ -151,6 +154,7 @@ TEST_P(CudaQ4Wgmma, NarrowTilesSeveralTilesACta) {
     if (n < min_n()) continue;
     GemmCase c = random_case(rng, m, n, 768);
     qgtest::store_u16(c.w_block(200, 9), 0x7000);  // 8192: the folded variant recomputes that tile exactly
+    qgtest::store_u16(c.w_block(128 * (sms + 1) + 72, 3), 0x7000);
     SCOPED_TRACE("N = " + std::to_string(n));
     check(c);
   }
